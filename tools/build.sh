@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Builds the real test binaries (etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubectl, kwok, source-controller, helm-controller) from their
+# Go modules into a user-level cache keyed by version and go.sum, and links
+# them into tools/bin. Idempotent: a cached binary is reused, not rebuilt.
+#
+#   tools/build.sh            build whatever is missing
+#   tools/build.sh --print    print the cache directory and exit
+#
+# Environment: KYMA_GPU_TOOLS_CACHE overrides the cache root
+# (default ${XDG_CACHE_HOME:-$HOME/.cache}/kyma-gpu/tools).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=tools/versions.env
+source "$here/versions.env"
+cache_root=${KYMA_GPU_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kyma-gpu/tools}
+bin_dir="$here/bin"
+mkdir -p "$cache_root" "$bin_dir"
+
+if [[ "${1:-}" == "--print" ]]; then echo "$cache_root"; exit 0; fi
+
+export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local
+k8s_pkg=k8s.io/component-base/version
+k8s_ldflags="-s -w \
+ -X $k8s_pkg.gitVersion=$KUBERNETES_VERSION \
+ -X $k8s_pkg.gitMajor=$(echo "$KUBERNETES_VERSION" | sed -E 's/^v([0-9]+)\..*/\1/') \
+ -X $k8s_pkg.gitMinor=$(echo "$KUBERNETES_VERSION" | sed -E 's/^v[0-9]+\.([0-9]+)\..*/\1/') \
+ -X $k8s_pkg.gitCommit=0000000000000000000000000000000000000000 \
+ -X $k8s_pkg.gitTreeState=clean \
+ -X $k8s_pkg.buildDate=1970-01-01T00:00:00Z \
+ -X k8s.io/client-go/pkg/version.gitVersion=$KUBERNETES_VERSION \
+ -X k8s.io/client-go/pkg/version.gitMajor=$(echo "$KUBERNETES_VERSION" | sed -E 's/^v([0-9]+)\..*/\1/') \
+ -X k8s.io/client-go/pkg/version.gitMinor=$(echo "$KUBERNETES_VERSION" | sed -E 's/^v[0-9]+\.([0-9]+)\..*/\1/')"
+
+built=0 reused=0
+# build NAME MODULE_DIR VERSION PACKAGE [LDFLAGS]
+build() {
+  local name=$1 dir=$2 version=$3 pkg=$4 ldflags=${5:--s -w}
+  local key dest
+  key=$(cat "$here/$dir/go.mod" "$here/$dir/go.sum" | sha256sum | cut -c1-12)
+  dest="$cache_root/$name-$version-$key"
+  if [[ -x "$dest/$name" ]]; then
+    reused=$((reused + 1))
+  else
+    local start=$SECONDS
+    echo "tools: building $name $version (cold build, this takes minutes) ..." >&2
+    mkdir -p "$dest.tmp"
+    (cd "$here/$dir" && go build -trimpath -ldflags "$ldflags" -o "$dest.tmp/$name" "$pkg")
+    rm -rf "$dest" && mv "$dest.tmp" "$dest"
+    echo "tools: built $name in $((SECONDS - start))s" >&2
+    built=$((built + 1))
+  fi
+  ln -sfn "$dest/$name" "$bin_dir/$name"
+}
+
+only=${ONLY:-}
+want() { [[ -z "$only" || " $only " == *" $1 "* ]]; }
+
+want etcd && build etcd etcd "$ETCD_VERSION" go.etcd.io/etcd/server/v3
+want kwok && build kwok kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
+for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+  want "$b" && build "$b" kubernetes "$KUBERNETES_VERSION" "k8s.io/kubernetes/cmd/$b" "$k8s_ldflags"
+done
+want source-controller && build source-controller source-controller "$SOURCE_CONTROLLER_VERSION" github.com/fluxcd/source-controller
+want helm-controller && build helm-controller helm-controller "$HELM_CONTROLLER_VERSION" github.com/fluxcd/helm-controller
+echo "tools: $built built, $reused reused from $cache_root" >&2
