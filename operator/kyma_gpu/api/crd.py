@@ -1,0 +1,162 @@
+"""Generate the CustomResourceDefinition of `Gpu` from the pydantic models.
+
+The CRD is never edited by hand: `make manifests` writes it to config/, and a test fails
+when the committed file differs from what this module generates.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kyma_gpu.api.models import (
+    API_GROUP,
+    API_VERSION,
+    KIND,
+    PLURAL,
+    SINGLETON_NAME,
+    GpuSpec,
+    GpuStatus,
+)
+from kyma_gpu.yamlio import dump
+
+_DROP = {"title", "additionalProperties", "x-kyma-raw"}
+
+# Validation that JSON schema cannot say, checked by the API server (CEL).
+_ROOT_RULES = [
+    {
+        "rule": f"self.metadata.name == '{SINGLETON_NAME}'",
+        "message": f"the Gpu resource is a singleton: metadata.name must be '{SINGLETON_NAME}'",
+    }
+]
+_SOURCE_RULES = [
+    {
+        "rule": "!has(self.chartRepository) || !self.chartRepository.startsWith('http://')"
+        " || (has(self.insecure) && self.insecure)",
+        "message": "spec.source.chartRepository is plain http://; use https:// or oci://, "
+        "or set spec.source.insecure: true",
+    }
+]
+
+
+def _structural(node: Any, defs: dict[str, Any]) -> Any:
+    """Turn a pydantic JSON schema into a Kubernetes structural schema."""
+    if isinstance(node, list):
+        return [_structural(n, defs) for n in node]
+    if not isinstance(node, dict):
+        return node
+    if node.get("x-kyma-raw"):
+        out: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+        if "description" in node:
+            out["description"] = node["description"]
+        return out
+    if "$ref" in node:
+        target = defs[node["$ref"].rsplit("/", 1)[-1]]
+        merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+        return _structural(merged, defs)
+    if "anyOf" in node:
+        branches = [b for b in node["anyOf"] if b.get("type") != "null"]
+        rest = {k: v for k, v in node.items() if k != "anyOf"}
+        if len(branches) == 1:
+            return _structural({**branches[0], **rest}, defs)
+    if "const" in node:
+        node = {**{k: v for k, v in node.items() if k != "const"}, "enum": [node["const"]]}
+    out = {}
+    for key, value in node.items():
+        if key in _DROP or key == "$defs":
+            continue
+        if key == "default" and value is None:
+            continue
+        if key == "description" and isinstance(value, str):
+            out[key] = " ".join(value.split())
+            continue
+        if key == "properties":
+            out[key] = {name: _structural(prop, defs) for name, prop in value.items()}
+        else:
+            out[key] = _structural(value, defs)
+    return out
+
+
+def _schema(model: type[GpuSpec] | type[GpuStatus]) -> dict[str, Any]:
+    raw = model.model_json_schema(by_alias=True, mode="serialization")
+    defs = raw.pop("$defs", {})
+    schema: dict[str, Any] = _structural(raw, defs)
+    return schema
+
+
+def _printer_columns() -> list[dict[str, Any]]:
+    return [
+        {"name": "State", "type": "string", "jsonPath": ".status.state"},
+        {"name": "GPU Nodes", "type": "integer", "jsonPath": ".status.gpuNodeCount"},
+        {"name": "Driver", "type": "string", "jsonPath": ".status.driverMode"},
+        {"name": "Driver Version", "type": "string", "jsonPath": ".status.driverVersion"},
+        {"name": "Chart", "type": "string", "jsonPath": ".status.chartVersion"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        {
+            "name": "Message",
+            "type": "string",
+            "jsonPath": ".status.message",
+            "priority": 1,
+        },
+    ]
+
+
+def crd() -> dict[str, Any]:
+    """The CustomResourceDefinition as a plain dict."""
+    spec = _schema(GpuSpec)
+    spec["properties"]["source"]["x-kubernetes-validations"] = _SOURCE_RULES
+    status = _schema(GpuStatus)
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{PLURAL}.{API_GROUP}",
+            "labels": {
+                "kyma-project.io/module": "gpu",
+                "app.kubernetes.io/name": "gpu-manager",
+                "app.kubernetes.io/part-of": "kyma-gpu",
+            },
+        },
+        "spec": {
+            "group": API_GROUP,
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": KIND.lower(),
+                "categories": ["kyma-modules", "kyma-gpu"],
+            },
+            "scope": "Cluster",
+            "versions": [
+                {
+                    "name": API_VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": _printer_columns(),
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "description": "Gpu makes the GPU worker pools of the cluster "
+                            "usable: it detects GPU nodes and has Flux install the NVIDIA GPU "
+                            f"Operator with fitting values. A singleton named '{SINGLETON_NAME}'.",
+                            "type": "object",
+                            "required": ["spec"],
+                            "x-kubernetes-validations": _ROOT_RULES,
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec,
+                                "status": status,
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def crd_yaml() -> str:
+    """The CRD as the YAML committed to config/."""
+    header = "# Generated by `make manifests` from operator/kyma_gpu/api/models.py. Do not edit.\n"
+    return header + dump(crd())

@@ -1,0 +1,316 @@
+"""Spec and status of the `Gpu` resource (gpu.kyma-project.io/v1beta1).
+
+These models are the single source of the API: the CRD in config/ is generated
+from them (`make manifests`), the CRD reference in docs/ too. Field docstrings
+become the schema descriptions that `kubectl explain gpu.spec` shows.
+
+Python attributes are snake_case; the wire format is camelCase (aliases).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+API_GROUP = "gpu.kyma-project.io"
+API_VERSION = "v1beta1"
+KIND = "Gpu"
+PLURAL = "gpus"
+SINGLETON_NAME = "gpu"
+
+# Patterns shared by the schema (admission) and the models (offline `plan`).
+DRIVER_VERSION_PATTERN = r"^[0-9]{3}(\.[0-9]{1,3}){0,2}$"
+INSTALLER_RELEASE_PATTERN = r"^[0-9]+\.[0-9]+\.[0-9]+$"
+CHART_VERSION_PATTERN = r"^v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$"
+CHART_REPOSITORY_PATTERN = r"^(https|oci|http)://[^\s/$.?#][^\s]*$"
+IMAGE_REGISTRY_PATTERN = r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9._-]+)*$"
+DNS_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        use_attribute_docstrings=True,
+    )
+
+
+class DriverMode(StrEnum):
+    """How the NVIDIA kernel driver reaches the GPU nodes."""
+
+    AUTO = "Auto"
+    PRECOMPILED = "Precompiled"
+    PREINSTALLED = "Preinstalled"
+    UPSTREAM = "Upstream"
+
+
+class DriverSpec(_Model):
+    """The NVIDIA driver."""
+
+    mode: DriverMode = DriverMode.AUTO
+    """Auto picks per OS: Precompiled for Garden Linux and SUSE Linux Micro, Preinstalled where
+    a host driver is present (Flatcar, Bottlerocket, Talos, or the node label
+    gpu.kyma-project.io/driver-preinstalled=true), Upstream (NVIDIA's driver container) elsewhere.
+    A fixed mode applies to every GPU node."""
+
+    version: str | None = Field(default=None, pattern=DRIVER_VERSION_PATTERN, max_length=16)
+    """Driver branch ("590") or full version ("590.48.01"). Precompiled images are built per
+    branch; Upstream needs a full version and maps a branch to the newest full version the
+    adopted installer release builds. Empty: the installer release's default branch."""
+
+    installer_release: str | None = Field(
+        default=None, pattern=INSTALLER_RELEASE_PATTERN, max_length=32
+    )
+    """gardenlinux-nvidia-installer release (tag, e.g. "1.17.0") whose images and recommended
+    chart values are adopted whole. Empty: the module's pinned default."""
+
+
+class SourceSpec(_Model):
+    """Where the chart and the images come from: the public defaults, or mirrors for sovereign
+    and air-gapped clouds."""
+
+    chart_repository: str | None = Field(
+        default=None, pattern=CHART_REPOSITORY_PATTERN, max_length=512
+    )
+    """Helm repository URL of the NVIDIA GPU Operator chart: https:// (a HelmRepository) or
+    oci:// (an OCIRepository). http:// only with insecure: true. Empty: NVIDIA's repository."""
+
+    chart_name: str = Field(default="gpu-operator", pattern=DNS_NAME_PATTERN, max_length=63)
+    """Chart name in that repository."""
+
+    insecure: bool = False
+    """Allow plain http:// chart repositories and OCI registries without TLS. For tests and
+    closed networks only."""
+
+    secret_ref: str | None = Field(default=None, pattern=DNS_NAME_PATTERN, max_length=253)
+    """Name of a Secret in the module's namespace with the chart repository credentials
+    (username/password, or .dockerconfigjson for OCI). Flux reads it; the module never does."""
+
+    image_registry: str | None = Field(default=None, pattern=IMAGE_REGISTRY_PATTERN, max_length=255)
+    """Registry mirror (host[:port][/path], no scheme) that replaces the registry host of every
+    operand image: nvcr.io/nvidia/driver becomes <mirror>/nvidia/driver."""
+
+    image_pull_secrets: list[str] = Field(default_factory=list, max_length=8)
+    """Names of Secrets in the GPU operator's namespace used to pull operand images."""
+
+    @model_validator(mode="after")
+    def _http_needs_insecure(self) -> SourceSpec:
+        repo = self.chart_repository
+        if repo is not None and repo.startswith("http://") and not self.insecure:
+            raise ValueError(
+                f"spec.source.chartRepository {repo!r} is plain http://; use https:// or oci://, "
+                "or set spec.source.insecure: true"
+            )
+        return self
+
+    @field_validator("image_pull_secrets")
+    @classmethod
+    def _secret_names(cls, names: list[str]) -> list[str]:
+        import re
+
+        for name in names:
+            if not re.match(DNS_NAME_PATTERN, name) or len(name) > 253:
+                raise ValueError(f"spec.source.imagePullSecrets: {name!r} is not a Secret name")
+        return names
+
+
+class ComponentsSpec(_Model):
+    """Optional parts of the GPU stack."""
+
+    dcgm_exporter: bool = True
+    """DCGM exporter: GPU metrics for Prometheus."""
+
+    service_monitor: bool = False
+    """A ServiceMonitor for the DCGM exporter (needs the Prometheus operator's CRDs)."""
+
+    mig_manager: bool = False
+    """MIG manager: partitions A100/H100 GPUs into MIG instances."""
+
+    gpu_feature_discovery: bool = True
+    """GPU feature discovery: node labels with GPU model, memory, driver and CUDA versions."""
+
+    node_status_exporter: bool = False
+    """Node status exporter: metrics about the operator's validations."""
+
+
+class GpuSpec(_Model):
+    """Desired state. The empty spec is valid and does the right thing."""
+
+    driver: DriverSpec = Field(default_factory=DriverSpec)
+    """The NVIDIA driver."""
+
+    operator_version: str | None = Field(default=None, pattern=CHART_VERSION_PATTERN, max_length=64)
+    """NVIDIA GPU Operator chart version (e.g. "v26.7.0"). Empty: the module's pinned default."""
+
+    source: SourceSpec = Field(default_factory=SourceSpec)
+    """Chart and image sources."""
+
+    components: ComponentsSpec = Field(default_factory=ComponentsSpec)
+    """Optional components."""
+
+    values: dict[str, Any] | None = Field(default=None, json_schema_extra={"x-kyma-raw": True})
+    """Raw chart values, deep-merged after every rule. An escape hatch: what is set here wins,
+    and the module cannot check it. Prefer the typed fields above."""
+
+
+class GpuState(StrEnum):
+    """Summary state, read by Kyma Lifecycle Manager and Busola."""
+
+    READY = "Ready"
+    PROCESSING = "Processing"
+    WARNING = "Warning"
+    ERROR = "Error"
+    DELETING = "Deleting"
+
+
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+class Condition(_Model):
+    """A Kubernetes-style condition."""
+
+    type: str
+    """Ready, NodesDetected, Preflight, ReleaseReady, DriverReady, ComponentsReady,
+    WorkloadsProtected."""
+
+    status: ConditionStatus
+    """True, False or Unknown."""
+
+    reason: str
+    """CamelCase reason, stable for machines."""
+
+    message: str = ""
+    """Human-readable details."""
+
+    observed_generation: int | None = None
+    """The Gpu generation this condition was computed for."""
+
+    last_transition_time: str | None = None
+    """When status last changed (RFC 3339)."""
+
+
+class GpuNodeStatus(_Model):
+    """A detected GPU node."""
+
+    name: str
+    """Node name."""
+
+    provider: str
+    """aws, gcp, azure, openstack, ... or unknown (from spec.providerID)."""
+
+    machine_type: str | None = None
+    """node.kubernetes.io/instance-type."""
+
+    gpu_model: str | None = None
+    """GPU model, from the machine-type registry or the node's labels."""
+
+    gpu_count: int | None = None
+    """GPUs on the node, when known."""
+
+    os: str
+    """OS family: gardenlinux, ubuntu, sles, rhel, flatcar, bottlerocket, talos, unknown."""
+
+    os_version: str | None = None
+    """OS version from status.nodeInfo.osImage."""
+
+    driver_mode: str
+    """Precompiled, Preinstalled or Upstream."""
+
+    pool: str | None = None
+    """Gardener worker pool."""
+
+
+class ComponentStatus(_Model):
+    """Readiness of one GPU operand DaemonSet."""
+
+    name: str
+    """DaemonSet name."""
+
+    ready: bool
+    """All desired pods are available and up to date."""
+
+    desired: int = 0
+    """Pods the DaemonSet wants."""
+
+    available: int = 0
+    """Pods available."""
+
+
+class GpuStatus(_Model):
+    """Observed state, written by the operator only."""
+
+    state: GpuState = GpuState.PROCESSING
+    """Ready, Processing, Warning, Error or Deleting."""
+
+    message: str = ""
+    """One line saying why the state is what it is."""
+
+    observed_generation: int | None = None
+    """The Gpu generation this status was computed for."""
+
+    conditions: list[Condition] = Field(default_factory=list)
+    """Summary Ready and its inputs."""
+
+    gpu_node_count: int = 0
+    """GPU nodes detected."""
+
+    nodes: list[GpuNodeStatus] = Field(default_factory=list)
+    """The detected GPU nodes."""
+
+    components: list[ComponentStatus] = Field(default_factory=list)
+    """GPU operand DaemonSets and their readiness."""
+
+    driver_mode: str | None = None
+    """Cluster driver mode: Precompiled, Preinstalled, Upstream, or PerPool for mixed fleets."""
+
+    driver_version: str | None = None
+    """Driver branch or version in use."""
+
+    installer_release: str | None = None
+    """gardenlinux-nvidia-installer release in use (precompiled Garden Linux)."""
+
+    chart_version: str | None = None
+    """Desired NVIDIA GPU Operator chart version."""
+
+    installed_chart_version: str | None = None
+    """Chart version of the last successful Flux release."""
+
+    helm_release: str | None = None
+    """namespace/name of the Flux HelmRelease."""
+
+
+class GpuMeta(_Model):
+    """The part of metadata the operator reads."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str
+    uid: str | None = None
+    generation: int | None = None
+    deletion_timestamp: str | None = None
+
+
+class Gpu(_Model):
+    """The whole object, as parsed from a manifest or the API."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    api_version: str
+    kind: str
+    metadata: GpuMeta
+    spec: GpuSpec = Field(default_factory=GpuSpec)
+
+    @model_validator(mode="after")
+    def _is_a_gpu(self) -> Gpu:
+        expected = f"{API_GROUP}/{API_VERSION}"
+        if self.api_version != expected or self.kind != KIND:
+            raise ValueError(
+                f"expected apiVersion {expected} kind {KIND}, got "
+                f"apiVersion {self.api_version} kind {self.kind}"
+            )
+        return self

@@ -1,0 +1,218 @@
+"""`kyma-gpu`: run the operator, or plan offline.
+
+kyma-gpu plan -f gpu.yaml --nodes nodes.yaml   print the plan for a Gpu and a node list
+kyma-gpu crd                                   print the generated CRD
+kyma-gpu chart-facts CHART.tgz                 print the facts values-rules/charts/ keeps
+kyma-gpu images [--chart-version V] [--mirror REGISTRY]   images to mirror
+kyma-gpu run                                   run the operator (kopf)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tarfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+from pydantic import ValidationError
+
+from kyma_gpu.api.crd import crd_yaml
+from kyma_gpu.api.models import Gpu, GpuSpec
+from kyma_gpu.facts import NodeError, cluster_facts, node_facts
+from kyma_gpu.plan import Owner, make_plan
+from kyma_gpu.rules.catalog import Catalog
+from kyma_gpu.rules.chart import chart_facts, image_reference
+from kyma_gpu.rules.engine import RuleError
+from kyma_gpu.yamlio import dump
+
+
+class UsageError(Exception):
+    """Bad input: printed as one line, exit code 2."""
+
+
+def _read(path: str, stdin: TextIO) -> Any:
+    try:
+        text = stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise UsageError(f"{path}: cannot read: {err.strerror}") from err
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise UsageError(f"{path}: not valid YAML{where}") from err
+
+
+def _validation_message(source: str, err: ValidationError) -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"])
+    more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    return f"{source}: invalid {loc or 'object'}: {first['msg']}{more}"
+
+
+def load_gpu(path: str | None, stdin: TextIO) -> tuple[GpuSpec, Owner | None]:
+    if path is None:
+        return GpuSpec(), None
+    data = _read(path, stdin)
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: expected a Gpu manifest (a mapping), got {type(data).__name__}")
+    try:
+        gpu = Gpu.model_validate(data)
+    except ValidationError as err:
+        raise UsageError(_validation_message(path, err)) from err
+    uid = gpu.metadata.uid
+    return gpu.spec, Owner(uid=uid, name=gpu.metadata.name) if uid else None
+
+
+def load_nodes(path: str, stdin: TextIO) -> list[dict[str, Any]]:
+    data = _read(path, stdin)
+    if isinstance(data, dict) and data.get("kind") == "Node":
+        return [data]
+    if isinstance(data, dict) and isinstance(data.get("items"), list):
+        return list(data["items"])
+    if data is None:
+        return []
+    raise UsageError(
+        f"{path}: expected the output of `kubectl get nodes -o yaml` (a List with items) "
+        "or one Node"
+    )
+
+
+def cmd_plan(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+    if args.file == "-" and args.nodes == "-":
+        raise UsageError("only one of -f and --nodes can read standard input")
+    spec, owner = load_gpu(args.file, stdin)
+    catalog = Catalog(Path(args.rules) if args.rules else None)
+    nodes = load_nodes(args.nodes, stdin) if args.nodes else []
+    facts = []
+    for index, node in enumerate(nodes):
+        try:
+            facts.append(node_facts(node, catalog.machine_types))
+        except NodeError as err:
+            raise UsageError(f"{args.nodes}: item {index}: {err}") from err
+    plan = make_plan(spec, cluster_facts(facts), catalog, owner)
+    stdout.write(dump(plan.document()))
+    return 0
+
+
+def cmd_crd(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+    stdout.write(crd_yaml())
+    return 0
+
+
+def read_chart(path: str) -> tuple[str, dict[str, Any], dict[str, dict[str, Any]]]:
+    """(version, values, subchart values) from a packaged chart."""
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            files: dict[str, Any] = {}
+            for member in tar.getmembers():
+                parts = member.name.split("/")
+                if parts[-1] in ("Chart.yaml", "values.yaml") and member.isfile():
+                    handle = tar.extractfile(member)
+                    if handle is not None:
+                        files[member.name] = yaml.safe_load(handle.read())
+    except (OSError, tarfile.TarError) as err:
+        raise UsageError(f"{path}: not a packaged chart: {err}") from err
+    top = [n for n in files if n.count("/") == 1]
+    chart_file = next((n for n in top if n.endswith("Chart.yaml")), None)
+    values_file = next((n for n in top if n.endswith("values.yaml")), None)
+    if chart_file is None or values_file is None:
+        raise UsageError(f"{path}: no Chart.yaml and values.yaml at the top of the chart")
+    subcharts = {
+        n.split("/")[2]: files[n]
+        for n in files
+        if n.count("/") == 3 and n.split("/")[1] == "charts" and n.endswith("values.yaml")
+    }
+    return str(files[chart_file]["version"]), files[values_file] or {}, subcharts
+
+
+def cmd_chart_facts(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+    version, values, subcharts = read_chart(args.chart)
+    stdout.write(
+        f"# Generated by `kyma-gpu chart-facts` from the gpu-operator chart {version}.\n"
+        "# Do not edit: regenerate with `make chart-facts`.\n"
+    )
+    stdout.write(dump(chart_facts(version, values, subcharts)))
+    return 0
+
+
+def cmd_images(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+    catalog = Catalog(Path(args.rules) if args.rules else None)
+    version = args.chart_version or catalog.defaults.chart_version
+    chart = catalog.chart(version)
+    if chart is None:
+        raise UsageError(f"chart version {version}: no facts in {catalog.root}/charts/")
+    refs = []
+    for image in chart.images:
+        ref = image_reference(
+            {"repository": image.repository, "image": image.image, "version": image.version}
+        )
+        refs.append(ref)
+    for tag in catalog.installer_releases():
+        if args.installer_release in (None, tag):
+            installer = catalog.installer(tag)
+            if installer is not None:
+                refs.append(
+                    f"{catalog.defaults.installer_repository}/{tag}/driver:"
+                    f"{installer.default_branch}-<kernel>-gardenlinux0"
+                )
+    for ref in refs:
+        stdout.write(f"{ref}\n")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+    from kyma_gpu.handlers import run
+
+    run(liveness=args.liveness, peering=args.peering, standalone=args.standalone)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="kyma-gpu", description=__doc__.splitlines()[0])
+    sub = top.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("plan", help="print the plan for a Gpu and a node list (offline)")
+    p.add_argument("-f", "--file", help="Gpu manifest (default: the empty spec); - for stdin")
+    p.add_argument("--nodes", help="`kubectl get nodes -o yaml` output; - for stdin")
+    p.add_argument("--rules", help="values-rules directory (default: the module's)")
+    p.set_defaults(func=cmd_plan)
+    c = sub.add_parser("crd", help="print the generated Gpu CRD")
+    c.set_defaults(func=cmd_crd)
+    cf = sub.add_parser("chart-facts", help="print the facts of a packaged chart")
+    cf.add_argument("chart", help="path to gpu-operator-<version>.tgz")
+    cf.set_defaults(func=cmd_chart_facts)
+    im = sub.add_parser("images", help="list the images a mirror must hold")
+    im.add_argument("--chart-version", help="chart version (default: the pinned one)")
+    im.add_argument("--installer-release", help="only this installer release")
+    im.add_argument("--rules", help="values-rules directory (default: the module's)")
+    im.set_defaults(func=cmd_images)
+    r = sub.add_parser("run", help="run the operator")
+    r.add_argument(
+        "--liveness", default=None, help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz"
+    )
+    r.add_argument("--peering", default=None, help="kopf peering name for a single active replica")
+    r.add_argument("--standalone", action="store_true", help="no peering (one replica only)")
+    r.set_defaults(func=cmd_run)
+    return top
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    stdin: TextIO = sys.stdin,
+    stdout: TextIO = sys.stdout,
+    stderr: TextIO = sys.stderr,
+) -> int:
+    args = parser().parse_args(argv)
+    try:
+        code: int = args.func(args, stdin, stdout)
+    except (UsageError, RuleError) as err:
+        stderr.write(f"kyma-gpu {args.command}: error: {err}\n")
+        return 2
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,18 @@
+"""Node detection: Node bodies -> NodeFacts -> ClusterFacts. Pure."""
+
+from kyma_gpu.facts.cluster import ClusterFacts, OsPool, cluster_facts
+from kyma_gpu.facts.machines import MachineType, MachineTypeRegistry
+from kyma_gpu.facts.node import NodeError, NodeFacts, OsFamily, node_facts, parse_os_image
+
+__all__ = [
+    "ClusterFacts",
+    "MachineType",
+    "MachineTypeRegistry",
+    "NodeError",
+    "NodeFacts",
+    "OsFamily",
+    "OsPool",
+    "cluster_facts",
+    "node_facts",
+    "parse_os_image",
+]

@@ -1,0 +1,201 @@
+"""A Node becomes a compact, immutable NodeFacts record.
+
+Only what the plan needs is kept: a few strings and ints per Node, never the body.
+Heartbeats change nothing here, so equal facts mean "nothing to do".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from kyma_gpu.facts.machines import MachineTypeRegistry
+
+# Node labels this module reads. Documented in docs/user-guide.md.
+LABEL_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+LABEL_INSTANCE_TYPE_BETA = "beta.kubernetes.io/instance-type"
+LABEL_POOL = "worker.gardener.cloud/pool"
+LABEL_NFD_NVIDIA_PCI = "feature.node.kubernetes.io/pci-10de.present"
+LABEL_GPU_PRESENT = "nvidia.com/gpu.present"
+LABEL_GFD_PRODUCT = "nvidia.com/gpu.product"
+LABEL_GFD_COUNT = "nvidia.com/gpu.count"
+LABEL_OPT_IN = "gpu.kyma-project.io/gpu"
+LABEL_MODEL = "gpu.kyma-project.io/gpu-model"
+LABEL_COUNT = "gpu.kyma-project.io/gpu-count"
+LABEL_PREINSTALLED = "gpu.kyma-project.io/driver-preinstalled"
+LABEL_ARCH = "kubernetes.io/arch"
+RESOURCE_GPU = "nvidia.com/gpu"
+
+
+class NodeError(ValueError):
+    """A Node lacks what detection needs."""
+
+
+class OsFamily(StrEnum):
+    """Operating systems whose driver story differs."""
+
+    GARDENLINUX = "gardenlinux"
+    UBUNTU = "ubuntu"
+    SL_MICRO = "sl-micro"
+    SLES = "sles"
+    RHEL = "rhel"
+    FLATCAR = "flatcar"
+    BOTTLEROCKET = "bottlerocket"
+    TALOS = "talos"
+    UNKNOWN = "unknown"
+
+
+# (family, pattern on status.nodeInfo.osImage with the version as group 1). First match wins.
+_OS_IMAGES: tuple[tuple[OsFamily, re.Pattern[str]], ...] = (
+    (OsFamily.GARDENLINUX, re.compile(r"^Garden Linux\s+([0-9][0-9.]*)", re.I)),
+    (OsFamily.UBUNTU, re.compile(r"^Ubuntu\s+([0-9][0-9.]*)", re.I)),
+    (OsFamily.SL_MICRO, re.compile(r"^SUSE Linux Micro\s+([0-9][0-9.]*)", re.I)),
+    (OsFamily.SL_MICRO, re.compile(r"^SL[- ]Micro\s+([0-9][0-9.]*)", re.I)),
+    (
+        OsFamily.SLES,
+        re.compile(r"^SUSE Linux Enterprise Server\s+([0-9][0-9.]*(?: SP[0-9]+)?)", re.I),
+    ),
+    (OsFamily.RHEL, re.compile(r"^Red Hat Enterprise Linux(?: CoreOS)?\s+([0-9][0-9.]*)", re.I)),
+    (OsFamily.FLATCAR, re.compile(r"^Flatcar Container Linux.*?([0-9]+\.[0-9]+\.[0-9]+)", re.I)),
+    (OsFamily.BOTTLEROCKET, re.compile(r"^Bottlerocket OS\s+([0-9][0-9.]*)", re.I)),
+    (OsFamily.TALOS, re.compile(r"^Talos\s*\(?v?([0-9][0-9.]*)", re.I)),
+)
+
+_PROVIDERS = {
+    "aws": "aws",
+    "gce": "gcp",
+    "azure": "azure",
+    "openstack": "openstack",
+    "vsphere": "vsphere",
+    "alicloud": "alicloud",
+    "kwok": "kwok",
+}
+
+
+def parse_os_image(os_image: str) -> tuple[OsFamily, str | None]:
+    """`Garden Linux 1592.4` -> (gardenlinux, "1592.4"); anything unknown -> (unknown, None)."""
+    text = os_image.strip()
+    for family, pattern in _OS_IMAGES:
+        match = pattern.match(text)
+        if match:
+            return family, match.group(1).rstrip(".")
+    return OsFamily.UNKNOWN, None
+
+
+def parse_provider(provider_id: str | None) -> str:
+    """`aws:///eu-central-1a/i-0abc` -> aws; `gce://...` -> gcp; none or odd -> unknown."""
+    if not provider_id or "://" not in provider_id:
+        return "unknown"
+    scheme = provider_id.split("://", 1)[0].lower()
+    return _PROVIDERS.get(scheme, scheme or "unknown")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    """What the module knows about one Node. Immutable and small."""
+
+    name: str
+    provider: str
+    machine_type: str | None
+    gpu_model: str | None
+    gpu_count: int | None
+    os: OsFamily
+    os_version: str | None
+    os_image: str
+    arch: str
+    kernel: str | None
+    pool: str | None
+    evidence: tuple[str, ...]
+    """Why the node counts as a GPU node: registry, nfd-pci, gpu-present, capacity, opt-in."""
+    preinstalled_driver: bool
+    opted_out: bool = False
+
+    @property
+    def is_gpu(self) -> bool:
+        return bool(self.evidence) and not self.opted_out
+
+    @property
+    def machine_type_known(self) -> bool:
+        return "registry" in self.evidence
+
+
+def _int(value: Any) -> int | None:
+    try:
+        number = int(str(value))
+    except (TypeError, ValueError):
+        return None
+    return number if number >= 0 else None
+
+
+def node_facts(node: Mapping[str, Any], registry: MachineTypeRegistry) -> NodeFacts:
+    """Compact facts of one Node body (as the API or `kubectl get node -o yaml` gives it).
+
+    Raises NodeError when the body is not a Node or lacks metadata.name.
+    """
+    if not isinstance(node, Mapping):
+        raise NodeError(f"expected a Node object, got {type(node).__name__}")
+    kind = node.get("kind")
+    if kind not in (None, "Node"):
+        raise NodeError(f"expected kind Node, got kind {kind!r}")
+    meta = node.get("metadata") or {}
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    if not isinstance(name, str) or not name:
+        raise NodeError("a Node without metadata.name")
+    labels: Mapping[str, str] = meta.get("labels") or {}
+    spec: Mapping[str, Any] = node.get("spec") or {}
+    status: Mapping[str, Any] = node.get("status") or {}
+    info: Mapping[str, Any] = status.get("nodeInfo") or {}
+    capacity: Mapping[str, Any] = status.get("capacity") or {}
+
+    os_image = str(info.get("osImage") or "")
+    family, version = parse_os_image(os_image)
+    provider = parse_provider(spec.get("providerID"))
+    machine_type = labels.get(LABEL_INSTANCE_TYPE) or labels.get(LABEL_INSTANCE_TYPE_BETA)
+    arch = str(info.get("architecture") or labels.get(LABEL_ARCH) or "unknown")
+
+    evidence: list[str] = []
+    model: str | None = None
+    count: int | None = None
+    known = registry.lookup(provider, machine_type)
+    if known is not None:
+        evidence.append("registry")
+        model, count = known.gpu, known.count
+    if labels.get(LABEL_NFD_NVIDIA_PCI) == "true":
+        evidence.append("nfd-pci")
+    if labels.get(LABEL_GPU_PRESENT) == "true":
+        evidence.append("gpu-present")
+    capacity_gpus = _int(capacity.get(RESOURCE_GPU))
+    if capacity_gpus:
+        evidence.append("capacity")
+    opt_in = labels.get(LABEL_OPT_IN)
+    if opt_in == "true":
+        evidence.append("opt-in")
+
+    model = labels.get(LABEL_MODEL) or model or labels.get(LABEL_GFD_PRODUCT)
+    count = (
+        _int(labels.get(LABEL_COUNT)) or count or capacity_gpus or _int(labels.get(LABEL_GFD_COUNT))
+    )
+    preinstalled = labels.get(LABEL_PREINSTALLED) == "true" or family in (
+        OsFamily.FLATCAR,
+        OsFamily.BOTTLEROCKET,
+        OsFamily.TALOS,
+    )
+    return NodeFacts(
+        name=name,
+        provider=provider,
+        machine_type=machine_type,
+        gpu_model=model,
+        gpu_count=count,
+        os=family,
+        os_version=version,
+        os_image=os_image,
+        arch=arch,
+        kernel=info.get("kernelVersion") or None,
+        pool=labels.get(LABEL_POOL),
+        evidence=tuple(evidence),
+        preinstalled_driver=preinstalled,
+        opted_out=opt_in == "false",
+    )

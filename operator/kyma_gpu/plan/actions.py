@@ -1,0 +1,96 @@
+"""What to write: compare the planned Flux objects with what the cluster has. Pure.
+
+Nothing is written when the live object already holds every planned field, so heartbeats,
+restarts and repeated reconciles cost no API writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class LiveObject:
+    """The part of a live Flux object that planning compares: labels, owners, spec."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    labels: Mapping[str, str]
+    owner_uids: tuple[str, ...]
+    spec: Mapping[str, Any]
+    deleting: bool = False
+
+
+def live_object(body: Mapping[str, Any]) -> LiveObject:
+    meta = body.get("metadata") or {}
+    return LiveObject(
+        api_version=str(body.get("apiVersion", "")),
+        kind=str(body.get("kind", "")),
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        labels=dict(meta.get("labels") or {}),
+        owner_uids=tuple(str(o.get("uid")) for o in meta.get("ownerReferences") or []),
+        spec=dict(body.get("spec") or {}),
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def contains(live: Any, desired: Any) -> bool:
+    """True when every field of desired is in live with the same value (defaults may add)."""
+    if isinstance(desired, Mapping):
+        return isinstance(live, Mapping) and all(
+            key in live and contains(live[key], value) for key, value in desired.items()
+        )
+    if isinstance(desired, list):
+        return (
+            isinstance(live, list)
+            and len(live) == len(desired)
+            and all(contains(a, b) for a, b in zip(live, desired, strict=True))
+        )
+    return bool(live == desired) and type(live) is type(desired)
+
+
+def up_to_date(desired: Mapping[str, Any], live: LiveObject | None) -> bool:
+    if live is None or live.deleting:
+        return False
+    meta = desired["metadata"]
+    uids = tuple(o["uid"] for o in meta.get("ownerReferences") or [])
+    return (
+        contains(live.labels, meta.get("labels") or {})
+        and all(uid in live.owner_uids for uid in uids)
+        and contains(live.spec, desired.get("spec") or {})
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Actions:
+    apply: tuple[Mapping[str, Any], ...]
+    delete: tuple[LiveObject, ...]
+
+
+def _key(api_version: str, kind: str, namespace: str, name: str) -> tuple[str, str, str, str]:
+    return (api_version.split("/", maxsplit=1)[0], kind, namespace, name)
+
+
+def plan_actions(desired: Sequence[Mapping[str, Any]], live: Sequence[LiveObject]) -> Actions:
+    """Apply what is missing or differs; delete our own objects the plan no longer has
+    (a HelmRepository left behind after switching to an OCI source, say)."""
+    by_key = {_key(o.api_version, o.kind, o.namespace, o.name): o for o in live}
+    wanted = set()
+    to_apply = []
+    for obj in desired:
+        meta = obj["metadata"]
+        key = _key(obj["apiVersion"], obj["kind"], meta.get("namespace", ""), meta["name"])
+        wanted.add(key)
+        if not up_to_date(obj, by_key.get(key)):
+            to_apply.append(obj)
+    stale = (
+        tuple(o for key, o in sorted(by_key.items()) if key not in wanted and not o.deleting)
+        if desired
+        else ()
+    )
+    return Actions(apply=tuple(to_apply), delete=stale)

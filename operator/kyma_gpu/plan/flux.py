@@ -1,0 +1,185 @@
+"""The Flux objects: a chart source (HelmRepository, or OCIRepository for oci://) and a
+HelmRelease that follows Flux's recommended settings (DESIGN.md section 5).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kyma_gpu.api.models import API_GROUP, API_VERSION, KIND, SINGLETON_NAME
+from kyma_gpu.rules.catalog import Defaults
+
+HELM_RELEASE_API = "helm.toolkit.fluxcd.io/v2"
+SOURCE_API = "source.toolkit.fluxcd.io/v1"
+HELM_CHART_LAYER = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
+
+LABELS = {
+    "kyma-project.io/module": "gpu",
+    "app.kubernetes.io/name": "gpu-operator",
+    "app.kubernetes.io/part-of": "kyma-gpu",
+    "app.kubernetes.io/managed-by": "kyma-gpu",
+}
+
+# Fields of release objects that something other than Helm legitimately changes; drift detection
+# must not fight over them. Each entry says who writes the field.
+DRIFT_IGNORE: tuple[dict[str, Any], ...] = (
+    {
+        # The GPU operator's upgrade controller and cluster autoscalers annotate and scale the
+        # operator Deployment; Helm does not own its replica count after install.
+        "paths": ["/spec/replicas"],
+        "target": {"kind": "Deployment"},
+    },
+    {
+        # The GPU operator fills defaults into its ClusterPolicy spec and records its own
+        # state annotations; only the values the chart renders are Helm's.
+        "paths": ["/metadata/annotations"],
+        "target": {"group": "nvidia.com", "kind": "ClusterPolicy"},
+    },
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """The Gpu that owns the Flux objects (cluster-scoped, so namespaced owners are fine)."""
+
+    uid: str
+    name: str = SINGLETON_NAME
+
+    def reference(self) -> dict[str, Any]:
+        return {
+            "apiVersion": f"{API_GROUP}/{API_VERSION}",
+            "kind": KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class FluxSettings:
+    """Names and Flux knobs, from values-rules/defaults.yaml."""
+
+    namespace: str
+    target_namespace: str
+    release_name: str
+    interval: str
+    source_interval: str
+    timeout: str
+    retry_interval: str
+    uninstall_timeout: str
+
+    @classmethod
+    def from_defaults(cls, defaults: Defaults) -> FluxSettings:
+        flux: Mapping[str, str] = defaults.flux
+        return cls(
+            namespace=defaults.module_namespace,
+            target_namespace=defaults.target_namespace,
+            release_name=defaults.release_name,
+            interval=flux["interval"],
+            source_interval=flux["sourceInterval"],
+            timeout=flux["timeout"],
+            retry_interval=flux["retryInterval"],
+            uninstall_timeout=flux["uninstallTimeout"],
+        )
+
+
+def _metadata(name: str, settings: FluxSettings, owner: Owner | None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": settings.namespace, "labels": dict(LABELS)}
+    if owner is not None:
+        meta["ownerReferences"] = [owner.reference()]
+    return meta
+
+
+def flux_objects(
+    settings: FluxSettings,
+    *,
+    chart_repository: str,
+    chart_name: str,
+    chart_version: str,
+    insecure: bool,
+    secret_ref: str | None,
+    values: Mapping[str, Any],
+    owner: Owner | None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(source, HelmRelease), in the order they must be applied."""
+    name = settings.release_name
+    oci = chart_repository.startswith("oci://")
+    source_spec: dict[str, Any] = {"interval": settings.source_interval}
+    if oci:
+        source: dict[str, Any] = {
+            "apiVersion": SOURCE_API,
+            "kind": "OCIRepository",
+            "metadata": _metadata(name, settings, owner),
+            "spec": {
+                **source_spec,
+                "url": f"{chart_repository.rstrip('/')}/{chart_name}",
+                "ref": {"tag": chart_version},
+                "layerSelector": {"mediaType": HELM_CHART_LAYER, "operation": "copy"},
+            },
+        }
+        if insecure:
+            source["spec"]["insecure"] = True
+        chart: dict[str, Any] = {
+            "chartRef": {"kind": "OCIRepository", "name": name, "namespace": settings.namespace}
+        }
+    else:
+        source = {
+            "apiVersion": SOURCE_API,
+            "kind": "HelmRepository",
+            "metadata": _metadata(name, settings, owner),
+            "spec": {**source_spec, "url": chart_repository},
+        }
+        chart = {
+            "chart": {
+                "spec": {
+                    "chart": chart_name,
+                    "version": chart_version,
+                    "sourceRef": {
+                        "kind": "HelmRepository",
+                        "name": name,
+                        "namespace": settings.namespace,
+                    },
+                    "interval": settings.source_interval,
+                }
+            }
+        }
+    if secret_ref:
+        source["spec"]["secretRef"] = {"name": secret_ref}
+
+    retry = {"name": "RetryOnFailure", "retryInterval": settings.retry_interval}
+    release = {
+        "apiVersion": HELM_RELEASE_API,
+        "kind": "HelmRelease",
+        "metadata": _metadata(name, settings, owner),
+        "spec": {
+            **chart,
+            "interval": settings.interval,
+            "releaseName": settings.release_name,
+            "targetNamespace": settings.target_namespace,
+            "storageNamespace": settings.target_namespace,
+            "timeout": settings.timeout,
+            "install": {
+                "createNamespace": True,
+                # Flux skips CRD upgrades by default; stale GPU operator CRDs prune fields.
+                "crds": "CreateReplace",
+                "strategy": retry,
+            },
+            "upgrade": {
+                "crds": "CreateReplace",
+                "cleanupOnFail": True,
+                "strategy": retry,
+            },
+            "uninstall": {
+                "keepHistory": False,
+                "deletionPropagation": "foreground",
+                "timeout": settings.uninstall_timeout,
+            },
+            "driftDetection": {"mode": "enabled", "ignore": [dict(r) for r in DRIFT_IGNORE]},
+            "values": copy.deepcopy(dict(values)),
+        },
+    }
+    return source, release

@@ -1,0 +1,51 @@
+"""Facts about a chart version, derived from its values.yaml: which images it runs and the
+default driver version. `kyma-gpu chart-facts CHART.tgz` writes them to values-rules/charts/.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+
+def _images(values: Mapping[str, Any], prefix: str) -> Iterator[dict[str, Any]]:
+    for key, value in values.items():
+        if not isinstance(value, Mapping):
+            continue
+        path = f"{prefix}{key}"
+        repo = value.get("repository")
+        if isinstance(repo, str) and repo and ("image" in value or "tag" in value):
+            version = value.get("version", value.get("tag"))
+            yield {
+                "path": path,
+                "repository": repo,
+                "image": value.get("image"),
+                "version": None if version in (None, "") else str(version),
+            }
+        yield from _images(value, path + ".")
+
+
+def chart_facts(
+    version: str, values: Mapping[str, Any], subcharts: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """Facts as the YAML document stored in values-rules/charts/<version>.yaml."""
+    images = list(_images(values, ""))
+    for name, sub_values in sorted(subcharts.items()):
+        # The parent's values for a subchart (under its name) win over the subchart's own.
+        known = {i["path"] for i in images}
+        images.extend(i for i in _images(sub_values, f"{name}.") if i["path"] not in known)
+    driver = values.get("driver") or {}
+    return {
+        "version": version,
+        "defaultDriverVersion": str(driver.get("version", "")),
+        "images": sorted(images, key=lambda i: str(i["path"])),
+    }
+
+
+def image_reference(image: Mapping[str, Any]) -> str:
+    """repository/image:version (NFD style images carry the name in the repository)."""
+    repo = str(image["repository"]).rstrip("/")
+    name = image.get("image")
+    ref = f"{repo}/{name}" if name else repo
+    version = image.get("version")
+    return f"{ref}:{version}" if version else ref

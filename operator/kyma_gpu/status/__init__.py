@@ -1,0 +1,25 @@
+"""Status aggregation: observed Flux, DaemonSets, ClusterPolicy, workloads -> Gpu.status. Pure."""
+
+from kyma_gpu.status.aggregate import ConditionType, Observed, aggregate
+from kyma_gpu.status.observed import (
+    ClusterPolicyFacts,
+    DaemonSetFacts,
+    HelmReleaseFacts,
+    cluster_policy_facts,
+    daemonset_facts,
+    helm_release_facts,
+    requests_gpu,
+)
+
+__all__ = [
+    "ClusterPolicyFacts",
+    "ConditionType",
+    "DaemonSetFacts",
+    "HelmReleaseFacts",
+    "Observed",
+    "aggregate",
+    "cluster_policy_facts",
+    "daemonset_facts",
+    "helm_release_facts",
+    "requests_gpu",
+]

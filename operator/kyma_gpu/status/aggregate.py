@@ -1,0 +1,381 @@
+"""Status aggregation: (plan, observed Flux, DaemonSets, ClusterPolicy, workloads) -> Gpu.status.
+
+Pure and total: every input combination gives a status. Conditions keep their
+lastTransitionTime while their status does not change, so that an unchanged world yields a
+byte-identical status and the operator writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from kyma_gpu.api.models import ComponentStatus, Condition, ConditionStatus, GpuState, GpuStatus
+from kyma_gpu.plan.plan import Plan, Severity
+from kyma_gpu.status.observed import ClusterPolicyFacts, DaemonSetFacts, HelmReleaseFacts
+
+DRIVER_DAEMONSET_PREFIX = "nvidia-driver-daemonset"
+
+
+class ConditionType(StrEnum):
+    """The conditions on Gpu.status, with the reasons each may carry."""
+
+    READY = "Ready"
+    """Summary: True when the GPU stack is installed and every component is ready."""
+    NODES_DETECTED = "NodesDetected"
+    """GpuNodesFound | NoGpuNodes."""
+    PREFLIGHT = "Preflight"
+    """PreflightPassed, or the worst finding's reason (NoDriverImage, UnknownOs, ...)."""
+    RELEASE_READY = "ReleaseReady"
+    """Mirrors the HelmRelease Ready condition (InstallSucceeded, InstallFailed, ...), or
+    NotApplied | ReleasePending | Progressing | Uninstalling."""
+    DRIVER_READY = "DriverReady"
+    """DriverDaemonSetsReady | DriverPreinstalled | DriverNotReady | WaitingForDriver."""
+    COMPONENTS_READY = "ComponentsReady"
+    """ComponentsReady | ComponentsNotReady | WaitingForComponents."""
+    WORKLOADS_PROTECTED = "WorkloadsProtected"
+    """During deletion: GpuWorkloadsRunning | NoGpuWorkloads."""
+
+
+# HelmRelease Ready=False reasons that mean "still working on it", not a failure.
+_FLUX_PROGRESS_REASONS = {"Progressing", "ProgressingWithRetry", "DependencyNotReady"}
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """Everything the operator saw in the cluster, in compact form."""
+
+    helm_release: HelmReleaseFacts | None = None
+    daemonsets: tuple[DaemonSetFacts, ...] = ()
+    cluster_policy: ClusterPolicyFacts | None = None
+    gpu_workloads: tuple[str, ...] = ()
+    """namespace/name of running pods that request nvidia.com/gpu."""
+    deleting: bool = False
+    applied: bool = True
+    """False when the Flux objects could not be written (the error is in apply_error)."""
+    apply_error: str = ""
+    extra_findings: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _cond(
+    type_: ConditionType, status: ConditionStatus, reason: str, message: str, generation: int | None
+) -> Condition:
+    return Condition(
+        type=str(type_),
+        status=status,
+        reason=reason,
+        message=message,
+        observed_generation=generation,
+    )
+
+
+def _release_condition(
+    plan: Plan, observed: Observed, generation: int | None
+) -> tuple[Condition, bool]:
+    """(ReleaseReady condition, is a hard failure)."""
+    hr = observed.helm_release
+    if plan.helm_release is None:
+        return (
+            _cond(
+                ConditionType.RELEASE_READY,
+                "False",
+                "NotApplied",
+                "the plan has errors; the HelmRelease was not written (see Preflight)",
+                generation,
+            ),
+            False,
+        )
+    if not observed.applied:
+        return (
+            _cond(
+                ConditionType.RELEASE_READY,
+                "False",
+                "ApplyFailed",
+                f"writing the Flux objects failed: {observed.apply_error}",
+                generation,
+            ),
+            True,
+        )
+    name = f"{plan.helm_release['metadata']['namespace']}/{plan.helm_release['metadata']['name']}"
+    if hr is None:
+        return (
+            _cond(
+                ConditionType.RELEASE_READY,
+                "Unknown",
+                "ReleasePending",
+                f"waiting for Flux to pick up HelmRelease {name}",
+                generation,
+            ),
+            False,
+        )
+    if hr.observed_generation is None or hr.observed_generation < hr.generation:
+        return (
+            _cond(
+                ConditionType.RELEASE_READY,
+                "Unknown",
+                "Progressing",
+                f"HelmRelease {name} generation {hr.generation} is not yet observed by Flux",
+                generation,
+            ),
+            False,
+        )
+    ready = hr.condition("Ready")
+    # A condition counts only when it speaks of the current generation.
+    if ready is None or (
+        ready.observed_generation is not None and ready.observed_generation != hr.generation
+    ):
+        return (
+            _cond(
+                ConditionType.RELEASE_READY,
+                "Unknown",
+                "Progressing",
+                f"HelmRelease {name}: Flux is reconciling generation {hr.generation}",
+                generation,
+            ),
+            False,
+        )
+    stalled = hr.condition("Stalled")
+    reconciling = hr.condition("Reconciling")
+    message = f"HelmRelease {name}: {ready.message}".rstrip(": ")
+    if ready.status == "True":
+        return _cond(ConditionType.RELEASE_READY, "True", ready.reason, message, generation), False
+    if ready.status == "False":
+        failed = (stalled is not None and stalled.status == "True") or (
+            ready.reason not in _FLUX_PROGRESS_REASONS
+        )
+        return (
+            _cond(
+                ConditionType.RELEASE_READY,
+                "False",
+                ready.reason or "NotReady",
+                message,
+                generation,
+            ),
+            failed,
+        )
+    reason = (reconciling.reason if reconciling and reconciling.status == "True" else "") or (
+        ready.reason or "Progressing"
+    )
+    return _cond(ConditionType.RELEASE_READY, "Unknown", reason, message, generation), False
+
+
+def _daemonset_summary(sets: Sequence[DaemonSetFacts]) -> str:
+    return ", ".join(f"{d.name} ({d.available}/{d.desired})" for d in sets)
+
+
+def aggregate(
+    plan: Plan,
+    observed: Observed,
+    generation: int | None,
+    previous: Sequence[Condition] = (),
+    now: str = "",
+) -> GpuStatus:
+    """The whole status. `previous` carries lastTransitionTime; `now` stamps new transitions."""
+    conditions: list[Condition] = []
+    warnings: list[str] = []
+    errors: list[str] = []
+
+    gpu_nodes = len(plan.nodes)
+    if gpu_nodes:
+        pools = ", ".join(f"{len(p.nodes)} {p.os} ({p.mode})" for p in plan.pools)
+        conditions.append(
+            _cond(
+                ConditionType.NODES_DETECTED,
+                "True",
+                "GpuNodesFound",
+                f"{gpu_nodes} GPU node{'s' if gpu_nodes != 1 else ''}: {pools}",
+                generation,
+            )
+        )
+    else:
+        conditions.append(
+            _cond(
+                ConditionType.NODES_DETECTED,
+                "False",
+                "NoGpuNodes",
+                "no GPU nodes detected; add a GPU worker pool",
+                generation,
+            )
+        )
+
+    worst = plan.preflight.worst()
+    if worst is None or worst.severity is Severity.INFO:
+        info = "; ".join(f.message for f in plan.preflight.findings)
+        conditions.append(
+            _cond(ConditionType.PREFLIGHT, "True", "PreflightPassed", info, generation)
+        )
+    else:
+        notes = [f.message for f in plan.preflight.findings if f.severity is worst.severity]
+        conditions.append(
+            _cond(ConditionType.PREFLIGHT, "False", worst.reason, "; ".join(notes), generation)
+        )
+        (errors if worst.severity is Severity.ERROR else warnings).append(worst.message)
+
+    release, release_failed = _release_condition(plan, observed, generation)
+    if observed.deleting:
+        release = _cond(
+            ConditionType.RELEASE_READY,
+            "Unknown",
+            "Uninstalling",
+            "the Gpu is being deleted; Flux uninstalls the release once the HelmRelease is gone",
+            generation,
+        )
+        release_failed = False
+    conditions.append(release)
+    if release_failed:
+        errors.append(release.message)
+
+    driver_sets = [d for d in observed.daemonsets if d.name.startswith(DRIVER_DAEMONSET_PREFIX)]
+    other_sets = [d for d in observed.daemonsets if not d.name.startswith(DRIVER_DAEMONSET_PREFIX)]
+    if plan.driver_mode == "Preinstalled":
+        driver = _cond(
+            ConditionType.DRIVER_READY,
+            "True",
+            "DriverPreinstalled",
+            "the nodes' own driver is used",
+            generation,
+        )
+    elif not driver_sets:
+        driver = _cond(
+            ConditionType.DRIVER_READY,
+            "True" if gpu_nodes == 0 and release.status == "True" else "Unknown",
+            "NoGpuNodes" if gpu_nodes == 0 else "WaitingForDriver",
+            "no driver DaemonSet yet" if gpu_nodes else "no GPU nodes need a driver",
+            generation,
+        )
+    elif all(d.ready for d in driver_sets):
+        driver = _cond(
+            ConditionType.DRIVER_READY,
+            "True",
+            "DriverDaemonSetsReady",
+            _daemonset_summary(driver_sets),
+            generation,
+        )
+    else:
+        driver = _cond(
+            ConditionType.DRIVER_READY,
+            "False",
+            "DriverNotReady",
+            "not ready: " + _daemonset_summary([d for d in driver_sets if not d.ready]),
+            generation,
+        )
+    conditions.append(driver)
+
+    policy = observed.cluster_policy
+    not_ready = [d for d in other_sets if not d.ready]
+    if policy is not None and policy.state == "ready" and not not_ready:
+        components = _cond(
+            ConditionType.COMPONENTS_READY,
+            "True",
+            "ComponentsReady",
+            f"ClusterPolicy ready; {len(other_sets)} DaemonSets ready",
+            generation,
+        )
+    elif policy is None and not other_sets:
+        components = _cond(
+            ConditionType.COMPONENTS_READY,
+            "Unknown",
+            "WaitingForComponents",
+            "no ClusterPolicy status and no GPU operand DaemonSets yet",
+            generation,
+        )
+    else:
+        parts = []
+        if policy is None or policy.state != "ready":
+            state = policy.state if policy and policy.state else "not reported"
+            detail = f" ({policy.message})" if policy and policy.message else ""
+            parts.append(f"ClusterPolicy cluster-policy is {state}{detail}")
+        if not_ready:
+            parts.append("not ready: " + _daemonset_summary(not_ready))
+        components = _cond(
+            ConditionType.COMPONENTS_READY,
+            "False",
+            "ComponentsNotReady",
+            "; ".join(parts),
+            generation,
+        )
+    conditions.append(components)
+
+    if observed.deleting:
+        if observed.gpu_workloads:
+            pods = ", ".join(observed.gpu_workloads[:10])
+            more = len(observed.gpu_workloads) - 10
+            tail = f" and {more} more" if more > 0 else ""
+            conditions.append(
+                _cond(
+                    ConditionType.WORKLOADS_PROTECTED,
+                    "False",
+                    "GpuWorkloadsRunning",
+                    f"deletion waits: pods still use GPUs: {pods}{tail}",
+                    generation,
+                )
+            )
+        else:
+            conditions.append(
+                _cond(
+                    ConditionType.WORKLOADS_PROTECTED,
+                    "True",
+                    "NoGpuWorkloads",
+                    "no pod uses a GPU",
+                    generation,
+                )
+            )
+
+    all_ready = all(c.status == "True" for c in (release, driver, components)) and not errors
+    if observed.deleting:
+        blocked = bool(observed.gpu_workloads)
+        state = GpuState.WARNING if blocked else GpuState.DELETING
+        message = conditions[-1].message if blocked else "uninstalling the GPU stack"
+        summary = _cond(ConditionType.READY, "False", "Deleting", message, generation)
+    elif errors:
+        state, message = GpuState.ERROR, errors[0]
+        summary = _cond(ConditionType.READY, "False", "Error", message, generation)
+    elif all_ready:
+        state = GpuState.WARNING if warnings else GpuState.READY
+        message = warnings[0] if warnings else "the GPU stack is installed and ready"
+        summary = _cond(ConditionType.READY, "True", "Ready", message, generation)
+    else:
+        waiting = next(c for c in (release, driver, components) if c.status != "True")
+        state = GpuState.PROCESSING
+        message = f"{waiting.type}: {waiting.message}" if waiting.message else waiting.type
+        summary = _cond(ConditionType.READY, "False", "Processing", message, generation)
+    conditions.insert(0, summary)
+
+    hr = observed.helm_release
+    return GpuStatus(
+        state=state,
+        message=message,
+        observed_generation=generation,
+        conditions=stamp(conditions, previous, now),
+        gpu_node_count=gpu_nodes,
+        nodes=list(plan.nodes),
+        components=[
+            ComponentStatus(name=d.name, ready=d.ready, desired=d.desired, available=d.available)
+            for d in sorted(observed.daemonsets, key=lambda d: d.name)
+        ],
+        driver_mode=plan.driver_mode,
+        driver_version=plan.driver_summary or None,
+        installer_release=plan.installer_release,
+        chart_version=plan.chart_version,
+        installed_chart_version=hr.installed_chart_version if hr else None,
+        helm_release=(
+            f"{plan.helm_release['metadata']['namespace']}/{plan.helm_release['metadata']['name']}"
+            if plan.helm_release
+            else None
+        ),
+    )
+
+
+def stamp(
+    conditions: Sequence[Condition], previous: Sequence[Condition], now: str
+) -> list[Condition]:
+    before = {c.type: c for c in previous}
+    out = []
+    for cond in conditions:
+        old = before.get(cond.type)
+        if old is not None and old.status == cond.status and old.last_transition_time:
+            out.append(cond.model_copy(update={"last_transition_time": old.last_transition_time}))
+        else:
+            out.append(cond.model_copy(update={"last_transition_time": now or None}))
+    return out

@@ -1,0 +1,149 @@
+"""Compact, immutable records of what the operator observes: the Flux HelmRelease, the GPU
+operand DaemonSets, the ClusterPolicy and GPU workload pods. Parsed from API bodies by pure
+functions, so that indexes keep a few fields instead of whole objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+RESOURCE_GPU = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True, slots=True)
+class FluxCondition:
+    type: str
+    status: str
+    reason: str
+    message: str
+    observed_generation: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class HelmReleaseFacts:
+    """What status needs of the HelmRelease."""
+
+    name: str
+    namespace: str
+    generation: int
+    observed_generation: int | None
+    conditions: tuple[FluxCondition, ...]
+    installed_chart_version: str | None
+    last_attempted_revision: str | None
+
+    def condition(self, type_: str) -> FluxCondition | None:
+        return next((c for c in self.conditions if c.type == type_), None)
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+def helm_release_facts(body: Mapping[str, Any]) -> HelmReleaseFacts:
+    meta = body.get("metadata") or {}
+    status = body.get("status") or {}
+    history = status.get("history") or []
+    installed = None
+    if history and isinstance(history[0], Mapping) and history[0].get("status") == "deployed":
+        installed = history[0].get("chartVersion")
+    return HelmReleaseFacts(
+        name=str(meta.get("name", "")),
+        namespace=str(meta.get("namespace", "")),
+        generation=_int(meta.get("generation")) or 0,
+        observed_generation=_int(status.get("observedGeneration")),
+        conditions=tuple(
+            FluxCondition(
+                type=str(c.get("type", "")),
+                status=str(c.get("status", "Unknown")),
+                reason=str(c.get("reason", "")),
+                message=str(c.get("message", "")),
+                observed_generation=_int(c.get("observedGeneration")),
+            )
+            for c in status.get("conditions") or []
+            if isinstance(c, Mapping)
+        ),
+        installed_chart_version=installed,
+        last_attempted_revision=status.get("lastAttemptedRevision"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonSetFacts:
+    name: str
+    generation: int
+    observed_generation: int | None
+    desired: int
+    available: int
+    unavailable: int
+    updated: int
+    strategy: str
+
+    @property
+    def ready(self) -> bool:
+        """DESIGN.md section 6: desired 0, or nothing unavailable and (RollingUpdate) current."""
+        if self.desired == 0:
+            return True
+        if self.unavailable > 0 or self.available < self.desired:
+            return False
+        if self.strategy == "OnDelete":
+            return True
+        return (
+            self.observed_generation is not None
+            and self.observed_generation >= self.generation
+            and self.updated == self.available == self.desired
+        )
+
+
+def daemonset_facts(body: Mapping[str, Any]) -> DaemonSetFacts:
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    status = body.get("status") or {}
+    desired = _int(status.get("desiredNumberScheduled")) or 0
+    available = _int(status.get("numberAvailable")) or 0
+    unavailable = _int(status.get("numberUnavailable"))
+    return DaemonSetFacts(
+        name=str(meta.get("name", "")),
+        generation=_int(meta.get("generation")) or 0,
+        observed_generation=_int(status.get("observedGeneration")),
+        desired=desired,
+        available=available,
+        unavailable=unavailable if unavailable is not None else max(desired - available, 0),
+        updated=_int(status.get("updatedNumberScheduled")) or 0,
+        strategy=str((spec.get("updateStrategy") or {}).get("type", "RollingUpdate")),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterPolicyFacts:
+    state: str | None
+    """ready | notReady | ignored, or None before the operator reports."""
+    message: str = ""
+
+
+def cluster_policy_facts(body: Mapping[str, Any]) -> ClusterPolicyFacts:
+    status = body.get("status") or {}
+    message = ""
+    for cond in status.get("conditions") or []:
+        if not isinstance(cond, Mapping):
+            continue
+        if cond.get("type") == "Error" and cond.get("status") == "True":
+            message = str(cond.get("message", ""))
+    state = status.get("state")
+    return ClusterPolicyFacts(state=str(state) if state else None, message=message)
+
+
+def requests_gpu(body: Mapping[str, Any]) -> bool:
+    """A pod that still runs (not Succeeded/Failed) and asks for nvidia.com/gpu."""
+    phase = (body.get("status") or {}).get("phase")
+    if phase in ("Succeeded", "Failed"):
+        return False
+    spec = body.get("spec") or {}
+    for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+        resources = container.get("resources") or {}
+        for section in ("limits", "requests"):
+            amount = (resources.get(section) or {}).get(RESOURCE_GPU)
+            if amount not in (None, "0", 0):
+                return True
+    return False
