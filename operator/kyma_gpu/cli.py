@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from kyma_gpu.api.crd import crd_yaml
 from kyma_gpu.api.models import Gpu, GpuSpec
+from kyma_gpu.api.reference import reference_markdown
 from kyma_gpu.facts import NodeError, cluster_facts, node_facts
 from kyma_gpu.plan import Owner, make_plan
 from kyma_gpu.rules.catalog import Catalog
@@ -99,7 +100,7 @@ def cmd_plan(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
 
 
 def cmd_crd(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
-    stdout.write(crd_yaml())
+    stdout.write(reference_markdown() if args.reference else crd_yaml())
     return 0
 
 
@@ -180,6 +181,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rules", help="values-rules directory (default: the module's)")
     p.set_defaults(func=cmd_plan)
     c = sub.add_parser("crd", help="print the generated Gpu CRD")
+    c.add_argument("--reference", action="store_true", help="the Markdown reference instead")
     c.set_defaults(func=cmd_crd)
     cf = sub.add_parser("chart-facts", help="print the facts of a packaged chart")
     cf.add_argument("chart", help="path to gpu-operator-<version>.tgz")

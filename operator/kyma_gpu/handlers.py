@@ -239,8 +239,9 @@ async def delete_gpu(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **kw
 
 def run(liveness: str | None = None, peering: str | None = None, standalone: bool = False) -> None:
     """`kyma-gpu run`: the operator process."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     kopf.configure(verbose=False)
+    # kopf logs every event handler run at INFO; on Node heartbeats that is noise.
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     kopf.run(
         clusterwide=True,
         liveness_endpoint=liveness,

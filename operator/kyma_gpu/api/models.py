@@ -10,9 +10,9 @@ Python attributes are snake_case; the wire format is camelCase (aliases).
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic.alias_generators import to_camel
 
 API_GROUP = "gpu.kyma-project.io"
@@ -28,6 +28,9 @@ CHART_VERSION_PATTERN = r"^v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$"
 CHART_REPOSITORY_PATTERN = r"^(https|oci|http)://[^\s/$.?#][^\s]*$"
 IMAGE_REGISTRY_PATTERN = r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9._-]+)*$"
 DNS_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
+SecretName = Annotated[str, StringConstraints(pattern=DNS_NAME_PATTERN, max_length=253)]
 
 
 class _Model(BaseModel):
@@ -95,7 +98,7 @@ class SourceSpec(_Model):
     """Registry mirror (host[:port][/path], no scheme) that replaces the registry host of every
     operand image: nvcr.io/nvidia/driver becomes <mirror>/nvidia/driver."""
 
-    image_pull_secrets: list[str] = Field(default_factory=list, max_length=8)
+    image_pull_secrets: list[SecretName] = Field(default_factory=list, max_length=8)
     """Names of Secrets in the GPU operator's namespace used to pull operand images."""
 
     @model_validator(mode="after")
@@ -107,16 +110,6 @@ class SourceSpec(_Model):
                 "or set spec.source.insecure: true"
             )
         return self
-
-    @field_validator("image_pull_secrets")
-    @classmethod
-    def _secret_names(cls, names: list[str]) -> list[str]:
-        import re
-
-        for name in names:
-            if not re.match(DNS_NAME_PATTERN, name) or len(name) > 253:
-                raise ValueError(f"spec.source.imagePullSecrets: {name!r} is not a Secret name")
-        return names
 
 
 class ComponentsSpec(_Model):

@@ -46,7 +46,7 @@ class MachineTypeRegistry:
                         f"machine types: {provider}/{name} needs 'gpu' and 'count', got {entry!r}"
                     )
                 count = entry["count"]
-                if not isinstance(count, int) or count < 1:
+                if isinstance(count, bool) or not isinstance(count, int) or count < 1:
                     raise ValueError(
                         f"machine types: {provider}/{name} count must be a positive integer,"
                         f" got {count!r}"

@@ -130,6 +130,15 @@ def _int(value: Any) -> int | None:
     return number if number >= 0 else None
 
 
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    """A nested part of a Node body: absent is empty, anything but a mapping is an error."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise NodeError(f"{where} must be a mapping, got {type(value).__name__}")
+    return value
+
+
 def node_facts(node: Mapping[str, Any], registry: MachineTypeRegistry) -> NodeFacts:
     """Compact facts of one Node body (as the API or `kubectl get node -o yaml` gives it).
 
@@ -144,15 +153,21 @@ def node_facts(node: Mapping[str, Any], registry: MachineTypeRegistry) -> NodeFa
     name = meta.get("name") if isinstance(meta, Mapping) else None
     if not isinstance(name, str) or not name:
         raise NodeError("a Node without metadata.name")
-    labels: Mapping[str, str] = meta.get("labels") or {}
-    spec: Mapping[str, Any] = node.get("spec") or {}
-    status: Mapping[str, Any] = node.get("status") or {}
-    info: Mapping[str, Any] = status.get("nodeInfo") or {}
-    capacity: Mapping[str, Any] = status.get("capacity") or {}
+    where = f"Node {name}"
+    labels = {
+        str(k): str(v)
+        for k, v in _mapping(meta.get("labels"), f"{where}: metadata.labels").items()
+        if v is not None
+    }
+    spec = _mapping(node.get("spec"), f"{where}: spec")
+    status = _mapping(node.get("status"), f"{where}: status")
+    info = _mapping(status.get("nodeInfo"), f"{where}: status.nodeInfo")
+    capacity = _mapping(status.get("capacity"), f"{where}: status.capacity")
 
     os_image = str(info.get("osImage") or "")
     family, version = parse_os_image(os_image)
-    provider = parse_provider(spec.get("providerID"))
+    provider_id = spec.get("providerID")
+    provider = parse_provider(provider_id if isinstance(provider_id, str) else None)
     machine_type = labels.get(LABEL_INSTANCE_TYPE) or labels.get(LABEL_INSTANCE_TYPE_BETA)
     arch = str(info.get("architecture") or labels.get(LABEL_ARCH) or "unknown")
 
@@ -193,7 +208,7 @@ def node_facts(node: Mapping[str, Any], registry: MachineTypeRegistry) -> NodeFa
         os_version=version,
         os_image=os_image,
         arch=arch,
-        kernel=info.get("kernelVersion") or None,
+        kernel=str(info.get("kernelVersion") or "") or None,
         pool=labels.get(LABEL_POOL),
         evidence=tuple(evidence),
         preinstalled_driver=preinstalled,

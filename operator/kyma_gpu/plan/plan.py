@@ -95,6 +95,8 @@ class Plan:
     @property
     def driver_summary(self) -> str:
         """The version shown in status: a branch for precompiled, a full version upstream."""
+        if self.driver_mode == DriverMode.PRECOMPILED:
+            return self.driver_branch
         return self.driver_version or self.driver_branch
 
     def document(self) -> dict[str, Any]:
@@ -276,6 +278,7 @@ def make_plan(
         "nvidia.repository": defaults.nvidia_driver_repository,
         "source.imageRegistry": spec.source.image_registry,
         "source.imagePullSecrets": list(spec.source.image_pull_secrets),
+        "source.imagePullSecretRefs": [{"name": n} for n in spec.source.image_pull_secrets],
         **{
             f"components.{name}": enabled
             for name, enabled in spec.components.model_dump(by_alias=True).items()
@@ -290,6 +293,7 @@ def make_plan(
             installer_repo,
             defaults.os_release_id,
             defaults.nvidia_driver_repository,
+            spec.source.image_registry,
         )
         for p in pools
         if p.mode is not DriverMode.PREINSTALLED
@@ -348,6 +352,14 @@ def make_plan(
         for p in pools
         for n in p.nodes
     )
+    # What status reports as the driver: none for a host driver; for the NVIDIA driver
+    # container, the version the chart installs when the spec names none.
+    shown_branch, shown_version = branch, full_version
+    if mode == DriverMode.PREINSTALLED:
+        shown_branch, shown_version = "", None
+    elif mode == DriverMode.UPSTREAM and shown_version is None and chart is not None:
+        shown_version = chart.default_driver_version
+        shown_branch = shown_version.split(".")[0]
     preflight = Preflight(tuple(findings))
     objects: tuple[dict[str, Any], ...] = ()
     if preflight.verdict != "error":
@@ -365,8 +377,8 @@ def make_plan(
         nodes=tuple(sorted(plan_nodes, key=lambda n: n.name)),
         pools=pools,
         driver_mode=mode,
-        driver_branch=branch,
-        driver_version=full_version,
+        driver_branch=shown_branch,
+        driver_version=shown_version,
         installer_release=release_tag if uses_installer else None,
         chart_name=chart_name,
         chart_version=chart_version,
@@ -387,21 +399,26 @@ def _pool_context(
     installer_repo: str,
     os_release_id: Mapping[str, str],
     nvidia_repo: str,
+    mirror: str | None = None,
 ) -> dict[str, Any]:
     precompiled = pool.mode is DriverMode.PRECOMPILED
     if precompiled:
         version = branch
     else:
         version = full_version or (chart.default_driver_version if chart else "")
+    garden_linux = precompiled and pool.os is OsFamily.GARDENLINUX
+    repository = installer_repo if garden_linux else nvidia_repo
     return {
         "pool.name": f"gpu-{pool.os}",
         "pool.os": str(pool.os),
         "pool.osReleaseId": os_release_id.get(str(pool.os), str(pool.os)),
         "pool.mode": str(pool.mode),
         "pool.usePrecompiled": precompiled,
-        "pool.repository": installer_repo
-        if precompiled and pool.os is OsFamily.GARDENLINUX
-        else nvidia_repo,
+        # The NVIDIADriver objects live in extraObjects, which the chart-image mirror does not
+        # know: point them at the mirror here.
+        "pool.repository": _replace_registry(repository, mirror) if mirror else repository,
+        # The installer re-publishes its branch tags for new kernels (DESIGN.md section 4).
+        "pool.imagePullPolicy": "Always" if garden_linux else "IfNotPresent",
         "pool.version": version,
     }
 

@@ -14,7 +14,10 @@ def _images(values: Mapping[str, Any], prefix: str) -> Iterator[dict[str, Any]]:
             continue
         path = f"{prefix}{key}"
         repo = value.get("repository")
-        if isinstance(repo, str) and repo and ("image" in value or "tag" in value):
+        # An image: a repository plus its name or tag; NFD style `image: {repository: ...}`
+        # may leave the tag out entirely (v26.3.3 does).
+        named = "image" in value or "tag" in value or key == "image"
+        if isinstance(repo, str) and repo and named:
             version = value.get("version", value.get("tag"))
             yield {
                 "path": path,

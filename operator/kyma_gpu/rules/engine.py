@@ -165,6 +165,8 @@ def deep_merge(
     """Merge fragment into base in place (mappings merge, everything else replaces)."""
     for key, value in fragment.items():
         path = f"{prefix}{key}"
+        # The path itself stops being a leaf when a mapping lands on it (or it is replaced).
+        provenance.pop(path, None)
         if isinstance(value, Mapping) and isinstance(base.get(key), dict) and value:
             deep_merge(base[key], value, source, provenance, path + ".")
         else:

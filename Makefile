@@ -1,0 +1,95 @@
+# Kyma GPU module. `make help` lists the targets.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+CRD := config/crd/bases/gpu.kyma-project.io_gpus.yaml
+KUBECTL := tools/bin/kubectl
+IMAGE ?= europe-docker.pkg.dev/kyma-project/prod/gpu-manager:0.1.0
+CHARTS := ../shared/charts
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml requirements-dev.lock
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ needed, got " + sys.version'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.lock
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
+	@touch $@
+
+.PHONY: setup
+setup: $(STAMP) ## create .venv with the pinned Python dependencies
+
+.PHONY: tools
+tools: ## build the Go test binaries (etcd, kube-*, kubectl, kwok, Flux) into ~/.cache, once
+	bash tools/build.sh
+
+.PHONY: test
+test: setup tools ## all tests: unit, golden, integration (local cluster), Flux end-to-end
+	$(BIN)/pytest
+
+.PHONY: test-unit
+test-unit: setup ## unit and golden tests only (no cluster)
+	$(BIN)/pytest tests/unit tests/golden
+
+.PHONY: lint
+lint: setup ## ruff, ruff format, mypy --strict, import layering
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+.PHONY: manifests
+manifests: setup ## regenerate the Gpu CRD and docs/crd-reference.md from the pydantic models
+	$(BIN)/kyma-gpu crd > $(CRD)
+	$(BIN)/kyma-gpu crd --reference > docs/crd-reference.md
+
+.PHONY: chart-facts
+chart-facts: setup ## regenerate values-rules/charts/ from the charts in ../shared/charts
+	for chart in $(CHARTS)/gpu-operator-*.tgz; do \
+	  version=$$(basename $$chart .tgz); version=$${version#gpu-operator-}; \
+	  $(BIN)/kyma-gpu chart-facts $$chart > values-rules/charts/$$version.yaml; \
+	done
+
+.PHONY: golden
+golden: setup ## regenerate the golden plans on purpose (review the diff!)
+	UPDATE_GOLDEN=1 $(BIN)/pytest tests/golden -q
+
+.PHONY: demo
+demo: setup tools ## local cluster + Flux + operator + sample Gpu; Ctrl-C stops everything
+	$(BIN)/python -m tests.harness demo
+
+.PHONY: render
+render: tools ## render the whole install (module + Flux) with kustomize
+	$(KUBECTL) kustomize config/install
+
+.PHONY: module
+module: tools ## render the ModuleTemplate for Kyma Lifecycle Manager
+	bash hack/render-module-template.sh
+
+.PHONY: image
+image: setup ## check the Dockerfile (lint + its install steps in a clean venv); build where Docker runs
+	bash hack/check-dockerfile.sh
+	@if docker info >/dev/null 2>&1; then docker build -t $(IMAGE) .; \
+	 else echo "no Docker engine here: Dockerfile checked, not built"; fi
+
+.PHONY: bench
+bench: setup ## benchmarks: print numbers (planning, status, node facts)
+	$(BIN)/python benchmarks/bench_core.py
+
+.PHONY: lock
+lock: ## re-resolve requirements*.lock from pyproject.toml (needs network)
+	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/pip install --quiet '.[dev]'
+	bash hack/write-locks.sh .venv-lock
+	rm -rf .venv-lock
+
+.PHONY: clean
+clean: ## remove the venv and caches (not the Go tool cache)
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,140 @@
+"""The operator as a real process (`kyma-gpu run`) against the local cluster, and helpers the
+operator tests share: applying the CRDs, waiting on conditions, counting API writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tests.harness.cluster import LocalCluster
+from tests.harness.flux import flux_crd_files
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD = ROOT / "config" / "crd" / "bases" / "gpu.kyma-project.io_gpus.yaml"
+MODULE_NAMESPACE = "kyma-system"
+TARGET_NAMESPACE = "gpu-operator"
+T = TypeVar("T")
+
+
+def wait_until(
+    probe: Callable[[], T | None], timeout: float, what: str, interval: float = 0.25
+) -> T:
+    """Poll a probe (test side only) until it returns something truthy."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+
+
+def install_crds(cluster: LocalCluster) -> None:
+    """The Gpu CRD (generated) and the Flux CRDs the operator writes objects of."""
+    files = [CRD, *flux_crd_files()]
+    args = ["apply", "--server-side", "--field-manager=kyma-gpu-tests"]
+    for path in files:
+        args += ["-f", str(path)]
+    cluster.kubectl(*args)
+    cluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s",
+        "crd/gpus.gpu.kyma-project.io", "crd/helmreleases.helm.toolkit.fluxcd.io",
+        "crd/helmrepositories.source.toolkit.fluxcd.io",
+        "crd/ocirepositories.source.toolkit.fluxcd.io",
+    )  # fmt: skip
+    if cluster.get_object("namespace", MODULE_NAMESPACE) is None:
+        cluster.create_namespace(MODULE_NAMESPACE)
+
+
+class OperatorProcess:
+    """`kyma-gpu run --standalone` with the cluster's admin kubeconfig."""
+
+    def __init__(self, cluster: LocalCluster, name: str = "operator") -> None:
+        self.cluster = cluster
+        self.log_path = cluster.log_dir / f"{name}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> OperatorProcess:
+        env = {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig), "PYTHONUNBUFFERED": "1"}
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "kyma_gpu.cli", "run", "--standalone"],
+            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+        )  # fmt: skip
+        log.close()
+        return self
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGINT)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
+
+    def kill(self) -> None:
+        """A crash, not a shutdown: no cleanup runs."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(5)
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def log(self, lines: int = 60) -> str:
+        if not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def gpu(cluster: LocalCluster, name: str = "gpu") -> dict[str, Any] | None:
+    return cluster.get_object("gpus.gpu.kyma-project.io", name)
+
+
+def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == type_:
+            return dict(cond)
+    return None
+
+
+def helm_release(cluster: LocalCluster) -> dict[str, Any] | None:
+    return cluster.get_object("helmreleases.helm.toolkit.fluxcd.io", "gpu-operator",
+                              MODULE_NAMESPACE)
+
+
+def operator_writes(cluster: LocalCluster) -> list[dict[str, Any]]:
+    """Write requests (create/update/patch/delete) by the operator, from the audit log."""
+    path = cluster.log_dir / "audit.log"
+    writes = []
+    if not path.exists():
+        raise AssertionError(f"no audit log at {path}: the harness must enable auditing")
+    for line in path.read_text().splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        agent = str(event.get("userAgent", ""))
+        if event.get("stage") != "ResponseComplete":
+            continue
+        if event.get("verb") not in ("create", "update", "patch", "delete"):
+            continue
+        if agent.startswith(("kyma-gpu", "kopf")):
+            ref = event.get("objectRef") or {}
+            writes.append({
+                "verb": event["verb"], "resource": ref.get("resource"),
+                "subresource": ref.get("subresource"), "name": ref.get("name"),
+                "agent": agent, "code": (event.get("responseStatus") or {}).get("code"),
+            })  # fmt: skip
+    return writes

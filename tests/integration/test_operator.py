@@ -1,0 +1,358 @@
+"""The operator against a real API server with real controllers (no Flux controllers here:
+the tests write the HelmRelease status through the status subresource, standing in for
+helm-controller). One operator process serves the whole module; tests run in file order.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.harness.cluster import LocalCluster
+from tests.integration.running_operator import (
+    MODULE_NAMESPACE,
+    ROOT,
+    TARGET_NAMESPACE,
+    OperatorProcess,
+    condition,
+    gpu,
+    helm_release,
+    install_crds,
+    operator_writes,
+    wait_until,
+)
+
+pytestmark = pytest.mark.integration
+
+FLEET = ROOT / "tests" / "harness" / "fleets" / "demo.yaml"
+CHART = ROOT.parent / "shared" / "charts" / "gpu-operator-v26.7.0.tgz"
+GPU_MANIFEST = {"apiVersion": "gpu.kyma-project.io/v1beta1", "kind": "Gpu",
+                "metadata": {"name": "gpu"}, "spec": {}}
+UBUNTU_NODE = {
+    "apiVersion": "v1", "kind": "Node",
+    "metadata": {"name": "azure-t4-ubuntu", "labels": {
+        "node.kubernetes.io/instance-type": "Standard_NC4as_T4_v3",
+        "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux",
+        "worker.gardener.cloud/pool": "gpu-ubuntu"}},
+    "spec": {"providerID": "azure:///subscriptions/x/resourceGroups/y/providers/"
+                           "Microsoft.Compute/virtualMachines/azure-t4-ubuntu"},
+    "status": {"capacity": {"cpu": "4", "memory": "28Gi", "pods": "110", "nvidia.com/gpu": "1"},
+               "allocatable": {"cpu": "4", "memory": "28Gi", "pods": "110",
+                               "nvidia.com/gpu": "1"},
+               "nodeInfo": {"osImage": "Ubuntu 22.04.5 LTS", "architecture": "amd64",
+                            "kernelVersion": "6.5.0-1025-azure", "operatingSystem": "linux",
+                            "containerRuntimeVersion": "containerd://1.7.27",
+                            "kubeletVersion": "v1.33.4", "kubeProxyVersion": "",
+                            "bootID": "b0", "machineID": "m0", "systemUUID": "u0"}},
+}  # fmt: skip
+OPERAND_DAEMONSETS = (
+    "nvidia-driver-daemonset-6.12.44-cloud-amd64-gardenlinux0",
+    "nvidia-container-toolkit-daemonset",
+    "nvidia-device-plugin-daemonset",
+    "gpu-feature-discovery",
+    "nvidia-dcgm-exporter",
+    "nvidia-operator-validator",
+)
+
+
+@pytest.fixture(scope="module")
+def operator(local_cluster: LocalCluster) -> Iterator[OperatorProcess]:
+    install_crds(local_cluster)
+    nodes = local_cluster.add_nodes(FLEET)
+    process = OperatorProcess(local_cluster).start()
+    try:
+        yield process
+    finally:
+        process.stop()
+        local_cluster.kubectl("delete", "gpus.gpu.kyma-project.io", "--all", "--wait=false",
+                              check=False)
+        for name in nodes:
+            local_cluster.delete_node(name)
+
+
+@pytest.fixture
+def show_operator_log(operator: OperatorProcess, request: pytest.FixtureRequest) -> Iterator[None]:
+    failed_before = request.session.testsfailed
+    yield
+    if request.session.testsfailed > failed_before:
+        print(f"--- operator log (tail) ---\n{operator.log()}")
+
+
+def _apply(cluster: LocalCluster, obj: dict[str, Any]) -> Any:
+    return cluster.kubectl("apply", "--server-side", "--field-manager=kyma-gpu-tests", "-f", "-",
+                           input=json.dumps(obj), check=False)
+
+
+BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
+    ("unknown mode", {"driver": {"mode": "Foo"}}, 'Unsupported value: "Foo"'),
+    ("version letters", {"driver": {"version": "abc"}}, "spec.driver.version"),
+    ("version two digits", {"driver": {"version": "59"}}, "spec.driver.version"),
+    ("version as number", {"driver": {"version": 590}}, "spec.driver.version"),
+    ("installer latest", {"driver": {"installerRelease": "latest"}}, "installerRelease"),
+    ("installer short", {"driver": {"installerRelease": "1.17"}}, "installerRelease"),
+    ("chart version", {"operatorVersion": "26.7"}, "spec.operatorVersion"),
+    ("ftp repository", {"source": {"chartRepository": "ftp://charts.example.com"}},
+     "spec.source.chartRepository"),
+    ("http without insecure", {"source": {"chartRepository": "http://charts.example.com"}},
+     "use https:// or oci://"),
+    ("registry with scheme", {"source": {"imageRegistry": "https://registry.example.com"}},
+     "spec.source.imageRegistry"),
+    ("too many pull secrets", {"source": {"imagePullSecrets": [f"s{i}" for i in range(9)]}},
+     "spec.source.imagePullSecrets"),
+    ("chart name", {"source": {"chartName": "Bad_Name"}}, "spec.source.chartName"),
+    ("secret name", {"source": {"secretRef": "UPPER"}}, "spec.source.secretRef"),
+    ("switch type", {"components": {"dcgmExporter": "yes"}}, "spec.components.dcgmExporter"),
+    ("insecure type", {"source": {"insecure": "true"}}, "spec.source.insecure"),
+    ("values not object", {"values": "driver.enabled=false"}, "spec.values"),
+    ("unknown field", {"driverr": {}}, ".spec.driverr: field not declared in schema"),
+]
+
+
+@pytest.mark.parametrize(("case", "spec", "message"), BAD_SPECS, ids=[c[0] for c in BAD_SPECS])
+def test_api_server_refuses_bad_specs(
+    local_cluster: LocalCluster, operator: OperatorProcess, case: str, spec: dict[str, Any],
+    message: str,
+) -> None:
+    obj = {**GPU_MANIFEST, "spec": spec}
+    result = _apply(local_cluster, obj)
+    assert result.returncode != 0, f"{case}: accepted {spec}"
+    assert message in result.stderr, result.stderr
+
+
+def test_api_server_refuses_other_names(local_cluster: LocalCluster,
+                                        operator: OperatorProcess) -> None:
+    obj = copy.deepcopy(GPU_MANIFEST)
+    obj["metadata"]["name"] = "my-gpu"
+    result = _apply(local_cluster, obj)
+    assert result.returncode != 0
+    assert "metadata.name must be 'gpu'" in result.stderr
+
+
+def test_creating_gpu_writes_flux_objects(
+    local_cluster: LocalCluster, operator: OperatorProcess, show_operator_log: None
+) -> None:
+    _apply(local_cluster, GPU_MANIFEST)
+    hr = wait_until(lambda: helm_release(local_cluster), 60, "the HelmRelease")
+    obj = gpu(local_cluster)
+    assert obj is not None
+    owners = hr["metadata"]["ownerReferences"]
+    assert owners == [{"apiVersion": "gpu.kyma-project.io/v1beta1", "kind": "Gpu",
+                       "name": "gpu", "uid": obj["metadata"]["uid"], "controller": True,
+                       "blockOwnerDeletion": True}]
+    values = hr["spec"]["values"]
+    assert values["driver"]["usePrecompiled"] is True
+    assert values["driver"]["repository"] == \
+        "ghcr.io/gardenlinux/gardenlinux-nvidia-installer/1.17.0"
+    assert values["toolkit"]["installDir"] == "/opt/nvidia"
+    assert hr["spec"]["install"]["crds"] == "CreateReplace"
+    assert hr["spec"]["driftDetection"]["mode"] == "enabled"
+    source = local_cluster.get_object("helmrepositories.source.toolkit.fluxcd.io",
+                                      "gpu-operator", MODULE_NAMESPACE)
+    assert source is not None and source["metadata"]["ownerReferences"] == owners
+    status = wait_until(lambda: (gpu(local_cluster) or {}).get("status"), 30, "Gpu status")
+    assert status["gpuNodeCount"] == 2
+    assert status["state"] == "Processing"
+    assert status["driverMode"] == "Precompiled"
+    assert condition(gpu(local_cluster), "ReleaseReady")["reason"] in ("ReleasePending", "Progressing")
+
+
+def _values(cluster: LocalCluster) -> dict[str, Any]:
+    return dict((helm_release(cluster) or {}).get("spec", {}).get("values") or {})
+
+
+def test_adding_and_removing_nodes_updates_the_release(
+    local_cluster: LocalCluster, operator: OperatorProcess, show_operator_log: None
+) -> None:
+    with local_cluster.kube_client() as api:
+        from tests.harness import nodes as nodes_module
+
+        nodes_module.create_nodes(api, [UBUNTU_NODE])
+    local_cluster.wait_nodes_ready(["azure-t4-ubuntu"])
+    wait_until(
+        lambda: _values(local_cluster).get("driver", {}).get("nvidiaDriverCRD", {}).get("enabled"),
+        30, "per-pool drivers for the mixed fleet",
+    )
+    drivers = _values(local_cluster)["extraObjects"]
+    assert sorted(d["metadata"]["name"] for d in drivers) == ["gpu-gardenlinux", "gpu-ubuntu"]
+    local_cluster.delete_node("azure-t4-ubuntu")
+    wait_until(lambda: "extraObjects" not in _values(local_cluster), 30,
+               "single-OS values after the Ubuntu node left")
+    assert (gpu(local_cluster) or {})["status"]["gpuNodeCount"] == 2
+
+
+def test_spec_change_updates_the_release(
+    local_cluster: LocalCluster, operator: OperatorProcess, show_operator_log: None
+) -> None:
+    local_cluster.kubectl("patch", "gpus.gpu.kyma-project.io", "gpu", "--type=merge",
+                          "-p", json.dumps({"spec": {"driver": {"version": "580"}}}))
+    wait_until(lambda: _values(local_cluster)["driver"]["version"] == "580", 30,
+               "driver.version 580 in the HelmRelease")
+    status = wait_until(lambda: (gpu(local_cluster) or {}).get("status", {})
+                        .get("driverVersion") == "580" and gpu(local_cluster), 30, "status")
+    assert status["status"]["observedGeneration"] == status["metadata"]["generation"]
+
+
+def _quiet_writes(cluster: LocalCluster, settle: float = 3.0) -> int:
+    """Wait until the operator has stopped writing; return its write count."""
+    count = -1
+    while True:
+        now = len(operator_writes(cluster))
+        if now == count:
+            return now
+        count = now
+        time.sleep(settle)
+
+
+def test_heartbeats_and_unrelated_node_changes_cause_no_writes(
+    local_cluster: LocalCluster, operator: OperatorProcess, show_operator_log: None
+) -> None:
+    before = _quiet_writes(local_cluster)
+    node = local_cluster.node_names[0]
+    for i in range(5):
+        local_cluster.kubectl("label", "node", node, f"example.com/unrelated=v{i}", "--overwrite")
+        local_cluster.kubectl("annotate", "node", node, f"example.com/note=n{i}", "--overwrite")
+    # kwok renews leases and node conditions by itself meanwhile: real heartbeats.
+    time.sleep(8)
+    after = len(operator_writes(local_cluster))
+    assert after == before, operator_writes(local_cluster)[before:]
+
+
+def _chart_crd(name: str) -> dict[str, Any]:
+    with tarfile.open(CHART) as tar:
+        member = tar.extractfile(f"gpu-operator/crds/{name}")
+        assert member is not None
+        return dict(yaml.safe_load(member.read()))
+
+
+def _daemonset(name: str) -> dict[str, Any]:
+    app = {"app": name}
+    strategy = "OnDelete" if name.startswith("nvidia-driver-daemonset") else "RollingUpdate"
+    return {
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": TARGET_NAMESPACE, "labels": app},
+        "spec": {"selector": {"matchLabels": app}, "updateStrategy": {"type": strategy},
+                 "template": {"metadata": {"labels": app}, "spec": {
+                     "nodeSelector": {"feature.node.kubernetes.io/pci-10de.present": "true"},
+                     "containers": [{"name": "main", "image": "example.com/operand:1"}]}}},
+    }  # fmt: skip
+
+
+def _set_helm_release_ready(cluster: LocalCluster) -> None:
+    hr = helm_release(cluster)
+    assert hr is not None
+    generation = hr["metadata"]["generation"]
+    status = {"observedGeneration": generation, "conditions": [
+        {"type": "Ready", "status": "True", "reason": "InstallSucceeded",
+         "message": "Helm install succeeded for release gpu-operator/gpu-operator.v1 with chart "
+                    "gpu-operator@v26.7.0", "observedGeneration": generation,
+         "lastTransitionTime": "2026-11-30T00:00:00Z"}],
+        "history": [{"chartVersion": "v26.7.0", "status": "deployed", "name": "gpu-operator",
+                     "namespace": TARGET_NAMESPACE, "version": 1, "chartName": "gpu-operator",
+                     "appVersion": "v26.7.0", "configDigest": "sha256:0", "digest": "sha256:0",
+                     "firstDeployed": "2026-11-30T00:00:00Z",
+                     "lastDeployed": "2026-11-30T00:00:00Z"}]}  # fmt: skip
+    cluster.kubectl("patch", "helmreleases.helm.toolkit.fluxcd.io", "gpu-operator",
+                    "-n", MODULE_NAMESPACE, "--subresource=status", "--type=merge",
+                    "-p", json.dumps({"status": status}))
+
+
+def test_status_follows_release_daemonsets_and_cluster_policy(
+    local_cluster: LocalCluster, operator: OperatorProcess, show_operator_log: None
+) -> None:
+    local_cluster.apply(_chart_crd("nvidia.com_clusterpolicies.yaml"))
+    local_cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                          "crd/clusterpolicies.nvidia.com")
+    if local_cluster.get_object("namespace", TARGET_NAMESPACE) is None:
+        local_cluster.create_namespace(TARGET_NAMESPACE)
+    _set_helm_release_ready(local_cluster)
+    wait_until(lambda: (condition(gpu(local_cluster), "ReleaseReady") or {}).get("status")
+               == "True", 30, "ReleaseReady=True mirrored from the HelmRelease")
+
+    local_cluster.apply(*[_daemonset(name) for name in OPERAND_DAEMONSETS])
+    required = ("daemonsets", "dcgm", "dcgmExporter", "devicePlugin", "driver", "gfd",
+                "nodeStatusExporter", "operator", "toolkit")
+    local_cluster.apply({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
+                         "metadata": {"name": "cluster-policy"},
+                         "spec": {key: {} for key in required}})
+    local_cluster.kubectl("patch", "clusterpolicies.nvidia.com", "cluster-policy",
+                          "--subresource=status", "--type=merge",
+                          "-p", json.dumps({"status": {"state": "ready"}}))
+    ready = wait_until(
+        lambda: (g := gpu(local_cluster)) and g.get("status", {}).get("state") == "Ready" and g,
+        90, "Gpu Ready once the real DaemonSet controller has the operands available",
+    )
+    components = {c["name"]: c for c in ready["status"]["components"]}
+    assert set(OPERAND_DAEMONSETS) <= set(components)
+    assert all(c["ready"] and c["desired"] == 2 for c in components.values())
+    assert condition(ready, "DriverReady")["reason"] == "DriverDaemonSetsReady"
+
+    # A failed upgrade is mirrored as Error, with Flux's message.
+    hr = helm_release(local_cluster)
+    assert hr is not None
+    generation = hr["metadata"]["generation"]
+    failed = {"observedGeneration": generation, "conditions": [
+        {"type": "Ready", "status": "False", "reason": "UpgradeFailed",
+         "message": "Helm upgrade failed: timed out waiting for the condition",
+         "observedGeneration": generation, "lastTransitionTime": "2026-11-30T00:01:00Z"}]}
+    local_cluster.kubectl("patch", "helmreleases.helm.toolkit.fluxcd.io", "gpu-operator",
+                          "-n", MODULE_NAMESPACE, "--subresource=status", "--type=merge",
+                          "-p", json.dumps({"status": failed}))
+    error = wait_until(lambda: (g := gpu(local_cluster)) and g["status"]["state"] == "Error" and g,
+                       30, "Error state from UpgradeFailed")
+    assert "timed out waiting for the condition" in error["status"]["message"]
+    _set_helm_release_ready(local_cluster)
+    wait_until(lambda: (gpu(local_cluster) or {}).get("status", {}).get("state") == "Ready", 30,
+               "Ready again")
+
+
+def test_restart_converges_without_duplicates(
+    local_cluster: LocalCluster, operator: OperatorProcess, show_operator_log: None
+) -> None:
+    before = _quiet_writes(local_cluster)
+    operator.kill()
+    operator.start()
+    time.sleep(6)
+    after = _quiet_writes(local_cluster)
+    new = operator_writes(local_cluster)[before:after]
+    flux_writes = [w for w in new if w["resource"] in ("helmreleases", "helmrepositories")]
+    assert flux_writes == [], flux_writes
+    releases = local_cluster.list_objects("helmreleases.helm.toolkit.fluxcd.io")
+    assert [r["metadata"]["name"] for r in releases] == ["gpu-operator"]
+    finalizers = (gpu(local_cluster) or {})["metadata"].get("finalizers", [])
+    assert finalizers == ["gpu.kyma-project.io/finalizer"]
+    assert (gpu(local_cluster) or {})["status"]["state"] == "Ready"
+
+
+def test_deletion_waits_for_gpu_workloads(
+    local_cluster: LocalCluster, operator: OperatorProcess, show_operator_log: None
+) -> None:
+    local_cluster.create_namespace("ml")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "trainer", "namespace": "ml"},
+           "spec": {"restartPolicy": "Never", "containers": [{
+               "name": "cuda", "image": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0",
+               "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}  # fmt: skip
+    local_cluster.apply(pod)
+    wait_until(lambda: (local_cluster.get_object("pod", "trainer", "ml") or {})
+               .get("status", {}).get("phase") == "Running", 60, "the GPU pod running")
+
+    local_cluster.kubectl("delete", "gpus.gpu.kyma-project.io", "gpu", "--wait=false")
+    blocked = wait_until(
+        lambda: (g := gpu(local_cluster)) and g["status"].get("state") == "Warning" and g,
+        30, "Warning while a GPU pod runs",
+    )
+    protected = condition(blocked, "WorkloadsProtected")
+    assert protected is not None and protected["status"] == "False"
+    assert "ml/trainer" in protected["message"]
+    assert helm_release(local_cluster) is not None
+
+    local_cluster.kubectl("delete", "pod", "trainer", "-n", "ml", "--wait=true")
+    wait_until(lambda: helm_release(local_cluster) is None, 60, "the HelmRelease removed")
+    wait_until(lambda: gpu(local_cluster) is None, 60, "the Gpu released")
