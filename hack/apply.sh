@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Apply a kustomize base server-side, in the order the API server needs:
+# CRDs and Namespaces first, wait until the CRDs are Established, then
+# everything else (the ClusterKopfPeering object needs its CRD; Roles and
+# Deployments need their namespaces).
+#
+#   hack/apply.sh [DIR] [-- extra kubectl apply flags]
+#
+#   DIR   a kustomize directory, default config/install (module + Flux for a
+#         cluster without Flux); config/default on a cluster that has Flux.
+#
+# Uses $KUBECTL (default tools/bin/kubectl) and the usual KUBECONFIG.
+# Field manager: kyma-gpu-install. Re-running it is safe (server-side apply is
+# idempotent).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+KUBECTL="${KUBECTL:-${ROOT}/tools/bin/kubectl}"
+DIR="${1:-config/install}"
+shift || true
+[[ "${1:-}" == "--" ]] && shift
+EXTRA=("$@")
+
+case "${DIR}" in /*) ;; *) DIR="${ROOT}/${DIR}" ;; esac
+
+WORK="$(mktemp -d)"
+trap 'rm -rf "${WORK}"' EXIT
+
+"${KUBECTL}" kustomize "${DIR}" > "${WORK}/all.yaml"
+
+# kustomize output: documents separated by `---` lines, top-level keys at
+# column 0, so a document's kind is its `^kind: ` line.
+awk -v first="${WORK}/first.yaml" -v rest="${WORK}/rest.yaml" '
+  function flush() {
+    if (doc == "") return
+    out = (kind == "CustomResourceDefinition" || kind == "Namespace") ? first : rest
+    printf "---\n%s", doc >> out
+    doc = ""; kind = ""
+  }
+  /^---$/ { flush(); next }
+  /^kind: / { kind = $2 }
+  { doc = doc $0 "\n" }
+  END { flush() }
+' "${WORK}/all.yaml"
+
+apply() {
+  "${KUBECTL}" apply --server-side --field-manager=kyma-gpu-install "${EXTRA[@]}" -f "$1"
+}
+
+if [[ -s "${WORK}/first.yaml" ]]; then
+  apply "${WORK}/first.yaml"
+  crds="$(awk '/^kind: CustomResourceDefinition$/ {c=1} c && /^  name: / {print "crd/" $2; c=0} /^---$/ {c=0}' "${WORK}/first.yaml")"
+  if [[ -n "${crds}" ]]; then
+    # shellcheck disable=SC2086
+    "${KUBECTL}" wait --for=condition=Established --timeout=60s ${crds}
+  fi
+fi
+if [[ -s "${WORK}/rest.yaml" ]]; then
+  apply "${WORK}/rest.yaml"
+fi
+echo "apply: $(grep -c '^kind: ' "${WORK}/all.yaml") objects from ${DIR#"${ROOT}"/} applied server-side"
