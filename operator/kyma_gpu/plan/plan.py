@@ -274,6 +274,7 @@ def make_plan(
         "driver.branch": branch,
         "driver.version": full_version,
         "installer.release": release_tag,
+        "installer.used": uses_installer,
         "installer.repository": installer_repo,
         "nvidia.repository": defaults.nvidia_driver_repository,
         "source.imageRegistry": spec.source.image_registry,

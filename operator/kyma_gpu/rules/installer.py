@@ -15,7 +15,7 @@ _ARCH_ALIASES = {"x86_64": "amd64", "aarch64": "arm64"}
 
 def version_key(version: str) -> tuple[int, ...]:
     """'1877.21' and '1877.21.0' compare equal; '2150.10.0' > '2150.9.0'."""
-    parts = [int(p) for p in version.split(".") if p.isdigit()]
+    parts = [int(p) for p in version.split(".") if p.isdecimal()]  # isdigit() takes "²"
     while len(parts) > 1 and parts[-1] == 0:
         parts.pop()
     return tuple(parts)

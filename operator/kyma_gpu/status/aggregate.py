@@ -13,7 +13,12 @@ from enum import StrEnum
 
 from kyma_gpu.api.models import ComponentStatus, Condition, ConditionStatus, GpuState, GpuStatus
 from kyma_gpu.plan.plan import Plan, Severity
-from kyma_gpu.status.observed import ClusterPolicyFacts, DaemonSetFacts, HelmReleaseFacts
+from kyma_gpu.status.observed import (
+    ClusterPolicyFacts,
+    DaemonSetFacts,
+    FluxCondition,
+    HelmReleaseFacts,
+)
 
 DRIVER_DAEMONSET_PREFIX = "nvidia-driver-daemonset"
 
@@ -40,6 +45,19 @@ class ConditionType(StrEnum):
 
 # HelmRelease Ready=False reasons that mean "still working on it", not a failure.
 _FLUX_PROGRESS_REASONS = {"Progressing", "ProgressingWithRetry", "DependencyNotReady"}
+# helm-controller says SourceNotReady both for a broken chart source (a missing version, an
+# unreachable repository: a failure) and while source-controller catches up with a new chart
+# version (not a failure). These are the messages of the latter (helm-controller v1.6 isReady).
+_SOURCE_CATCHING_UP = (
+    "latest generation of object has not been reconciled",
+    "does not have an artifact",
+)
+
+
+def _in_progress(ready: FluxCondition) -> bool:
+    if ready.reason == "SourceNotReady":
+        return ready.message.endswith(_SOURCE_CATCHING_UP)
+    return ready.reason in _FLUX_PROGRESS_REASONS
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,28 +127,21 @@ def _release_condition(
             ),
             False,
         )
-    if hr.observed_generation is None or hr.observed_generation < hr.generation:
-        return (
-            _cond(
-                ConditionType.RELEASE_READY,
-                "Unknown",
-                "Progressing",
-                f"HelmRelease {name} generation {hr.generation} is not yet observed by Flux",
-                generation,
-            ),
-            False,
-        )
     ready = hr.condition("Ready")
-    # A condition counts only when it speaks of the current generation.
-    if ready is None or (
-        ready.observed_generation is not None and ready.observed_generation != hr.generation
-    ):
+    # A condition counts only when it speaks of the current generation: its own
+    # observedGeneration (Flux stamps it on every condition), else the status's.
+    seen = (
+        ready.observed_generation
+        if ready is not None and ready.observed_generation is not None
+        else hr.observed_generation
+    )
+    if ready is None or seen is None or seen < hr.generation:
         return (
             _cond(
                 ConditionType.RELEASE_READY,
                 "Unknown",
                 "Progressing",
-                f"HelmRelease {name}: Flux is reconciling generation {hr.generation}",
+                f"HelmRelease {name}: Flux has not yet reconciled generation {hr.generation}",
                 generation,
             ),
             False,
@@ -141,9 +152,7 @@ def _release_condition(
     if ready.status == "True":
         return _cond(ConditionType.RELEASE_READY, "True", ready.reason, message, generation), False
     if ready.status == "False":
-        failed = (stalled is not None and stalled.status == "True") or (
-            ready.reason not in _FLUX_PROGRESS_REASONS
-        )
+        failed = (stalled is not None and stalled.status == "True") or not _in_progress(ready)
         return (
             _cond(
                 ConditionType.RELEASE_READY,

@@ -1,0 +1,124 @@
+"""Golden plans: for each scenario, `kyma-gpu plan -f gpu.yaml --nodes nodes.yaml` must print
+exactly scenarios/<name>/plan.yaml. Regenerate on purpose with UPDATE_GOLDEN=1 (README.md).
+"""
+
+from __future__ import annotations
+
+import difflib
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kyma_gpu.cli import main
+
+SCENARIOS_DIR = Path(__file__).resolve().parent / "scenarios"
+SCENARIOS = sorted(p for p in SCENARIOS_DIR.iterdir() if p.is_dir())
+UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
+
+# What each scenario is about, checked on the plan itself so that a regenerated golden cannot
+# quietly enshrine a wrong plan: (driver mode, preflight verdict, finding reasons, source kind).
+INTENT: dict[str, tuple[str, str, list[str], str | None]] = {
+    "aws-gardenlinux-g6": ("Precompiled", "ok", [], "HelmRepository"),
+    "gcp-gardenlinux-g2": ("Precompiled", "ok", [], "HelmRepository"),
+    "azure-ubuntu-t4": ("Upstream", "ok", [], "HelmRepository"),
+    "mixed-gardenlinux-ubuntu": ("PerPool", "ok", [], "HelmRepository"),
+    "preinstalled-driver": ("Preinstalled", "ok", [], "HelmRepository"),
+    "no-gpu-nodes": ("Precompiled", "warning", ["NoGpuNodes"], "HelmRepository"),
+    "unknown-os": ("Upstream", "warning", ["UnknownOs"], "HelmRepository"),
+    "gardenlinux-outside-matrix": (
+        "Precompiled",
+        "warning",
+        ["NoDriverImage", "NoDriverImage"],
+        "HelmRepository",
+    ),
+    "sovereign-mirror": ("Precompiled", "ok", [], "OCIRepository"),
+    "user-values-override": ("Precompiled", "ok", [], "HelmRepository"),
+    "gcp-n1-opt-in": ("Precompiled", "ok", ["UnknownMachineType"], "HelmRepository"),
+}
+
+
+def _plan(scenario: Path) -> str:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(
+        ["plan", "-f", str(scenario / "gpu.yaml"), "--nodes", str(scenario / "nodes.yaml")],
+        stdin=io.StringIO(),
+        stdout=out,
+        stderr=err,
+    )
+    assert code == 0, err.getvalue()
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda p: p.name)
+def test_golden_plan(scenario: Path) -> None:
+    actual = _plan(scenario)
+    golden = scenario / "plan.yaml"
+    if UPDATE:
+        golden.write_text(actual, encoding="utf-8")
+        return
+    if not golden.is_file():
+        pytest.fail(f"{golden} is missing: run `UPDATE_GOLDEN=1 pytest tests/golden`", False)
+    expected = golden.read_text(encoding="utf-8")
+    if actual != expected:
+        diff = "".join(
+            difflib.unified_diff(
+                expected.splitlines(keepends=True),
+                actual.splitlines(keepends=True),
+                fromfile=f"{scenario.name}/plan.yaml (golden)",
+                tofile=f"{scenario.name}/plan.yaml (kyma-gpu plan now)",
+            )
+        )
+        pytest.fail(
+            f"the plan of scenario {scenario.name} changed:\n{diff}\n"
+            "Review the diff; if the change is intended, regenerate with "
+            "`UPDATE_GOLDEN=1 .venv/bin/pytest tests/golden` and commit plan.yaml.",
+            pytrace=False,
+        )
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda p: p.name)
+def test_scenario_intent(scenario: Path) -> None:
+    assert scenario.name in INTENT, f"say what {scenario.name} is about in INTENT"
+    mode, verdict, reasons, source = INTENT[scenario.name]
+    plan = yaml.safe_load(_plan(scenario))
+    assert plan["driver"]["mode"] == mode
+    assert plan["preflight"]["verdict"] == verdict
+    assert [f["reason"] for f in plan["preflight"]["findings"]] == reasons
+    assert (plan["objects"][0]["kind"] if plan["objects"] else None) == source
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda p: p.name)
+def test_scenario_inputs(scenario: Path) -> None:
+    gpu = yaml.safe_load((scenario / "gpu.yaml").read_text(encoding="utf-8"))
+    assert gpu["kind"] == "Gpu"
+    assert gpu["metadata"]["name"] == "gpu"
+    assert gpu["metadata"]["uid"], "a fixed uid keeps owner references stable"
+    nodes = yaml.safe_load((scenario / "nodes.yaml").read_text(encoding="utf-8"))
+    assert nodes["kind"] == "List"
+    for item in nodes["items"]:
+        assert item["kind"] == "Node"
+        assert item["spec"]["providerID"]
+        info = item["status"]["nodeInfo"]
+        assert {"osImage", "kernelVersion", "architecture", "kubeletVersion"} <= set(info)
+        assert "node.kubernetes.io/instance-type" in item["metadata"]["labels"]
+        assert "worker.gardener.cloud/pool" in item["metadata"]["labels"]
+
+
+def test_the_console_script_prints_the_same() -> None:
+    scenario = SCENARIOS_DIR / "mixed-gardenlinux-ubuntu"
+    script = Path(sys.executable).parent / "kyma-gpu"
+    result = subprocess.run(
+        [str(script), "plan", "-f", "gpu.yaml", "--nodes", "nodes.yaml"],
+        cwd=scenario,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == _plan(scenario)

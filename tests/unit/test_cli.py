@@ -1,0 +1,237 @@
+"""`kyma-gpu`: bad input is one line on stderr and exit code 2, never a traceback."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kyma_gpu.api.crd import crd_yaml
+from kyma_gpu.cli import main
+
+GPU = """\
+apiVersion: gpu.kyma-project.io/v1beta1
+kind: Gpu
+metadata:
+  name: gpu
+  uid: 0b5a8c1e-5f7d-4c2b-9a41-6d2f0e7b9c11
+spec: {}
+"""
+
+NODES = """\
+apiVersion: v1
+kind: List
+metadata:
+  resourceVersion: ""
+items:
+- apiVersion: v1
+  kind: Node
+  metadata:
+    name: gpu-1
+    labels:
+      node.kubernetes.io/instance-type: g6.xlarge
+      worker.gardener.cloud/pool: gpu
+  spec:
+    providerID: aws:///eu-central-1a/i-0a1b2c3d4e5f60001
+  status:
+    nodeInfo:
+      architecture: amd64
+      osImage: Garden Linux 1877.21
+"""
+
+
+def run(args: list[str], stdin: str = "") -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(args, stdin=io.StringIO(stdin), stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> Path:
+    (tmp_path / "gpu.yaml").write_text(GPU, encoding="utf-8")
+    (tmp_path / "nodes.yaml").write_text(NODES, encoding="utf-8")
+    return tmp_path
+
+
+def test_plan(files: Path) -> None:
+    code, out, err = run(
+        ["plan", "-f", str(files / "gpu.yaml"), "--nodes", str(files / "nodes.yaml")]
+    )
+    assert (code, err) == (0, "")
+    doc = yaml.safe_load(out)
+    assert doc["preflight"]["verdict"] == "ok"
+    assert [n["name"] for n in doc["nodes"]] == ["gpu-1"]
+    assert [o["kind"] for o in doc["objects"]] == ["HelmRepository", "HelmRelease"]
+    owner = doc["objects"][0]["metadata"]["ownerReferences"][0]
+    assert owner["uid"] == "0b5a8c1e-5f7d-4c2b-9a41-6d2f0e7b9c11"
+
+
+def test_plan_from_stdin(files: Path) -> None:
+    by_file = run(["plan", "-f", str(files / "gpu.yaml"), "--nodes", str(files / "nodes.yaml")])
+    assert run(["plan", "-f", "-", "--nodes", str(files / "nodes.yaml")], GPU) == by_file
+    assert run(["plan", "-f", str(files / "gpu.yaml"), "--nodes", "-"], NODES) == by_file
+
+
+def test_plan_defaults(files: Path) -> None:
+    code, out, _ = run(["plan"])
+    assert code == 0
+    doc = yaml.safe_load(out)
+    assert doc["preflight"]["findings"][0]["reason"] == "NoGpuNodes"
+    assert "ownerReferences" not in doc["objects"][0]["metadata"]
+    single = NODES.split("items:\n- ", 1)[1].replace("\n  ", "\n")
+    code, out, _ = run(["plan", "--nodes", "-"], single)
+    assert code == 0
+    assert [n["name"] for n in yaml.safe_load(out)["nodes"]] == ["gpu-1"]
+    code, out, _ = run(["plan", "--nodes", "-"], "")
+    assert code == 0
+
+
+GPU_HEAD = "apiVersion: gpu.kyma-project.io/v1beta1\nkind: Gpu\nmetadata: {name: gpu}\n"
+
+
+@pytest.mark.parametrize(
+    ("gpu", "nodes", "message"),
+    [
+        pytest.param("a: [\n", None, "not valid YAML (line 2)", id="bad-yaml"),
+        pytest.param("- 1\n", None, "expected a Gpu manifest (a mapping), got list", id="list"),
+        pytest.param("just text\n", None, "expected a Gpu manifest", id="scalar"),
+        pytest.param(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: gpu}\n",
+            None,
+            "expected apiVersion gpu.kyma-project.io/v1beta1 kind Gpu",
+            id="wrong-kind",
+        ),
+        pytest.param(
+            "apiVersion: gpu.kyma-project.io/v1beta1\nkind: Gpu\n",
+            None,
+            "invalid metadata",
+            id="no-metadata",
+        ),
+        pytest.param(
+            GPU_HEAD + "spec: {driver: {mode: Foo}}\n",
+            None,
+            "invalid spec.driver.mode: Input should be 'Auto', 'Precompiled', 'Preinstalled' or",
+            id="bad-mode",
+        ),
+        pytest.param(
+            GPU_HEAD + "spec: {source: {chartRepository: 'http://charts.example/nvidia'}}\n",
+            None,
+            "spec.source.chartRepository 'http://charts.example/nvidia' is plain http://",
+            id="http-without-insecure",
+        ),
+        pytest.param(
+            GPU_HEAD + "spec: {driver: {version: 590}}\n",
+            None,
+            "invalid spec.driver.version",
+            id="version-as-number",
+        ),
+        pytest.param(
+            GPU_HEAD + "spec: {colour: blue}\n",
+            None,
+            "invalid spec.colour: Extra inputs are not permitted",
+            id="unknown-field",
+        ),
+        pytest.param(
+            None,
+            "- a\n- b\n",
+            "expected the output of `kubectl get nodes -o yaml`",
+            id="nodes-not-a-list-object",
+        ),
+        pytest.param(
+            None, "kind: Pod\nmetadata: {name: p}\n", "expected the output of", id="a-pod"
+        ),
+        pytest.param(
+            None,
+            "kind: List\nitems:\n- kind: Node\n  metadata: {}\n",
+            "item 0: a Node without metadata.name",
+            id="node-without-name",
+        ),
+        pytest.param(
+            None,
+            "kind: List\nitems:\n- 5\n",
+            "item 0: expected a Node object, got int",
+            id="node-is-a-number",
+        ),
+        pytest.param(
+            None,
+            "kind: List\nitems:\n- kind: Pod\n  metadata: {name: p}\n",
+            "item 0: expected kind Node, got kind 'Pod'",
+            id="pod-in-list",
+        ),
+        pytest.param(
+            None,
+            "kind: List\nitems:\n- kind: Node\n  metadata: {name: a, labels: [1]}\n",
+            "item 0: Node a: metadata.labels must be a mapping, got list",
+            id="labels-as-list",
+        ),
+        pytest.param(
+            None,
+            "kind: List\nitems:\n- metadata: {name: a}\n  status: {capacity: []}\n",
+            "status.capacity must be a mapping",
+            id="capacity-as-list",
+        ),
+        pytest.param(None, "items: [\n", "not valid YAML", id="nodes-bad-yaml"),
+    ],
+)
+def test_bad_input(tmp_path: Path, gpu: str | None, nodes: str | None, message: str) -> None:
+    args = ["plan"]
+    if gpu is not None:
+        (tmp_path / "gpu.yaml").write_text(gpu, encoding="utf-8")
+        args += ["-f", str(tmp_path / "gpu.yaml")]
+    if nodes is not None:
+        (tmp_path / "nodes.yaml").write_text(nodes, encoding="utf-8")
+        args += ["--nodes", str(tmp_path / "nodes.yaml")]
+    code, out, err = run(args)
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1, err
+    assert err.startswith("kyma-gpu plan: error: ")
+    assert message in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["plan", "-f", "-", "--nodes", "-"], "only one of -f and --nodes can read standard input"),
+        (["plan", "-f", "/nonexistent/gpu.yaml"], "/nonexistent/gpu.yaml: cannot read"),
+        (["plan", "--nodes", "/nonexistent/nodes.yaml"], "cannot read"),
+        (["plan", "--rules", "/nonexistent"], "values rules directory /nonexistent does not exist"),
+        (["images", "--chart-version", "v0.0.1"], "chart version v0.0.1: no facts"),
+    ],
+)
+def test_usage_errors(args: list[str], message: str) -> None:
+    code, out, err = run(args, GPU)
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1
+    assert message in err
+
+
+def test_crd() -> None:
+    assert run(["crd"]) == (0, crd_yaml(), "")
+
+
+def test_images() -> None:
+    code, out, err = run(["images"])
+    assert (code, err) == (0, "")
+    refs = out.splitlines()
+    assert "nvcr.io/nvidia/k8s-device-plugin:v0.20.0" in refs
+    assert "registry.k8s.io/nfd/node-feature-discovery" in refs
+    assert (
+        "ghcr.io/gardenlinux/gardenlinux-nvidia-installer/1.17.0/driver:590-<kernel>-gardenlinux0"
+        in refs
+    )
+    code, out, _ = run(["images", "--installer-release", "1.7.0"])
+    assert "gardenlinux-nvidia-installer/1.17.0" not in out
+    assert "gardenlinux-nvidia-installer/1.7.0" in out
+
+
+def test_chart_facts_error(tmp_path: Path) -> None:
+    (tmp_path / "chart.tgz").write_bytes(b"not a tarball")
+    code, _, err = run(["chart-facts", str(tmp_path / "chart.tgz")])
+    assert code == 2
+    assert "not a packaged chart" in err
+    assert err.count("\n") == 1

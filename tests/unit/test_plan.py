@@ -1,0 +1,606 @@
+"""Planning: driver modes, preflight, chart values and the Flux objects (DESIGN.md 4 and 5)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from kyma_gpu.api import GpuSpec
+from kyma_gpu.facts import ClusterFacts, cluster_facts
+from kyma_gpu.plan import Finding, Owner, Plan, Preflight, Severity, make_plan
+from kyma_gpu.plan.plan import PER_POOL
+from kyma_gpu.rules.catalog import Catalog
+from tests.unit.builders import cpu_node, facts_of, node, ubuntu_node
+
+UID = "0b5a8c1e-5f7d-4c2b-9a41-6d2f0e7b9c11"
+INSTALLER = "ghcr.io/gardenlinux/gardenlinux-nvidia-installer/1.17.0"
+FLATCAR = "Flatcar Container Linux by Kinvolk 4081.2.0 (Oklo)"
+
+
+def plan_for(
+    catalog: Catalog,
+    *bodies: Mapping[str, Any],
+    spec: Mapping[str, Any] | None = None,
+    owner: Owner | None = None,
+) -> Plan:
+    facts = facts_of(catalog.machine_types, *bodies)
+    return make_plan(GpuSpec.model_validate(spec or {}), facts, catalog, owner)
+
+
+def reasons(plan: Plan) -> list[tuple[str, str]]:
+    return [(str(f.severity), f.reason) for f in plan.preflight.findings]
+
+
+def dig(values: Mapping[str, Any], path: str) -> Any:
+    node_: Any = values
+    for key in path.split("."):
+        node_ = node_[key]
+    return node_
+
+
+@pytest.mark.parametrize(
+    ("os_image", "labels", "mode"),
+    [
+        ("Garden Linux 1877.21", {}, "Precompiled"),
+        ("SUSE Linux Micro 6.1", {}, "Precompiled"),
+        ("Ubuntu 22.04.5 LTS", {}, "Upstream"),
+        ("Red Hat Enterprise Linux 9.4 (Plow)", {}, "Upstream"),
+        ("SUSE Linux Enterprise Server 15 SP6", {}, "Upstream"),
+        ("Debian GNU/Linux 12 (bookworm)", {}, "Upstream"),
+        (FLATCAR, {}, "Preinstalled"),
+        ("Bottlerocket OS 1.29.0 (aws-k8s-1.31-nvidia)", {}, "Preinstalled"),
+        ("Talos (v1.9.5)", {}, "Preinstalled"),
+        ("Ubuntu 22.04.5 LTS", {"gpu.kyma-project.io/driver-preinstalled": "true"}, "Preinstalled"),
+        (
+            "Garden Linux 1877.21",
+            {"gpu.kyma-project.io/driver-preinstalled": "true"},
+            "Preinstalled",
+        ),
+    ],
+)
+def test_auto_driver_mode_per_os(
+    catalog: Catalog, os_image: str, labels: dict[str, str], mode: str
+) -> None:
+    plan = plan_for(catalog, node(os_image=os_image, labels=labels))
+    assert plan.driver_mode == mode
+    assert [n.driver_mode for n in plan.nodes] == [mode]
+
+
+@pytest.mark.parametrize(
+    ("mode", "mixed_mode", "drivers"),
+    [
+        ("Precompiled", PER_POOL, ["gpu-flatcar", "gpu-gardenlinux", "gpu-ubuntu"]),
+        ("Upstream", PER_POOL, ["gpu-flatcar", "gpu-gardenlinux", "gpu-ubuntu"]),
+        ("Preinstalled", "Preinstalled", []),
+    ],
+)
+def test_a_fixed_mode_applies_to_every_node(
+    catalog: Catalog, mode: str, mixed_mode: str, drivers: list[str]
+) -> None:
+    spec = {"driver": {"mode": mode, "version": "580.178.04"}}
+    single = plan_for(catalog, node("gl-1"), node("gl-2"), spec=spec)
+    assert single.driver_mode == mode
+    assert {n.driver_mode for n in single.nodes} == {mode}
+    assert "extraObjects" not in single.values
+    # More than one OS still needs one driver per OS pool: the image tag depends on the OS.
+    mixed = plan_for(
+        catalog, node("gl"), ubuntu_node("ub"), node("flat", os_image=FLATCAR), spec=spec
+    )
+    assert {n.driver_mode for n in mixed.nodes} == {mode}
+    assert mixed.driver_mode == mixed_mode
+    assert sorted(_drivers(mixed)) == drivers
+
+
+def test_precompiled_garden_linux_values(catalog: Catalog) -> None:
+    plan = plan_for(catalog, node(), cpu_node())
+    values = plan.values
+    assert plan.driver_mode == "Precompiled"
+    assert plan.installer_release == "1.17.0"
+    assert values["driver"] == {
+        "imagePullPolicy": "Always",
+        "usePrecompiled": True,
+        "version": "590",
+        "repository": INSTALLER,
+    }
+    assert values["toolkit"] == {"installDir": "/opt/nvidia"}
+    assert values["cdi"]["enabled"] is True
+    custom = dig(values, "node-feature-discovery.worker.config.sources.custom")
+    assert "system-os_release.VERSION_ID=0" in custom[0]["labelsTemplate"]
+    assert "{{ range .system.osrelease }}" in custom[0]["labelsTemplate"]
+    assert plan.driver_summary == "590"
+
+
+def test_a_spec_branch_and_installer_release(catalog: Catalog) -> None:
+    plan = plan_for(
+        catalog,
+        node(os_image="Garden Linux 1877.14"),
+        spec={"driver": {"version": "580", "installerRelease": "1.7.0"}},
+    )
+    assert reasons(plan) == []
+    assert plan.values["driver"]["version"] == "580"
+    assert plan.values["driver"]["repository"].endswith("/1.7.0")
+    assert plan.installer_release == "1.7.0"
+    assert plan.driver_version == "580.159.03"
+    assert plan.driver_summary == "580"
+
+
+def test_upstream_values(catalog: Catalog) -> None:
+    plan = plan_for(catalog, ubuntu_node())
+    assert plan.values["driver"] == {"usePrecompiled": False}
+    assert plan.installer_release is None
+    # The chart's default driver is what runs; status says so.
+    assert (plan.driver_branch, plan.driver_version) == ("595", "595.91.07")
+    assert plan.driver_summary == "595.91.07"
+
+
+@pytest.mark.parametrize(("version", "full"), [("570", "570.211.01"), ("580.65.06", "580.65.06")])
+def test_upstream_version_from_the_spec(catalog: Catalog, version: str, full: str) -> None:
+    plan = plan_for(catalog, ubuntu_node(), spec={"driver": {"version": version}})
+    assert plan.values["driver"]["version"] == full
+    assert plan.driver_summary == full
+
+
+def test_preinstalled_values(catalog: Catalog) -> None:
+    plan = plan_for(
+        catalog,
+        node(os_image=FLATCAR),
+        ubuntu_node(labels={"gpu.kyma-project.io/driver-preinstalled": "true"}),
+    )
+    assert plan.driver_mode == "Preinstalled"
+    assert plan.values["driver"] == {"enabled": False}
+    assert plan.driver_summary == ""
+    assert plan.installer_release is None
+
+
+def _drivers(plan: Plan) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o["spec"] for o in plan.values.get("extraObjects", [])}
+
+
+def test_mixed_fleet_gets_one_nvidiadriver_per_pool(catalog: Catalog) -> None:
+    plan = plan_for(catalog, node("gl-1"), node("gl-2"), ubuntu_node("ub-1"), cpu_node())
+    assert plan.driver_mode == PER_POOL
+    assert [(str(p.os), str(p.mode)) for p in plan.pools] == [
+        ("gardenlinux", "Precompiled"),
+        ("ubuntu", "Upstream"),
+    ]
+    assert plan.values["driver"]["nvidiaDriverCRD"] == {"enabled": True, "deployDefaultCR": False}
+    drivers = _drivers(plan)
+    assert sorted(drivers) == ["gpu-gardenlinux", "gpu-ubuntu"]
+    gl, ub = drivers["gpu-gardenlinux"], drivers["gpu-ubuntu"]
+    assert gl["usePrecompiled"] is True
+    assert gl["repository"] == INSTALLER
+    assert gl["version"] == "590"
+    assert gl["imagePullPolicy"] == "Always"
+    assert gl["nodeSelector"] == {"feature.node.kubernetes.io/system-os_release.ID": "gardenlinux"}
+    assert ub["usePrecompiled"] is False
+    assert ub["repository"] == "nvcr.io/nvidia"
+    assert ub["version"] == "595.91.07"
+    assert ub["imagePullPolicy"] == "IfNotPresent"
+    assert gl["imagePullSecrets"] == ub["imagePullSecrets"] == []
+    assert ub["nodeSelector"] == {"feature.node.kubernetes.io/system-os_release.ID": "ubuntu"}
+    assert plan.provenance["extraObjects"] == "per-pool-driver-objects"
+
+
+def test_mixed_fleet_preinstalled_pools_get_no_driver(catalog: Catalog) -> None:
+    plan = plan_for(catalog, node("gl"), ubuntu_node("ub"), node("flat", os_image=FLATCAR))
+    assert plan.driver_mode == PER_POOL
+    assert sorted(_drivers(plan)) == ["gpu-gardenlinux", "gpu-ubuntu"]
+    plan = plan_for(catalog, node("gl"), node("flat", os_image=FLATCAR))
+    assert plan.driver_mode == PER_POOL
+    assert sorted(_drivers(plan)) == ["gpu-gardenlinux"]
+
+
+def test_mixed_preinstalled_fleet_is_preinstalled(catalog: Catalog) -> None:
+    plan = plan_for(
+        catalog,
+        node("flat", os_image=FLATCAR),
+        node("talos", os_image="Talos (v1.9.5)"),
+    )
+    assert plan.driver_mode == "Preinstalled"
+    assert "extraObjects" not in plan.values
+
+
+def test_mixed_fleet_upstream_version_from_the_spec(catalog: Catalog) -> None:
+    plan = plan_for(catalog, node("gl"), ubuntu_node("ub"), spec={"driver": {"version": "580"}})
+    drivers = _drivers(plan)
+    assert drivers["gpu-gardenlinux"]["version"] == "580"
+    assert drivers["gpu-ubuntu"]["version"] == "580.178.04"
+
+
+def test_preflight_no_gpu_nodes(catalog: Catalog) -> None:
+    plan = plan_for(catalog, cpu_node("a"), cpu_node("b"))
+    assert reasons(plan) == [("warning", "NoGpuNodes")]
+    assert "2 CPU-only nodes" in plan.preflight.findings[0].message
+    assert plan.preflight.verdict == "warning"
+    assert plan.driver_mode == "Precompiled"  # prepared for Garden Linux
+    assert len(plan.objects) == 2
+
+
+def test_preflight_unknown_os_and_machine_type(catalog: Catalog) -> None:
+    plan = plan_for(
+        catalog,
+        node("odd", os_image="Debian GNU/Linux 12 (bookworm)"),
+        node(
+            "n1",
+            instance_type="n1-standard-8",
+            provider_id="gce://p/z/n1",
+            labels={"gpu.kyma-project.io/gpu": "true"},
+        ),
+    )
+    assert reasons(plan) == [("warning", "UnknownOs"), ("info", "UnknownMachineType")]
+    assert "node odd: OS 'Debian GNU/Linux 12 (bookworm)'" in plan.preflight.findings[0].message
+    assert "using Upstream driver mode" in plan.preflight.findings[0].message
+    assert "GPU detected by opt-in" in plan.preflight.findings[1].message
+    assert plan.preflight.verdict == "warning"
+
+
+def test_preflight_info_only_is_ok(catalog: Catalog) -> None:
+    plan = plan_for(catalog, node(instance_type="x", capacity={"nvidia.com/gpu": "1"}))
+    assert reasons(plan) == [("info", "UnknownMachineType")]
+    assert plan.preflight.verdict == "ok"
+
+
+def test_preflight_unknown_installer_release(catalog: Catalog) -> None:
+    spec = {"driver": {"installerRelease": "9.9.9"}}
+    plan = plan_for(catalog, node(), spec=spec)
+    assert reasons(plan) == [("error", "UnknownInstallerRelease")]
+    assert "'9.9.9' is not adopted" in plan.preflight.findings[0].message
+    assert "known: 1.17.0, 1.7.0" in plan.preflight.findings[0].message
+    assert plan.objects == ()
+    assert plan.helm_release is None
+    # Nodes that do not use the installer do not care.
+    assert reasons(plan_for(catalog, ubuntu_node(), spec=spec)) == []
+
+
+def test_preflight_upstream_branch_without_a_build(catalog: Catalog) -> None:
+    plan = plan_for(catalog, ubuntu_node(), spec={"driver": {"version": "550"}})
+    assert reasons(plan) == [("error", "UnknownDriverVersion")]
+    assert plan.objects == ()
+
+
+def test_preflight_unknown_chart_version(catalog: Catalog) -> None:
+    plan = plan_for(catalog, node(), spec={"operatorVersion": "v27.1.0"})
+    assert reasons(plan) == [("warning", "UnknownChartVersion")]
+    assert plan.chart_version == "v27.1.0"
+    assert plan.helm_release is not None
+    assert plan.helm_release["spec"]["chart"]["spec"]["version"] == "v27.1.0"
+    mirrored = plan_for(
+        catalog,
+        node(),
+        spec={"operatorVersion": "v27.1.0", "source": {"imageRegistry": "mirror.example"}},
+    )
+    assert ("error", "MirrorNeedsChartFacts") in reasons(mirrored)
+    assert mirrored.objects == ()
+
+
+def test_preflight_matrix(catalog: Catalog) -> None:
+    spec = {"driver": {"version": "570"}}
+    some = plan_for(
+        catalog,
+        node("ok", os_image="Garden Linux 1877.21"),
+        node("old", os_image="Garden Linux 1877.18"),
+        node("new", os_image="Garden Linux 2150.8.0"),
+        spec=spec,
+    )
+    assert reasons(some) == [("warning", "NoDriverImage"), ("warning", "NoDriverImage")]
+    messages = [f.message for f in some.preflight.findings]
+    assert messages[0].startswith("node new: installer release 1.17.0 excludes driver 570.211.01")
+    assert messages[1].startswith("node old: Garden Linux 1877.18 is not in")
+    assert some.helm_release is not None
+    every = plan_for(catalog, node("new", os_image="Garden Linux 2150.8.0"), spec=spec)
+    assert reasons(every) == [("error", "NoDriverImage")]
+    assert every.objects == ()
+    arm = plan_for(catalog, node("arm", instance_type="g5g.xlarge", arch="arm64"))
+    assert reasons(arm) == [("error", "NoDriverImage")]
+    assert "architecture arm64" in arm.preflight.findings[0].message
+
+
+def test_the_matrix_ignores_other_pools(catalog: Catalog) -> None:
+    plan = plan_for(catalog, ubuntu_node(arch="arm64"), spec={"driver": {"version": "570"}})
+    assert reasons(plan) == []
+
+
+@pytest.mark.parametrize(
+    ("severities", "verdict", "worst"),
+    [
+        ((), "ok", None),
+        ((Severity.INFO,), "ok", "info"),
+        ((Severity.INFO, Severity.WARNING), "warning", "warning"),
+        ((Severity.WARNING, Severity.ERROR, Severity.INFO), "error", "error"),
+    ],
+)
+def test_preflight_verdict(
+    severities: tuple[Severity, ...], verdict: str, worst: str | None
+) -> None:
+    preflight = Preflight(tuple(Finding(s, f"R{i}", "m") for i, s in enumerate(severities)))
+    assert preflight.verdict == verdict
+    found = preflight.worst()
+    assert (str(found.severity) if found else None) == worst
+
+
+def test_helm_repository_source(catalog: Catalog) -> None:
+    plan = plan_for(catalog, node(), owner=Owner(uid=UID))
+    source, release = plan.objects
+    assert source["kind"] == "HelmRepository"
+    assert source["spec"] == {"interval": "1h", "url": "https://helm.ngc.nvidia.com/nvidia"}
+    chart = release["spec"]["chart"]["spec"]
+    assert chart["chart"] == "gpu-operator"
+    assert chart["version"] == "v26.7.0"
+    assert chart["sourceRef"] == {
+        "kind": "HelmRepository",
+        "name": "gpu-operator",
+        "namespace": "kyma-system",
+    }
+    assert plan.source is source
+    assert plan.helm_release is release
+
+
+def test_oci_source(catalog: Catalog) -> None:
+    spec = {
+        "source": {
+            "chartRepository": "oci://registry.example/mirror/charts/",
+            "secretRef": "chart-auth",
+        }
+    }
+    source, release = plan_for(catalog, node(), spec=spec).objects
+    assert source["apiVersion"] == "source.toolkit.fluxcd.io/v1"
+    assert source["kind"] == "OCIRepository"
+    assert source["spec"]["url"] == "oci://registry.example/mirror/charts/gpu-operator"
+    assert source["spec"]["ref"] == {"tag": "v26.7.0"}
+    assert source["spec"]["layerSelector"]["operation"] == "copy"
+    assert source["spec"]["secretRef"] == {"name": "chart-auth"}
+    assert "insecure" not in source["spec"]
+    assert release["spec"]["chartRef"] == {
+        "kind": "OCIRepository",
+        "name": "gpu-operator",
+        "namespace": "kyma-system",
+    }
+    assert "chart" not in release["spec"]
+
+
+def test_insecure_sources(catalog: Catalog) -> None:
+    oci = {"source": {"chartRepository": "oci://127.0.0.1:5000/charts", "insecure": True}}
+    source, _ = plan_for(catalog, node(), spec=oci).objects
+    assert source["spec"]["insecure"] is True
+    http = {"source": {"chartRepository": "http://127.0.0.1:8879/charts", "insecure": True}}
+    source, _ = plan_for(catalog, node(), spec=http).objects
+    assert source["kind"] == "HelmRepository"
+    assert source["spec"]["url"] == "http://127.0.0.1:8879/charts"
+
+
+@pytest.mark.parametrize(
+    ("spec", "location"),
+    [
+        ({"source": {"chartRepository": "http://charts.example"}}, "source"),
+        ({"source": {"chartRepository": "ftp://charts.example"}}, "source.chartRepository"),
+        ({"source": {"imageRegistry": "https://mirror.example"}}, "source.imageRegistry"),
+        ({"source": {"imagePullSecrets": ["Not_A_Name"]}}, "source.imagePullSecrets"),
+        ({"driver": {"mode": "Foo"}}, "driver.mode"),
+        ({"driver": {"version": "latest"}}, "driver.version"),
+        ({"driver": {"version": 590}}, "driver.version"),
+        ({"driver": {"installerRelease": "1.17"}}, "driver.installerRelease"),
+        ({"operatorVersion": "latest"}, "operatorVersion"),
+        ({"components": {"dcgmExporter": "maybe"}}, "components.dcgmExporter"),
+        ({"unknownField": 1}, "unknownField"),
+    ],
+)
+def test_invalid_specs_are_rejected_by_the_model(spec: dict[str, Any], location: str) -> None:
+    with pytest.raises(ValidationError) as err:
+        GpuSpec.model_validate(spec)
+    assert ".".join(str(p) for p in err.value.errors()[0]["loc"]).startswith(location)
+
+
+def test_owner_references(catalog: Catalog) -> None:
+    owned = plan_for(catalog, node(), owner=Owner(uid=UID))
+    for obj in owned.objects:
+        assert obj["metadata"]["ownerReferences"] == [
+            {
+                "apiVersion": "gpu.kyma-project.io/v1beta1",
+                "kind": "Gpu",
+                "name": "gpu",
+                "uid": UID,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+        assert obj["metadata"]["namespace"] == "kyma-system"
+        assert obj["metadata"]["labels"]["app.kubernetes.io/part-of"] == "kyma-gpu"
+    for obj in plan_for(catalog, node()).objects:
+        assert "ownerReferences" not in obj["metadata"]
+
+
+def test_helm_release_follows_flux_recommendations(catalog: Catalog) -> None:
+    release = plan_for(catalog, node()).helm_release
+    assert release is not None
+    spec = release["spec"]
+    assert spec["install"]["crds"] == "CreateReplace"
+    assert spec["upgrade"]["crds"] == "CreateReplace"
+    assert spec["install"]["strategy"]["name"] == "RetryOnFailure"
+    assert spec["upgrade"]["strategy"]["name"] == "RetryOnFailure"
+    assert spec["driftDetection"]["mode"] == "enabled"
+    assert spec["driftDetection"]["ignore"]
+    assert spec["uninstall"]["keepHistory"] is False
+    assert spec["timeout"] == "20m"
+    assert spec["targetNamespace"] == "gpu-operator"
+    assert spec["releaseName"] == "gpu-operator"
+    assert spec["values"] == plan_for(catalog, node()).values
+
+
+def test_mirror_rewrites_every_chart_image(catalog: Catalog) -> None:
+    mirror = "registry.sovereign.example/mirror"
+    plan = plan_for(
+        catalog,
+        node(),
+        spec={"source": {"imageRegistry": mirror, "imagePullSecrets": ["pull"]}},
+    )
+    chart = catalog.chart("v26.7.0")
+    assert chart is not None
+    for image in chart.images:
+        repository = dig(plan.values, f"{image.path}.repository")
+        assert repository.startswith(mirror + "/"), image.path
+        assert plan.provenance[f"{image.path}.repository"] == "image-mirror"
+    assert plan.values["driver"]["repository"] == (
+        f"{mirror}/gardenlinux/gardenlinux-nvidia-installer/1.17.0"
+    )
+    assert dig(plan.values, "node-feature-discovery.image.repository") == (
+        f"{mirror}/nfd/node-feature-discovery"
+    )
+    assert dig(plan.values, "dcgmExporter.repository") == f"{mirror}/nvidia/k8s"
+    assert plan.rules_applied[-1] == "image-mirror"
+    for path in ("operator", "driver", "toolkit", "devicePlugin", "nodeStatusExporter"):
+        assert dig(plan.values, f"{path}.imagePullSecrets") == ["pull"]
+    assert dig(plan.values, "node-feature-discovery.imagePullSecrets") == [{"name": "pull"}]
+
+
+def test_mirror_covers_the_older_chart_too(catalog: Catalog) -> None:
+    plan = plan_for(
+        catalog,
+        node(),
+        spec={"operatorVersion": "v26.3.3", "source": {"imageRegistry": "mirror.example:5000"}},
+    )
+    assert dig(plan.values, "node-feature-discovery.image.repository") == (
+        "mirror.example:5000/nfd/node-feature-discovery"
+    )
+
+
+def test_mirror_covers_per_pool_drivers(catalog: Catalog) -> None:
+    mirror = "mirror.example"
+    plan = plan_for(
+        catalog,
+        node("gl"),
+        ubuntu_node("ub"),
+        spec={"source": {"imageRegistry": mirror, "imagePullSecrets": ["pull"]}},
+    )
+    drivers = _drivers(plan)
+    assert drivers["gpu-gardenlinux"]["repository"] == (
+        f"{mirror}/gardenlinux/gardenlinux-nvidia-installer/1.17.0"
+    )
+    assert drivers["gpu-ubuntu"]["repository"] == f"{mirror}/nvidia"
+    assert {d["imagePullSecrets"][0] for d in drivers.values()} == {"pull"}
+
+
+def test_no_mirror_no_pull_secrets(catalog: Catalog) -> None:
+    plan = plan_for(catalog, node())
+    assert "imagePullSecrets" not in plan.values["driver"]
+    assert "operator" not in plan.values
+    assert "image-mirror" not in plan.rules_applied
+
+
+@pytest.mark.parametrize(
+    ("components", "expected"),
+    [
+        ({}, {"dcgmExporter": True, "serviceMonitor": False, "migManager": False, "gfd": True}),
+        (
+            {"dcgmExporter": False, "migManager": True, "serviceMonitor": True},
+            {"dcgmExporter": False, "serviceMonitor": True, "migManager": True, "gfd": True},
+        ),
+    ],
+)
+def test_components(
+    catalog: Catalog, components: dict[str, bool], expected: dict[str, bool]
+) -> None:
+    values = plan_for(catalog, node(), spec={"components": components}).values
+    assert {
+        "dcgmExporter": values["dcgmExporter"]["enabled"],
+        "serviceMonitor": values["dcgmExporter"]["serviceMonitor"]["enabled"],
+        "migManager": values["migManager"]["enabled"],
+        "gfd": values["gfd"]["enabled"],
+    } == expected
+
+
+def test_spec_values_are_merged_last(catalog: Catalog) -> None:
+    spec = {
+        "source": {"imageRegistry": "mirror.example"},
+        "values": {
+            "driver": {"imagePullPolicy": "IfNotPresent", "version": "590"},
+            "operator": {"repository": "my.registry/operator"},
+            "devicePlugin": {"config": {"name": "time-slicing", "default": "any"}},
+            "toolkit": None,
+        },
+    }
+    plan = plan_for(catalog, node(), spec=spec)
+    assert plan.rules_applied[-2:] == ("image-mirror", "spec.values")
+    assert plan.values["driver"]["imagePullPolicy"] == "IfNotPresent"
+    assert plan.values["operator"]["repository"] == "my.registry/operator"
+    assert plan.values["devicePlugin"]["config"] == {"name": "time-slicing", "default": "any"}
+    assert plan.values["toolkit"] is None
+    assert plan.values["driver"]["repository"].startswith("mirror.example/")  # untouched
+    for path in (
+        "driver.imagePullPolicy",
+        "driver.version",
+        "operator.repository",
+        "devicePlugin.config.name",
+        "devicePlugin.config.default",
+        "toolkit",
+    ):
+        assert plan.provenance[path] == "spec.values", path
+    assert not any(p.startswith("toolkit.") for p in plan.provenance)
+    assert plan.provenance["driver.repository"] == "image-mirror"
+
+
+def test_node_status_entries(catalog: Catalog) -> None:
+    plan = plan_for(catalog, ubuntu_node("b"), node("a"), cpu_node())
+    assert [n.model_dump(by_alias=True, exclude_none=True) for n in plan.nodes] == [
+        {
+            "name": "a",
+            "provider": "aws",
+            "machineType": "g6.xlarge",
+            "gpuModel": "L4",
+            "gpuCount": 1,
+            "os": "gardenlinux",
+            "osVersion": "1877.21",
+            "driverMode": "Precompiled",
+            "pool": "gpu",
+        },
+        {
+            "name": "b",
+            "provider": "aws",
+            "machineType": "g4dn.xlarge",
+            "gpuModel": "T4",
+            "gpuCount": 1,
+            "os": "ubuntu",
+            "osVersion": "22.04.5",
+            "driverMode": "Upstream",
+            "pool": "gpu",
+        },
+    ]
+
+
+def test_plan_is_deterministic(catalog: Catalog) -> None:
+    bodies = [node("gl"), ubuntu_node("ub"), cpu_node()]
+    first = plan_for(catalog, *bodies, owner=Owner(uid=UID)).document()
+    second = plan_for(catalog, *reversed(bodies), owner=Owner(uid=UID)).document()
+    assert first == second
+
+
+def test_plan_does_not_share_values_with_the_catalog(catalog: Catalog) -> None:
+    plan = plan_for(catalog, node())
+    plan.values["driver"]["version"] = "mutated"
+    plan.values["node-feature-discovery"]["worker"]["config"]["sources"]["custom"].clear()
+    again = plan_for(catalog, node())
+    assert again.values["driver"]["version"] == "590"
+    assert again.values["node-feature-discovery"]["worker"]["config"]["sources"]["custom"]
+
+
+def test_empty_cluster_facts(catalog: Catalog) -> None:
+    plan = make_plan(GpuSpec(), ClusterFacts(gpu_nodes=(), cpu_node_count=0), catalog)
+    assert plan.nodes == ()
+    assert plan.pools == ()
+    assert reasons(plan) == [("warning", "NoGpuNodes")]
+    assert make_plan(GpuSpec(), cluster_facts([]), catalog).document() == plan.document()
+
+
+def test_garden_linux_upstream_does_not_adopt_the_installer(catalog: Catalog) -> None:
+    """Found by hypothesis: a fixed Upstream mode on a mixed fleet read the values of an
+    unknown installer release (a RuleError out of make_plan)."""
+    spec = {"driver": {"mode": "Upstream", "installerRelease": "9.9.9"}}
+    plan = plan_for(catalog, node("gl"), ubuntu_node("ub"), spec=spec)
+    assert plan.driver_mode == PER_POOL
+    assert "garden-linux-installer-values" not in plan.rules_applied
+    assert "cdi" not in plan.values
+    assert plan.installer_release is None
+    assert reasons(plan) == []
+    assert {d["repository"] for d in _drivers(plan).values()} == {"nvcr.io/nvidia"}

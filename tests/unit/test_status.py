@@ -1,0 +1,584 @@
+"""Status aggregation (DESIGN.md section 6): a table of observed worlds and the Gpu.status each
+gives, the DaemonSet readiness rule, and transition times that only move on a change."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from kyma_gpu.api import GpuSpec, GpuState
+from kyma_gpu.plan import Owner, Plan, make_plan
+from kyma_gpu.rules.catalog import Catalog
+from kyma_gpu.status import (
+    ClusterPolicyFacts,
+    DaemonSetFacts,
+    HelmReleaseFacts,
+    Observed,
+    aggregate,
+    cluster_policy_facts,
+    daemonset_facts,
+    helm_release_facts,
+    requests_gpu,
+)
+from kyma_gpu.status.aggregate import _release_condition
+from tests.unit.builders import cpu_node, facts_of, node, ubuntu_node
+
+UID = "0b5a8c1e-5f7d-4c2b-9a41-6d2f0e7b9c11"
+DRIVER_DS = "nvidia-driver-daemonset-6.12.44-cloud-amd64-gardenlinux0"
+FLATCAR = "Flatcar Container Linux by Kinvolk 4081.2.0 (Oklo)"
+
+
+@pytest.fixture(scope="module")
+def plans(catalog: Catalog) -> dict[str, Plan]:
+    def plan(*bodies: Mapping[str, Any], spec: Mapping[str, Any] | None = None) -> Plan:
+        facts = facts_of(catalog.machine_types, *bodies)
+        return make_plan(GpuSpec.model_validate(spec or {}), facts, catalog, Owner(uid=UID))
+
+    return {
+        "gl": plan(node("gl-1"), cpu_node()),
+        "warning": plan(node("odd", os_image="Debian GNU/Linux 12 (bookworm)")),
+        "error": plan(node("gl-1"), spec={"driver": {"installerRelease": "9.9.9"}}),
+        "preinstalled": plan(node("flat", os_image=FLATCAR)),
+        "no-gpu": plan(cpu_node()),
+        "upstream": plan(ubuntu_node()),
+    }
+
+
+def hr(
+    *,
+    generation: int = 2,
+    observed: int | None = 2,
+    ready: tuple[str, str] | None = ("True", "InstallSucceeded"),
+    ready_generation: int | None = None,
+    stalled: bool = False,
+    reconciling: str | None = None,
+    deployed: str | None = "v26.7.0",
+) -> HelmReleaseFacts:
+    """A HelmRelease as Flux writes it, parsed by the same function the operator uses."""
+    conditions: list[dict[str, Any]] = []
+    if ready is not None:
+        conditions.append(
+            {
+                "type": "Ready",
+                "status": ready[0],
+                "reason": ready[1],
+                "message": f"Helm says {ready[1]}",
+                "observedGeneration": ready_generation or generation,
+            }
+        )
+    if stalled:
+        conditions.append({"type": "Stalled", "status": "True", "reason": "RetriesExceeded"})
+    if reconciling:
+        conditions.append({"type": "Reconciling", "status": "True", "reason": reconciling})
+    status: dict[str, Any] = {"conditions": conditions}
+    if observed is not None:
+        status["observedGeneration"] = observed
+    if deployed:
+        status["history"] = [{"chartVersion": deployed, "status": "deployed"}]
+    return helm_release_facts(
+        {
+            "metadata": {
+                "name": "gpu-operator",
+                "namespace": "kyma-system",
+                "generation": generation,
+            },
+            "status": status,
+        }
+    )
+
+
+def ds(
+    name: str,
+    desired: int = 1,
+    available: int | None = None,
+    *,
+    updated: int | None = None,
+    unavailable: int | None = None,
+    generation: int = 1,
+    observed: int | None = 1,
+    strategy: str = "RollingUpdate",
+) -> DaemonSetFacts:
+    available = desired if available is None else available
+    status: dict[str, Any] = {
+        "desiredNumberScheduled": desired,
+        "numberAvailable": available,
+        "updatedNumberScheduled": desired if updated is None else updated,
+    }
+    if unavailable is not None:
+        status["numberUnavailable"] = unavailable
+    if observed is not None:
+        status["observedGeneration"] = observed
+    return daemonset_facts(
+        {
+            "metadata": {"name": name, "generation": generation},
+            "spec": {"updateStrategy": {"type": strategy}},
+            "status": status,
+        }
+    )
+
+
+DRIVER_READY = ds(DRIVER_DS, strategy="OnDelete", updated=0, generation=2)
+OPERANDS = (
+    ds("nvidia-container-toolkit-daemonset"),
+    ds("nvidia-device-plugin-daemonset"),
+    ds("nvidia-dcgm-exporter"),
+)
+CP_READY = ClusterPolicyFacts(state="ready")
+ALL_READY = Observed(
+    helm_release=hr(), daemonsets=(DRIVER_READY, *OPERANDS), cluster_policy=CP_READY
+)
+
+
+def world(**changes: Any) -> Observed:
+    fields: dict[str, Any] = {
+        "helm_release": ALL_READY.helm_release,
+        "daemonsets": ALL_READY.daemonsets,
+        "cluster_policy": ALL_READY.cluster_policy,
+    }
+    fields.update(changes)
+    return Observed(**fields)
+
+
+Expect = dict[str, tuple[str, str]]
+
+CASES: list[Any] = [
+    pytest.param(
+        "gl",
+        world(helm_release=None),
+        GpuState.PROCESSING,
+        {"Ready": ("False", "Processing"), "ReleaseReady": ("Unknown", "ReleasePending")},
+        id="helmrelease-missing",
+    ),
+    pytest.param(
+        "gl",
+        world(helm_release=hr(generation=3, observed=2, ready_generation=2)),
+        GpuState.PROCESSING,
+        {"ReleaseReady": ("Unknown", "Progressing")},
+        id="generation-not-observed",
+    ),
+    pytest.param(
+        "gl",
+        world(helm_release=hr(generation=3, observed=2, ready=("False", "SourceNotReady"))),
+        GpuState.ERROR,
+        {"ReleaseReady": ("False", "SourceNotReady")},
+        id="condition-current-while-status-lags-source-broken",
+    ),
+    pytest.param(
+        "gl",
+        world(helm_release=hr(generation=3, observed=3, ready_generation=2)),
+        GpuState.PROCESSING,
+        {"ReleaseReady": ("Unknown", "Progressing")},
+        id="ready-of-an-old-generation-ignored",
+    ),
+    pytest.param(
+        "gl",
+        world(helm_release=hr(ready=None)),
+        GpuState.PROCESSING,
+        {"ReleaseReady": ("Unknown", "Progressing")},
+        id="no-ready-condition-yet",
+    ),
+    pytest.param(
+        "gl",
+        ALL_READY,
+        GpuState.READY,
+        {
+            "Ready": ("True", "Ready"),
+            "NodesDetected": ("True", "GpuNodesFound"),
+            "Preflight": ("True", "PreflightPassed"),
+            "ReleaseReady": ("True", "InstallSucceeded"),
+            "DriverReady": ("True", "DriverDaemonSetsReady"),
+            "ComponentsReady": ("True", "ComponentsReady"),
+        },
+        id="ready",
+    ),
+    pytest.param(
+        "gl",
+        world(helm_release=hr(ready=("False", "InstallFailed"), stalled=True)),
+        GpuState.ERROR,
+        {"Ready": ("False", "Error"), "ReleaseReady": ("False", "InstallFailed")},
+        id="install-failed-stalled",
+    ),
+    pytest.param(
+        "gl",
+        world(helm_release=hr(ready=("False", "UpgradeFailed"))),
+        GpuState.ERROR,
+        {"ReleaseReady": ("False", "UpgradeFailed")},
+        id="upgrade-failed",
+    ),
+    pytest.param(
+        "gl",
+        world(helm_release=hr(ready=("False", "Progressing"))),
+        GpuState.PROCESSING,
+        {"Ready": ("False", "Processing"), "ReleaseReady": ("False", "Progressing")},
+        id="progressing",
+    ),
+    pytest.param(
+        "gl",
+        world(helm_release=hr(ready=("False", "ProgressingWithRetry"))),
+        GpuState.PROCESSING,
+        {"ReleaseReady": ("False", "ProgressingWithRetry")},
+        id="retrying",
+    ),
+    pytest.param(
+        "gl",
+        world(helm_release=hr(ready=("False", "ProgressingWithRetry"), stalled=True)),
+        GpuState.ERROR,
+        {"ReleaseReady": ("False", "ProgressingWithRetry")},
+        id="stalled",
+    ),
+    pytest.param(
+        "gl",
+        world(helm_release=hr(ready=("Unknown", "Progressing"), reconciling="UpgradeInProgress")),
+        GpuState.PROCESSING,
+        {"ReleaseReady": ("Unknown", "UpgradeInProgress")},
+        id="reconciling",
+    ),
+    pytest.param(
+        "gl",
+        world(cluster_policy=ClusterPolicyFacts(state="notReady", message="driver down")),
+        GpuState.PROCESSING,
+        {
+            "ComponentsReady": ("False", "ComponentsNotReady"),
+            "DriverReady": ("True", "DriverDaemonSetsReady"),
+        },
+        id="clusterpolicy-not-ready",
+    ),
+    pytest.param(
+        "gl",
+        world(cluster_policy=ClusterPolicyFacts(state="ignored")),
+        GpuState.PROCESSING,
+        {"ComponentsReady": ("False", "ComponentsNotReady")},
+        id="clusterpolicy-ignored",
+    ),
+    pytest.param(
+        "gl",
+        world(cluster_policy=None, daemonsets=(DRIVER_READY,)),
+        GpuState.PROCESSING,
+        {"ComponentsReady": ("Unknown", "WaitingForComponents")},
+        id="nothing-deployed-yet",
+    ),
+    pytest.param(
+        "gl",
+        world(cluster_policy=None),
+        GpuState.PROCESSING,
+        {"ComponentsReady": ("False", "ComponentsNotReady")},
+        id="clusterpolicy-without-status",
+    ),
+    pytest.param(
+        "gl",
+        world(daemonsets=OPERANDS),
+        GpuState.PROCESSING,
+        {"DriverReady": ("Unknown", "WaitingForDriver")},
+        id="no-driver-daemonset-yet",
+    ),
+    pytest.param(
+        "gl",
+        world(daemonsets=(ds(DRIVER_DS, 2, 1, unavailable=1, strategy="OnDelete"), *OPERANDS)),
+        GpuState.PROCESSING,
+        {"DriverReady": ("False", "DriverNotReady")},
+        id="driver-unavailable",
+    ),
+    pytest.param(
+        "gl",
+        world(daemonsets=(DRIVER_READY, ds("nvidia-device-plugin-daemonset", 2, updated=1))),
+        GpuState.PROCESSING,
+        {"ComponentsReady": ("False", "ComponentsNotReady")},
+        id="rolling-update-not-updated",
+    ),
+    pytest.param(
+        "warning",
+        world(daemonsets=(ds("nvidia-driver-daemonset-ubuntu22.04"), *OPERANDS)),
+        GpuState.WARNING,
+        {"Ready": ("True", "Ready"), "Preflight": ("False", "UnknownOs")},
+        id="preflight-warning",
+    ),
+    pytest.param(
+        "error",
+        world(helm_release=None),
+        GpuState.ERROR,
+        {
+            "Ready": ("False", "Error"),
+            "Preflight": ("False", "UnknownInstallerRelease"),
+            "ReleaseReady": ("False", "NotApplied"),
+        },
+        id="preflight-error",
+    ),
+    pytest.param(
+        "gl",
+        world(applied=False, apply_error="422 Unprocessable Entity"),
+        GpuState.ERROR,
+        {"ReleaseReady": ("False", "ApplyFailed")},
+        id="apply-failed",
+    ),
+    pytest.param(
+        "gl",
+        world(deleting=True, gpu_workloads=("ml/train-0", "ml/train-1")),
+        GpuState.WARNING,
+        {
+            "Ready": ("False", "Deleting"),
+            "ReleaseReady": ("Unknown", "Uninstalling"),
+            "WorkloadsProtected": ("False", "GpuWorkloadsRunning"),
+        },
+        id="deleting-with-gpu-pods",
+    ),
+    pytest.param(
+        "gl",
+        world(deleting=True),
+        GpuState.DELETING,
+        {"Ready": ("False", "Deleting"), "WorkloadsProtected": ("True", "NoGpuWorkloads")},
+        id="deleting",
+    ),
+    pytest.param(
+        "preinstalled",
+        world(daemonsets=OPERANDS),
+        GpuState.READY,
+        {"DriverReady": ("True", "DriverPreinstalled")},
+        id="preinstalled",
+    ),
+    pytest.param(
+        "no-gpu",
+        world(daemonsets=()),
+        GpuState.WARNING,
+        {
+            "NodesDetected": ("False", "NoGpuNodes"),
+            "Preflight": ("False", "NoGpuNodes"),
+            "DriverReady": ("True", "NoGpuNodes"),
+        },
+        id="no-gpu-nodes",
+    ),
+    pytest.param(
+        "no-gpu",
+        world(helm_release=None, daemonsets=()),
+        GpuState.PROCESSING,
+        {"DriverReady": ("Unknown", "NoGpuNodes")},
+        id="no-gpu-nodes-release-pending",
+    ),
+]
+
+
+@pytest.mark.parametrize(("plan_key", "observed", "state", "expect"), CASES)
+def test_aggregate(
+    plans: dict[str, Plan], plan_key: str, observed: Observed, state: GpuState, expect: Expect
+) -> None:
+    status = aggregate(plans[plan_key], observed, generation=5, now="2026-11-30T08:00:00Z")
+    assert status.state is state, status.message
+    got = {c.type: (c.status, c.reason) for c in status.conditions}
+    for type_, wanted in expect.items():
+        assert got[type_] == wanted, (type_, status.conditions)
+    assert status.conditions[0].type == "Ready"
+    assert [c.type for c in status.conditions][1:6] == [
+        "NodesDetected",
+        "Preflight",
+        "ReleaseReady",
+        "DriverReady",
+        "ComponentsReady",
+    ]
+    assert all(c.observed_generation == 5 for c in status.conditions)
+    assert status.observed_generation == 5
+    assert status.message
+    assert "\n" not in status.message
+
+
+def test_status_fields(plans: dict[str, Plan]) -> None:
+    status = aggregate(plans["gl"], ALL_READY, generation=1)
+    assert status.message == "the GPU stack is installed and ready"
+    assert status.gpu_node_count == 1
+    assert [n.name for n in status.nodes] == ["gl-1"]
+    assert [c.name for c in status.components] == sorted(d.name for d in ALL_READY.daemonsets)
+    assert all(c.ready for c in status.components)
+    assert status.driver_mode == "Precompiled"
+    assert status.driver_version == "590"
+    assert status.installer_release == "1.17.0"
+    assert status.chart_version == "v26.7.0"
+    assert status.installed_chart_version == "v26.7.0"
+    assert status.helm_release == "kyma-system/gpu-operator"
+    upstream = aggregate(plans["upstream"], ALL_READY, generation=1)
+    assert (upstream.driver_mode, upstream.driver_version) == ("Upstream", "595.91.07")
+    preinstalled = aggregate(plans["preinstalled"], ALL_READY, generation=1)
+    assert preinstalled.driver_version is None
+    error = aggregate(plans["error"], Observed(), generation=1)
+    assert error.helm_release is None
+
+
+def test_messages_say_why(plans: dict[str, Plan]) -> None:
+    failed = aggregate(
+        plans["gl"], world(helm_release=hr(ready=("False", "InstallFailed"))), generation=1
+    )
+    assert failed.message == "HelmRelease kyma-system/gpu-operator: Helm says InstallFailed"
+    driver = aggregate(
+        plans["gl"],
+        world(daemonsets=(ds(DRIVER_DS, 3, 1, strategy="OnDelete"), *OPERANDS)),
+        generation=1,
+    )
+    assert driver.message == f"DriverReady: not ready: {DRIVER_DS} (1/3)"
+    policy = aggregate(
+        plans["gl"], world(cluster_policy=ClusterPolicyFacts("notReady", "no driver")), 1
+    )
+    assert "ClusterPolicy cluster-policy is notReady (no driver)" in policy.message
+
+
+def test_deletion_names_the_pods(plans: dict[str, Plan]) -> None:
+    pods = tuple(f"ml/train-{i:02d}" for i in range(12))
+    status = aggregate(plans["gl"], world(deleting=True, gpu_workloads=pods), generation=1)
+    assert status.state is GpuState.WARNING
+    assert status.message.startswith(
+        "deletion waits: pods still use GPUs: ml/train-00, ml/train-01"
+    )
+    assert "ml/train-09" in status.message
+    assert "ml/train-10" not in status.message
+    assert status.message.endswith("and 2 more")
+
+
+@pytest.mark.parametrize(
+    ("facts", "ready"),
+    [
+        pytest.param(ds("a", 0, 0), True, id="desired-0"),
+        pytest.param(ds("a", 0, 0, observed=None, generation=9), True, id="desired-0-unobserved"),
+        pytest.param(ds("a", 3), True, id="all-available-and-updated"),
+        pytest.param(ds("a", 3, 2, unavailable=1), False, id="unavailable"),
+        pytest.param(ds("a", 3, 2), False, id="available-short-without-unavailable-field"),
+        pytest.param(ds("a", 3, 3, unavailable=0, updated=2), False, id="rolling-not-updated"),
+        pytest.param(ds("a", 3, generation=2, observed=1), False, id="generation-not-observed"),
+        pytest.param(ds("a", 3, generation=2, observed=None), False, id="never-observed"),
+        pytest.param(
+            ds(DRIVER_DS, 3, updated=0, generation=4, observed=3, strategy="OnDelete"),
+            True,
+            id="ondelete-driver-not-updated",
+        ),
+        pytest.param(
+            ds(DRIVER_DS, 3, 2, unavailable=1, strategy="OnDelete"),
+            False,
+            id="ondelete-unavailable",
+        ),
+    ],
+)
+def test_daemonset_readiness(facts: DaemonSetFacts, ready: bool) -> None:
+    assert facts.ready is ready
+
+
+def test_daemonset_facts_of_a_fresh_body() -> None:
+    facts = daemonset_facts({"metadata": {"name": "fresh"}})
+    assert facts == DaemonSetFacts(
+        name="fresh",
+        generation=0,
+        observed_generation=None,
+        desired=0,
+        available=0,
+        unavailable=0,
+        updated=0,
+        strategy="RollingUpdate",
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "facts"),
+    [
+        ({"status": {"state": "ready"}}, ClusterPolicyFacts("ready")),
+        (
+            {
+                "status": {
+                    "state": "notReady",
+                    "conditions": [
+                        {"type": "Ready", "status": "False", "message": "x"},
+                        {"type": "Error", "status": "True", "message": "driver pods failing"},
+                        "garbage",
+                    ],
+                }
+            },
+            ClusterPolicyFacts("notReady", "driver pods failing"),
+        ),
+        ({"status": {"state": "ignored"}}, ClusterPolicyFacts("ignored")),
+        ({}, ClusterPolicyFacts(None)),
+    ],
+)
+def test_cluster_policy_facts(body: dict[str, Any], facts: ClusterPolicyFacts) -> None:
+    assert cluster_policy_facts(body) == facts
+
+
+def test_helm_release_facts() -> None:
+    facts = hr(deployed=None)
+    assert facts.installed_chart_version is None
+    assert facts.condition("Ready") is not None
+    assert facts.condition("Stalled") is None
+    failed = helm_release_facts(
+        {"status": {"history": [{"chartVersion": "v26.7.0", "status": "failed"}]}}
+    )
+    assert failed.installed_chart_version is None
+    assert failed.generation == 0
+    assert helm_release_facts({}).conditions == ()
+
+
+@pytest.mark.parametrize(
+    ("pod", "uses"),
+    [
+        ({"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}, True),
+        ({"spec": {"containers": [{"resources": {"requests": {"nvidia.com/gpu": 2}}}]}}, True),
+        ({"spec": {"initContainers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}, True),
+        ({"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "0"}}}]}}, False),
+        ({"spec": {"containers": [{"resources": {"limits": {"cpu": "1"}}}]}}, False),
+        ({"spec": {"containers": [{}]}}, False),
+        (
+            {
+                "status": {"phase": "Succeeded"},
+                "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+            },
+            False,
+        ),
+        (
+            {
+                "status": {"phase": "Running"},
+                "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+            },
+            True,
+        ),
+        ({}, False),
+    ],
+)
+def test_requests_gpu(pod: dict[str, Any], uses: bool) -> None:
+    assert requests_gpu(pod) is uses
+
+
+def test_transition_times_move_only_on_a_change(plans: dict[str, Plan]) -> None:
+    pending = world(helm_release=None)
+    first = aggregate(plans["gl"], pending, 1, now="2026-11-30T08:00:00Z")
+    assert {c.last_transition_time for c in first.conditions} == {"2026-11-30T08:00:00Z"}
+
+    same = aggregate(plans["gl"], pending, 1, first.conditions, now="2026-11-30T09:00:00Z")
+    assert same == first  # an unchanged world yields an identical status: nothing to write
+
+    ready = aggregate(plans["gl"], ALL_READY, 1, first.conditions, now="2026-11-30T10:00:00Z")
+    times = {c.type: c.last_transition_time for c in ready.conditions}
+    assert times["ReleaseReady"] == "2026-11-30T10:00:00Z"
+    assert times["Ready"] == "2026-11-30T10:00:00Z"
+    assert times["NodesDetected"] == "2026-11-30T08:00:00Z"
+    assert times["Preflight"] == "2026-11-30T08:00:00Z"
+
+
+def test_aggregate_is_idempotent(plans: dict[str, Plan]) -> None:
+    for observed in (ALL_READY, world(helm_release=None), world(deleting=True)):
+        for plan in plans.values():
+            one = aggregate(plan, observed, 3, now="2026-11-30T08:00:00Z")
+            two = aggregate(plan, observed, 3, now="2026-11-30T08:00:00Z")
+            assert one == two
+            again = aggregate(plan, observed, 3, one.conditions, now="2026-12-01T00:00:00Z")
+            assert again == one
+            assert again.model_dump_json() == one.model_dump_json()
+
+
+def test_source_catching_up_is_progress_not_failure(plans: dict[str, Plan]) -> None:
+    """helm-controller says SourceNotReady while source-controller fetches a new chart version."""
+    body = {
+        "metadata": {"name": "gpu-operator", "namespace": "kyma-system", "generation": 4},
+        "status": {"observedGeneration": 3, "conditions": [{
+            "type": "Ready", "status": "False", "reason": "SourceNotReady",
+            "observedGeneration": 4,
+            "message": "HelmChart 'kyma-system/kyma-system-gpu-operator' is not ready: "
+                       "latest generation of object has not been reconciled"}]},
+    }  # fmt: skip
+
+    cond, failed = _release_condition(
+        plans["gl"], Observed(helm_release=helm_release_facts(body)), 1
+    )
+    assert (cond.status, cond.reason, failed) == ("False", "SourceNotReady", False)
