@@ -114,7 +114,11 @@ def check_rbac(base: str, objs: list[dict[str, Any]]) -> None:
             if ref not in own:
                 subjects = [s.get("name") for s in obj.get("subjects") or []]
                 if not (ref == "cluster-admin" and subjects == ["helm-controller"]):
-                    fail(f"{base} {ident(obj)}", "rbac", f"binds role {ref!r} that this base does not define")
+                    fail(
+                        f"{base} {ident(obj)}",
+                        "rbac",
+                        f"binds role {ref!r} that this base does not define",
+                    )
 
 
 def containers_of(dep: dict[str, Any]) -> list[dict[str, Any]]:
@@ -174,7 +178,9 @@ def check_manager(base: str, objs: list[dict[str, Any]]) -> None:
     port = ports.get(probe.get("port"), probe.get("port"))
     if probe.get("path") != "/healthz" or port != 8080:
         fail(base, "manager", f"liveness probe is {probe}, want GET /healthz on 8080")
-    if not str(c.get("image", "")).startswith("europe-docker.pkg.dev/kyma-project/prod/gpu-manager:"):
+    if not str(c.get("image", "")).startswith(
+        "europe-docker.pkg.dev/kyma-project/prod/gpu-manager:"
+    ):
         fail(base, "manager", f"unexpected image {c.get('image')}")
     if "ClusterKopfPeering/kyma-gpu" not in by_id:
         fail(base, "manager", "ClusterKopfPeering kyma-gpu not rendered")
@@ -184,10 +190,14 @@ def check_manager(base: str, objs: list[dict[str, Any]]) -> None:
         fail(base, "manager", "the Gpu CRD is not rendered")
     pod_labels = spec["template"]["metadata"]["labels"]
     selected = [
-        o for o in objs
+        o
+        for o in objs
         if o.get("kind") == "NetworkPolicy"
         and o["metadata"].get("namespace") == MANAGER_NAMESPACE
-        and all(pod_labels.get(k) == v for k, v in (o["spec"].get("podSelector", {}).get("matchLabels") or {}).items())
+        and all(
+            pod_labels.get(k) == v
+            for k, v in (o["spec"].get("podSelector", {}).get("matchLabels") or {}).items()
+        )
     ]
     if not selected:
         fail(base, "manager", "no NetworkPolicy selects the manager pod")
@@ -200,8 +210,11 @@ def check_flux(objs: list[dict[str, Any]]) -> None:
             key, _, value = line.partition("=")
             versions[key.strip()] = value.strip().strip("\"'")
     want = {
-        "source-controller": f"ghcr.io/fluxcd/source-controller:{versions.get('SOURCE_CONTROLLER_VERSION')}",
-        "helm-controller": f"ghcr.io/fluxcd/helm-controller:{versions.get('HELM_CONTROLLER_VERSION')}",
+        name: f"ghcr.io/fluxcd/{name}:{versions.get(key)}"
+        for name, key in (
+            ("source-controller", "SOURCE_CONTROLLER_VERSION"),
+            ("helm-controller", "HELM_CONTROLLER_VERSION"),
+        )
     }
     deployments = {o["metadata"]["name"]: o for o in objs if o.get("kind") == "Deployment"}
     for name, image in want.items():
@@ -214,11 +227,17 @@ def check_flux(objs: list[dict[str, Any]]) -> None:
             fail(f"flux {ident(dep)}", "flux", f"image {got}, want {image} (tools/versions.env)")
         check_hardening("flux", dep)
     crds = {o["metadata"]["name"] for o in objs if o.get("kind") == "CustomResourceDefinition"}
-    for crd in ("helmreleases.helm.toolkit.fluxcd.io", "helmrepositories.source.toolkit.fluxcd.io",
-                "ocirepositories.source.toolkit.fluxcd.io", "helmcharts.source.toolkit.fluxcd.io"):
+    for crd in (
+        "helmreleases.helm.toolkit.fluxcd.io",
+        "helmrepositories.source.toolkit.fluxcd.io",
+        "ocirepositories.source.toolkit.fluxcd.io",
+        "helmcharts.source.toolkit.fluxcd.io",
+    ):
         if crd not in crds:
             fail("flux", "flux", f"CRD {crd} not rendered")
-    if not any(o.get("kind") == "Service" and o["metadata"]["name"] == "source-controller" for o in objs):
+    if not any(
+        o.get("kind") == "Service" and o["metadata"]["name"] == "source-controller" for o in objs
+    ):
         fail("flux", "flux", "Service source-controller (artifact storage) not rendered")
 
 
@@ -233,8 +252,10 @@ def main() -> int:
         if base.startswith("config/"):
             check_manager(base, objs)
         kinds = Counter(o.get("kind") for o in objs)
-        print(f"check-manifests: {base}: {len(objs)} objects "
-              f"({', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))})")
+        print(
+            f"check-manifests: {base}: {len(objs)} objects "
+            f"({', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))})"
+        )
     if any(o.get("kind") == "ServiceMonitor" for o in rendered["config/default"]):
         fail("config/default", "optional", "ServiceMonitor must not be in the default render")
     if not any(o.get("kind") == "ServiceMonitor" for o in rendered["config/monitoring"]):

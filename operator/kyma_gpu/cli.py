@@ -20,7 +20,7 @@ import yaml
 from pydantic import ValidationError
 
 from kyma_gpu.api.crd import crd_yaml
-from kyma_gpu.api.models import Gpu, GpuSpec
+from kyma_gpu.api.models import SINGLETON_NAME, Gpu, GpuSpec
 from kyma_gpu.api.reference import reference_markdown
 from kyma_gpu.facts import NodeError, cluster_facts, node_facts
 from kyma_gpu.plan import Owner, make_plan
@@ -64,6 +64,11 @@ def load_gpu(path: str | None, stdin: TextIO) -> tuple[GpuSpec, Owner | None]:
         gpu = Gpu.model_validate(data)
     except ValidationError as err:
         raise UsageError(_validation_message(path, err)) from err
+    if gpu.metadata.name != SINGLETON_NAME:
+        raise UsageError(
+            f"{path}: metadata.name {gpu.metadata.name!r}: the module serves one Gpu named "
+            f"{SINGLETON_NAME!r} (the API server and the controller refuse other names)"
+        )
     uid = gpu.metadata.uid
     return gpu.spec, Owner(uid=uid, name=gpu.metadata.name) if uid else None
 
@@ -117,6 +122,8 @@ def read_chart(path: str) -> tuple[str, dict[str, Any], dict[str, dict[str, Any]
                         files[member.name] = yaml.safe_load(handle.read())
     except (OSError, tarfile.TarError) as err:
         raise UsageError(f"{path}: not a packaged chart: {err}") from err
+    except yaml.YAMLError as err:
+        raise UsageError(f"{path}: a Chart.yaml or values.yaml is not valid YAML") from err
     top = [n for n in files if n.count("/") == 1]
     chart_file = next((n for n in top if n.endswith("Chart.yaml")), None)
     values_file = next((n for n in top if n.endswith("values.yaml")), None)
@@ -127,7 +134,12 @@ def read_chart(path: str) -> tuple[str, dict[str, Any], dict[str, dict[str, Any]
         for n in files
         if n.count("/") == 3 and n.split("/")[1] == "charts" and n.endswith("values.yaml")
     }
-    return str(files[chart_file]["version"]), files[values_file] or {}, subcharts
+    meta, values = files[chart_file], files[values_file] or {}
+    if not isinstance(meta, dict) or not meta.get("version"):
+        raise UsageError(f"{path}: {chart_file} has no version")
+    if not isinstance(values, dict):
+        raise UsageError(f"{path}: {values_file} is not a mapping")
+    return str(meta["version"]), values, subcharts
 
 
 def cmd_chart_facts(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:

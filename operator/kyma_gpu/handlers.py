@@ -47,7 +47,7 @@ FLUX_KINDS = (
 CLUSTER_POLICY = ("nvidia.com", "v1", "clusterpolicies")
 WAIT_SECONDS = 300.0
 
-FluxEntry = tuple[LiveObject, HelmReleaseFacts | None]
+FluxEntry = tuple[LiveObject, HelmReleaseFacts]
 
 
 def _rec(memo: Any) -> Reconciler:
@@ -98,8 +98,7 @@ def gpu_operands(name: str, body: kopf.Body, **_: Any) -> dict[str, DaemonSetFac
 
 def _flux_entry(body: kopf.Body) -> dict[str, FluxEntry]:
     obj = live_object(body)
-    hr = helm_release_facts(body) if obj.kind == "HelmRelease" else None
-    return {f"{obj.kind}/{obj.namespace}/{obj.name}": (obj, hr)}
+    return {f"{obj.kind}/{obj.namespace}/{obj.name}": (obj, helm_release_facts(body))}
 
 
 @kopf.index(*FLUX_KINDS[0], labels=OURS)
@@ -140,7 +139,7 @@ def snapshot(kwargs: dict[str, Any]) -> Snapshot:
     return Snapshot(
         nodes=tuple(_values(kwargs.get("node_facts"))),
         flux=tuple(obj for obj, _ in flux),
-        helm_release=next((hr for _, hr in flux if hr is not None), None),
+        flux_status=tuple(facts for _, facts in flux),
         daemonsets=tuple(_values(kwargs.get("gpu_operands"))),
         cluster_policy=_one(kwargs.get("cluster_policies"), "cluster-policy"),
         gpu_workloads=tuple(sorted(_values(kwargs.get("gpu_workloads")))),

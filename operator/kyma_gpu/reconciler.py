@@ -46,7 +46,7 @@ class Snapshot:
 
     nodes: tuple[NodeFacts, ...] = ()
     flux: tuple[LiveObject, ...] = ()
-    helm_release: HelmReleaseFacts | None = None
+    flux_status: tuple[HelmReleaseFacts, ...] = ()
     daemonsets: tuple[DaemonSetFacts, ...] = ()
     cluster_policy: ClusterPolicyFacts | None = None
     gpu_workloads: tuple[str, ...] = ()
@@ -139,7 +139,8 @@ class Reconciler:
             except AdapterError as err:
                 applied, apply_error = False, str(err)
         observed = Observed(
-            helm_release=snap.helm_release,
+            helm_release=_find(snap.flux_status, plan.helm_release),
+            source=_find(snap.flux_status, plan.source),
             daemonsets=snap.daemonsets,
             cluster_policy=snap.cluster_policy,
             gpu_workloads=snap.gpu_workloads,
@@ -174,6 +175,23 @@ class Reconciler:
                     ObjectRef(obj.api_version, obj.kind, obj.namespace, obj.name)
                 )
         return pending
+
+
+def _find(
+    facts: tuple[HelmReleaseFacts, ...], obj: Mapping[str, Any] | None
+) -> HelmReleaseFacts | None:
+    """The observed status of one planned Flux object."""
+    if obj is None:
+        return None
+    meta = obj["metadata"]
+    return next(
+        (
+            f
+            for f in facts
+            if (f.kind, f.namespace, f.name) == (obj["kind"], meta["namespace"], meta["name"])
+        ),
+        None,
+    )
 
 
 def _normalized(status: Mapping[str, Any]) -> dict[str, Any]:

@@ -110,8 +110,9 @@ def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
 
 
 def helm_release(cluster: LocalCluster) -> dict[str, Any] | None:
-    return cluster.get_object("helmreleases.helm.toolkit.fluxcd.io", "gpu-operator",
-                              MODULE_NAMESPACE)
+    return cluster.get_object(
+        "helmreleases.helm.toolkit.fluxcd.io", "gpu-operator", MODULE_NAMESPACE
+    )
 
 
 def operator_writes(cluster: LocalCluster) -> list[dict[str, Any]]:

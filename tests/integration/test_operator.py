@@ -10,12 +10,10 @@ import json
 import tarfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-
 from tests.harness.cluster import LocalCluster
 from tests.integration.running_operator import (
     MODULE_NAMESPACE,
@@ -34,8 +32,12 @@ pytestmark = pytest.mark.integration
 
 FLEET = ROOT / "tests" / "harness" / "fleets" / "demo.yaml"
 CHART = ROOT.parent / "shared" / "charts" / "gpu-operator-v26.7.0.tgz"
-GPU_MANIFEST = {"apiVersion": "gpu.kyma-project.io/v1beta1", "kind": "Gpu",
-                "metadata": {"name": "gpu"}, "spec": {}}
+GPU_MANIFEST: dict[str, Any] = {
+    "apiVersion": "gpu.kyma-project.io/v1beta1",
+    "kind": "Gpu",
+    "metadata": {"name": "gpu"},
+    "spec": {},
+}
 UBUNTU_NODE = {
     "apiVersion": "v1", "kind": "Node",
     "metadata": {"name": "azure-t4-ubuntu", "labels": {
@@ -72,8 +74,9 @@ def operator(local_cluster: LocalCluster) -> Iterator[OperatorProcess]:
         yield process
     finally:
         process.stop()
-        local_cluster.kubectl("delete", "gpus.gpu.kyma-project.io", "--all", "--wait=false",
-                              check=False)
+        local_cluster.kubectl(
+            "delete", "gpus.gpu.kyma-project.io", "--all", "--wait=false", check=False
+        )
         for name in nodes:
             local_cluster.delete_node(name)
 
@@ -87,8 +90,15 @@ def show_operator_log(operator: OperatorProcess, request: pytest.FixtureRequest)
 
 
 def _apply(cluster: LocalCluster, obj: dict[str, Any]) -> Any:
-    return cluster.kubectl("apply", "--server-side", "--field-manager=kyma-gpu-tests", "-f", "-",
-                           input=json.dumps(obj), check=False)
+    return cluster.kubectl(
+        "apply",
+        "--server-side",
+        "--field-manager=kyma-gpu-tests",
+        "-f",
+        "-",
+        input=json.dumps(obj),
+        check=False,
+    )
 
 
 BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
@@ -99,14 +109,26 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
     ("installer latest", {"driver": {"installerRelease": "latest"}}, "installerRelease"),
     ("installer short", {"driver": {"installerRelease": "1.17"}}, "installerRelease"),
     ("chart version", {"operatorVersion": "26.7"}, "spec.operatorVersion"),
-    ("ftp repository", {"source": {"chartRepository": "ftp://charts.example.com"}},
-     "spec.source.chartRepository"),
-    ("http without insecure", {"source": {"chartRepository": "http://charts.example.com"}},
-     "use https:// or oci://"),
-    ("registry with scheme", {"source": {"imageRegistry": "https://registry.example.com"}},
-     "spec.source.imageRegistry"),
-    ("too many pull secrets", {"source": {"imagePullSecrets": [f"s{i}" for i in range(9)]}},
-     "spec.source.imagePullSecrets"),
+    (
+        "ftp repository",
+        {"source": {"chartRepository": "ftp://charts.example.com"}},
+        "spec.source.chartRepository",
+    ),
+    (
+        "http without insecure",
+        {"source": {"chartRepository": "http://charts.example.com"}},
+        "use https:// or oci://",
+    ),
+    (
+        "registry with scheme",
+        {"source": {"imageRegistry": "https://registry.example.com"}},
+        "spec.source.imageRegistry",
+    ),
+    (
+        "too many pull secrets",
+        {"source": {"imagePullSecrets": [f"s{i}" for i in range(9)]}},
+        "spec.source.imagePullSecrets",
+    ),
     ("chart name", {"source": {"chartName": "Bad_Name"}}, "spec.source.chartName"),
     ("secret name", {"source": {"secretRef": "UPPER"}}, "spec.source.secretRef"),
     ("switch type", {"components": {"dcgmExporter": "yes"}}, "spec.components.dcgmExporter"),
@@ -118,7 +140,10 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
 
 @pytest.mark.parametrize(("case", "spec", "message"), BAD_SPECS, ids=[c[0] for c in BAD_SPECS])
 def test_api_server_refuses_bad_specs(
-    local_cluster: LocalCluster, operator: OperatorProcess, case: str, spec: dict[str, Any],
+    local_cluster: LocalCluster,
+    operator: OperatorProcess,
+    case: str,
+    spec: dict[str, Any],
     message: str,
 ) -> None:
     obj = {**GPU_MANIFEST, "spec": spec}
@@ -127,8 +152,9 @@ def test_api_server_refuses_bad_specs(
     assert message in result.stderr, result.stderr
 
 
-def test_api_server_refuses_other_names(local_cluster: LocalCluster,
-                                        operator: OperatorProcess) -> None:
+def test_api_server_refuses_other_names(
+    local_cluster: LocalCluster, operator: OperatorProcess
+) -> None:
     obj = copy.deepcopy(GPU_MANIFEST)
     obj["metadata"]["name"] = "my-gpu"
     result = _apply(local_cluster, obj)
@@ -144,24 +170,36 @@ def test_creating_gpu_writes_flux_objects(
     obj = gpu(local_cluster)
     assert obj is not None
     owners = hr["metadata"]["ownerReferences"]
-    assert owners == [{"apiVersion": "gpu.kyma-project.io/v1beta1", "kind": "Gpu",
-                       "name": "gpu", "uid": obj["metadata"]["uid"], "controller": True,
-                       "blockOwnerDeletion": True}]
+    assert owners == [
+        {
+            "apiVersion": "gpu.kyma-project.io/v1beta1",
+            "kind": "Gpu",
+            "name": "gpu",
+            "uid": obj["metadata"]["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
     values = hr["spec"]["values"]
     assert values["driver"]["usePrecompiled"] is True
-    assert values["driver"]["repository"] == \
-        "ghcr.io/gardenlinux/gardenlinux-nvidia-installer/1.17.0"
+    assert (
+        values["driver"]["repository"] == "ghcr.io/gardenlinux/gardenlinux-nvidia-installer/1.17.0"
+    )
     assert values["toolkit"]["installDir"] == "/opt/nvidia"
     assert hr["spec"]["install"]["crds"] == "CreateReplace"
     assert hr["spec"]["driftDetection"]["mode"] == "enabled"
-    source = local_cluster.get_object("helmrepositories.source.toolkit.fluxcd.io",
-                                      "gpu-operator", MODULE_NAMESPACE)
-    assert source is not None and source["metadata"]["ownerReferences"] == owners
+    source = local_cluster.get_object(
+        "helmrepositories.source.toolkit.fluxcd.io", "gpu-operator", MODULE_NAMESPACE
+    )
+    assert source is not None
+    assert source["metadata"]["ownerReferences"] == owners
     status = wait_until(lambda: (gpu(local_cluster) or {}).get("status"), 30, "Gpu status")
     assert status["gpuNodeCount"] == 2
     assert status["state"] == "Processing"
     assert status["driverMode"] == "Precompiled"
-    assert condition(gpu(local_cluster), "ReleaseReady")["reason"] in ("ReleasePending", "Progressing")
+    release = condition(gpu(local_cluster), "ReleaseReady")
+    assert release is not None
+    assert release["reason"] in ("ReleasePending", "Progressing")
 
 
 def _values(cluster: LocalCluster) -> dict[str, Any]:
@@ -178,25 +216,44 @@ def test_adding_and_removing_nodes_updates_the_release(
     local_cluster.wait_nodes_ready(["azure-t4-ubuntu"])
     wait_until(
         lambda: _values(local_cluster).get("driver", {}).get("nvidiaDriverCRD", {}).get("enabled"),
-        30, "per-pool drivers for the mixed fleet",
+        30,
+        "per-pool drivers for the mixed fleet",
     )
     drivers = _values(local_cluster)["extraObjects"]
     assert sorted(d["metadata"]["name"] for d in drivers) == ["gpu-gardenlinux", "gpu-ubuntu"]
     local_cluster.delete_node("azure-t4-ubuntu")
-    wait_until(lambda: "extraObjects" not in _values(local_cluster), 30,
-               "single-OS values after the Ubuntu node left")
+    wait_until(
+        lambda: "extraObjects" not in _values(local_cluster),
+        30,
+        "single-OS values after the Ubuntu node left",
+    )
     assert (gpu(local_cluster) or {})["status"]["gpuNodeCount"] == 2
 
 
 def test_spec_change_updates_the_release(
     local_cluster: LocalCluster, operator: OperatorProcess, show_operator_log: None
 ) -> None:
-    local_cluster.kubectl("patch", "gpus.gpu.kyma-project.io", "gpu", "--type=merge",
-                          "-p", json.dumps({"spec": {"driver": {"version": "580"}}}))
-    wait_until(lambda: _values(local_cluster)["driver"]["version"] == "580", 30,
-               "driver.version 580 in the HelmRelease")
-    status = wait_until(lambda: (gpu(local_cluster) or {}).get("status", {})
-                        .get("driverVersion") == "580" and gpu(local_cluster), 30, "status")
+    local_cluster.kubectl(
+        "patch",
+        "gpus.gpu.kyma-project.io",
+        "gpu",
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"driver": {"version": "580"}}}),
+    )
+    wait_until(
+        lambda: _values(local_cluster)["driver"]["version"] == "580",
+        30,
+        "driver.version 580 in the HelmRelease",
+    )
+    status = wait_until(
+        lambda: (
+            (gpu(local_cluster) or {}).get("status", {}).get("driverVersion") == "580"
+            and gpu(local_cluster)
+        ),
+        30,
+        "status",
+    )
     assert status["status"]["observedGeneration"] == status["metadata"]["generation"]
 
 
@@ -259,58 +316,116 @@ def _set_helm_release_ready(cluster: LocalCluster) -> None:
                      "appVersion": "v26.7.0", "configDigest": "sha256:0", "digest": "sha256:0",
                      "firstDeployed": "2026-11-30T00:00:00Z",
                      "lastDeployed": "2026-11-30T00:00:00Z"}]}  # fmt: skip
-    cluster.kubectl("patch", "helmreleases.helm.toolkit.fluxcd.io", "gpu-operator",
-                    "-n", MODULE_NAMESPACE, "--subresource=status", "--type=merge",
-                    "-p", json.dumps({"status": status}))
+    cluster.kubectl(
+        "patch",
+        "helmreleases.helm.toolkit.fluxcd.io",
+        "gpu-operator",
+        "-n",
+        MODULE_NAMESPACE,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": status}),
+    )
 
 
 def test_status_follows_release_daemonsets_and_cluster_policy(
     local_cluster: LocalCluster, operator: OperatorProcess, show_operator_log: None
 ) -> None:
     local_cluster.apply(_chart_crd("nvidia.com_clusterpolicies.yaml"))
-    local_cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                          "crd/clusterpolicies.nvidia.com")
+    local_cluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s", "crd/clusterpolicies.nvidia.com"
+    )
     if local_cluster.get_object("namespace", TARGET_NAMESPACE) is None:
         local_cluster.create_namespace(TARGET_NAMESPACE)
     _set_helm_release_ready(local_cluster)
-    wait_until(lambda: (condition(gpu(local_cluster), "ReleaseReady") or {}).get("status")
-               == "True", 30, "ReleaseReady=True mirrored from the HelmRelease")
+    wait_until(
+        lambda: (condition(gpu(local_cluster), "ReleaseReady") or {}).get("status") == "True",
+        30,
+        "ReleaseReady=True mirrored from the HelmRelease",
+    )
 
     local_cluster.apply(*[_daemonset(name) for name in OPERAND_DAEMONSETS])
-    required = ("daemonsets", "dcgm", "dcgmExporter", "devicePlugin", "driver", "gfd",
-                "nodeStatusExporter", "operator", "toolkit")
-    local_cluster.apply({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
-                         "metadata": {"name": "cluster-policy"},
-                         "spec": {key: {} for key in required}})
-    local_cluster.kubectl("patch", "clusterpolicies.nvidia.com", "cluster-policy",
-                          "--subresource=status", "--type=merge",
-                          "-p", json.dumps({"status": {"state": "ready"}}))
+    required = (
+        "daemonsets",
+        "dcgm",
+        "dcgmExporter",
+        "devicePlugin",
+        "driver",
+        "gfd",
+        "nodeStatusExporter",
+        "operator",
+        "toolkit",
+    )
+    local_cluster.apply(
+        {
+            "apiVersion": "nvidia.com/v1",
+            "kind": "ClusterPolicy",
+            "metadata": {"name": "cluster-policy"},
+            "spec": {key: {} for key in required},
+        }
+    )
+    local_cluster.kubectl(
+        "patch",
+        "clusterpolicies.nvidia.com",
+        "cluster-policy",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": {"state": "ready"}}),
+    )
     ready = wait_until(
         lambda: (g := gpu(local_cluster)) and g.get("status", {}).get("state") == "Ready" and g,
-        90, "Gpu Ready once the real DaemonSet controller has the operands available",
+        90,
+        "Gpu Ready once the real DaemonSet controller has the operands available",
     )
     components = {c["name"]: c for c in ready["status"]["components"]}
     assert set(OPERAND_DAEMONSETS) <= set(components)
     assert all(c["ready"] and c["desired"] == 2 for c in components.values())
-    assert condition(ready, "DriverReady")["reason"] == "DriverDaemonSetsReady"
+    driver = condition(ready, "DriverReady")
+    assert driver is not None
+    assert driver["reason"] == "DriverDaemonSetsReady"
 
     # A failed upgrade is mirrored as Error, with Flux's message.
     hr = helm_release(local_cluster)
     assert hr is not None
     generation = hr["metadata"]["generation"]
-    failed = {"observedGeneration": generation, "conditions": [
-        {"type": "Ready", "status": "False", "reason": "UpgradeFailed",
-         "message": "Helm upgrade failed: timed out waiting for the condition",
-         "observedGeneration": generation, "lastTransitionTime": "2026-11-30T00:01:00Z"}]}
-    local_cluster.kubectl("patch", "helmreleases.helm.toolkit.fluxcd.io", "gpu-operator",
-                          "-n", MODULE_NAMESPACE, "--subresource=status", "--type=merge",
-                          "-p", json.dumps({"status": failed}))
-    error = wait_until(lambda: (g := gpu(local_cluster)) and g["status"]["state"] == "Error" and g,
-                       30, "Error state from UpgradeFailed")
+    failed = {
+        "observedGeneration": generation,
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "False",
+                "reason": "UpgradeFailed",
+                "message": "Helm upgrade failed: timed out waiting for the condition",
+                "observedGeneration": generation,
+                "lastTransitionTime": "2026-11-30T00:01:00Z",
+            }
+        ],
+    }
+    local_cluster.kubectl(
+        "patch",
+        "helmreleases.helm.toolkit.fluxcd.io",
+        "gpu-operator",
+        "-n",
+        MODULE_NAMESPACE,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": failed}),
+    )
+    error = wait_until(
+        lambda: (g := gpu(local_cluster)) and g["status"]["state"] == "Error" and g,
+        30,
+        "Error state from UpgradeFailed",
+    )
     assert "timed out waiting for the condition" in error["status"]["message"]
     _set_helm_release_ready(local_cluster)
-    wait_until(lambda: (gpu(local_cluster) or {}).get("status", {}).get("state") == "Ready", 30,
-               "Ready again")
+    wait_until(
+        lambda: (gpu(local_cluster) or {}).get("status", {}).get("state") == "Ready",
+        30,
+        "Ready again",
+    )
 
 
 def test_restart_converges_without_duplicates(
@@ -340,16 +455,24 @@ def test_deletion_waits_for_gpu_workloads(
                "name": "cuda", "image": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0",
                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}  # fmt: skip
     local_cluster.apply(pod)
-    wait_until(lambda: (local_cluster.get_object("pod", "trainer", "ml") or {})
-               .get("status", {}).get("phase") == "Running", 60, "the GPU pod running")
+    wait_until(
+        lambda: (
+            (local_cluster.get_object("pod", "trainer", "ml") or {}).get("status", {}).get("phase")
+            == "Running"
+        ),
+        60,
+        "the GPU pod running",
+    )
 
     local_cluster.kubectl("delete", "gpus.gpu.kyma-project.io", "gpu", "--wait=false")
     blocked = wait_until(
         lambda: (g := gpu(local_cluster)) and g["status"].get("state") == "Warning" and g,
-        30, "Warning while a GPU pod runs",
+        30,
+        "Warning while a GPU pod runs",
     )
     protected = condition(blocked, "WorkloadsProtected")
-    assert protected is not None and protected["status"] == "False"
+    assert protected is not None
+    assert protected["status"] == "False"
     assert "ml/trainer" in protected["message"]
     assert helm_release(local_cluster) is not None
 

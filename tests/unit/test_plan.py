@@ -230,7 +230,12 @@ def test_preflight_unknown_os_and_machine_type(catalog: Catalog) -> None:
             labels={"gpu.kyma-project.io/gpu": "true"},
         ),
     )
-    assert reasons(plan) == [("warning", "UnknownOs"), ("info", "UnknownMachineType")]
+    assert reasons(plan) == [
+        ("warning", "UnknownOs"),
+        ("info", "UnknownMachineType"),
+        ("warning", "NoDriverForUnknownOs"),
+    ]
+    assert "nodes odd have an OS the module does not know" in plan.preflight.findings[2].message
     assert "node odd: OS 'Debian GNU/Linux 12 (bookworm)'" in plan.preflight.findings[0].message
     assert "using Upstream driver mode" in plan.preflight.findings[0].message
     assert "GPU detected by opt-in" in plan.preflight.findings[1].message
@@ -602,5 +607,5 @@ def test_garden_linux_upstream_does_not_adopt_the_installer(catalog: Catalog) ->
     assert "garden-linux-installer-values" not in plan.rules_applied
     assert "cdi" not in plan.values
     assert plan.installer_release is None
-    assert reasons(plan) == []
+    assert reasons(plan) == [("warning", "UpstreamOnGardenLinux")]
     assert {d["repository"] for d in _drivers(plan).values()} == {"nvcr.io/nvidia"}

@@ -126,14 +126,31 @@ OPERANDS = (
     ds("nvidia-dcgm-exporter"),
 )
 CP_READY = ClusterPolicyFacts(state="ready")
+
+
+def source(ready: tuple[str, str, str] = ("True", "Succeeded", "stored index")) -> HelmReleaseFacts:
+    """The HelmRepository as source-controller writes it."""
+    return helm_release_facts({
+        "kind": "HelmRepository",
+        "metadata": {"name": "gpu-operator", "namespace": "kyma-system", "generation": 1},
+        "status": {"observedGeneration": 1, "conditions": [{
+            "type": "Ready", "status": ready[0], "reason": ready[1], "message": ready[2],
+            "observedGeneration": 1}]},
+    })  # fmt: skip
+
+
 ALL_READY = Observed(
-    helm_release=hr(), daemonsets=(DRIVER_READY, *OPERANDS), cluster_policy=CP_READY
+    helm_release=hr(),
+    source=source(),
+    daemonsets=(DRIVER_READY, *OPERANDS),
+    cluster_policy=CP_READY,
 )
 
 
 def world(**changes: Any) -> Observed:
     fields: dict[str, Any] = {
         "helm_release": ALL_READY.helm_release,
+        "source": ALL_READY.source,
         "daemonsets": ALL_READY.daemonsets,
         "cluster_policy": ALL_READY.cluster_policy,
     }
@@ -144,6 +161,30 @@ def world(**changes: Any) -> Observed:
 Expect = dict[str, tuple[str, str]]
 
 CASES: list[Any] = [
+    pytest.param(
+        "gl",
+        world(source=source(("False", "FetchFailed", "failed to fetch Helm repository index"))),
+        GpuState.WARNING,
+        {"ReleaseReady": ("True", "InstallSucceeded"), "SourceReady": ("False", "FetchFailed")},
+        id="release-installed-source-broken",
+    ),
+    pytest.param(
+        "gl",
+        world(
+            helm_release=hr(ready=("False", "InstallFailed")),
+            source=source(("False", "FetchFailed", "connection refused")),
+        ),
+        GpuState.ERROR,
+        {"ReleaseReady": ("False", "InstallFailed"), "SourceReady": ("False", "FetchFailed")},
+        id="release-failed-source-broken",
+    ),
+    pytest.param(
+        "gl",
+        world(source=None),
+        GpuState.READY,
+        {"SourceReady": ("Unknown", "WaitingForSource")},
+        id="source-not-observed",
+    ),
     pytest.param(
         "gl",
         world(helm_release=None),
@@ -368,10 +409,11 @@ def test_aggregate(
     for type_, wanted in expect.items():
         assert got[type_] == wanted, (type_, status.conditions)
     assert status.conditions[0].type == "Ready"
-    assert [c.type for c in status.conditions][1:6] == [
+    assert [c.type for c in status.conditions][1:7] == [
         "NodesDetected",
         "Preflight",
         "ReleaseReady",
+        "SourceReady",
         "DriverReady",
         "ComponentsReady",
     ]

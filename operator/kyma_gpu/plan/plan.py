@@ -200,6 +200,17 @@ def make_plan(
                 f"module; using {_node_mode(node, spec.driver.mode, auto)} driver mode",
             )
         )
+    if spec.driver.mode is DriverMode.UPSTREAM and any(
+        n.os is OsFamily.GARDENLINUX for n in facts.gpu_nodes
+    ):
+        findings.append(
+            Finding(
+                Severity.WARNING,
+                "UpstreamOnGardenLinux",
+                "spec.driver.mode Upstream on Garden Linux nodes: NVIDIA's driver container "
+                "compiles on the node and Garden Linux has no compilers; use Auto or Precompiled",
+            )
+        )
     for node in facts.unknown_machine_type_nodes:
         findings.append(
             Finding(
@@ -299,6 +310,23 @@ def make_plan(
         for p in pools
         if p.mode is not DriverMode.PREINSTALLED
     ]
+    if mode == PER_POOL:
+        stranded = [
+            n.name
+            for p in pools
+            if p.os is OsFamily.UNKNOWN and p.mode is not DriverMode.PREINSTALLED
+            for n in p.nodes
+        ]
+        if stranded:
+            findings.append(
+                Finding(
+                    Severity.WARNING,
+                    "NoDriverForUnknownOs",
+                    f"mixed fleet: nodes {', '.join(stranded)} have an OS the module does not "
+                    "know, so no per-pool NVIDIADriver can select them and they get no driver; "
+                    "label them gpu.kyma-project.io/driver-preinstalled=true if they have one",
+                )
+            )
     if mode == PER_POOL and chart is None and not full_version:
         findings.append(
             Finding(

@@ -39,6 +39,9 @@ class ConditionType(StrEnum):
     """DriverDaemonSetsReady | DriverPreinstalled | DriverNotReady | WaitingForDriver."""
     COMPONENTS_READY = "ComponentsReady"
     """ComponentsReady | ComponentsNotReady | WaitingForComponents."""
+    SOURCE_READY = "SourceReady"
+    """Mirrors the chart source's Ready condition (Succeeded, FetchFailed, ...) or
+    WaitingForSource. False with a healthy release means: installed, but no upgrades."""
     WORKLOADS_PROTECTED = "WorkloadsProtected"
     """During deletion: GpuWorkloadsRunning | NoGpuWorkloads."""
 
@@ -65,6 +68,8 @@ class Observed:
     """Everything the operator saw in the cluster, in compact form."""
 
     helm_release: HelmReleaseFacts | None = None
+    source: HelmReleaseFacts | None = None
+    """The chart source (HelmRepository or OCIRepository) the HelmRelease reads."""
     daemonsets: tuple[DaemonSetFacts, ...] = ()
     cluster_policy: ClusterPolicyFacts | None = None
     gpu_workloads: tuple[str, ...] = ()
@@ -169,6 +174,40 @@ def _release_condition(
     return _cond(ConditionType.RELEASE_READY, "Unknown", reason, message, generation), False
 
 
+def _source_condition(observed: Observed, generation: int | None) -> Condition:
+    src = observed.source
+    if src is None:
+        return _cond(
+            ConditionType.SOURCE_READY,
+            "Unknown",
+            "WaitingForSource",
+            "no chart source observed yet",
+            generation,
+        )
+    name = f"{src.kind} {src.namespace}/{src.name}"
+    ready = src.condition("Ready")
+    seen = (
+        ready.observed_generation
+        if ready and ready.observed_generation is not None
+        else src.observed_generation
+    )
+    if ready is None or seen is None or seen < src.generation:
+        return _cond(
+            ConditionType.SOURCE_READY,
+            "Unknown",
+            "Progressing",
+            f"{name}: Flux has not yet reconciled generation {src.generation}",
+            generation,
+        )
+    status: ConditionStatus = "Unknown"
+    if ready.status == "True":
+        status = "True"
+    elif ready.status == "False" and not _in_progress(ready):
+        status = "False"
+    message = f"{name}: {ready.message}".rstrip(": ")
+    return _cond(ConditionType.SOURCE_READY, status, ready.reason or "Unknown", message, generation)
+
+
 def _daemonset_summary(sets: Sequence[DaemonSetFacts]) -> str:
     return ", ".join(f"{d.name} ({d.available}/{d.desired})" for d in sets)
 
@@ -234,6 +273,10 @@ def aggregate(
     conditions.append(release)
     if release_failed:
         errors.append(release.message)
+    source = _source_condition(observed, generation)
+    conditions.append(source)
+    if source.status == "False" and not release_failed:
+        (warnings if release.status == "True" else errors).append(source.message)
 
     driver_sets = [d for d in observed.daemonsets if d.name.startswith(DRIVER_DAEMONSET_PREFIX)]
     other_sets = [d for d in observed.daemonsets if not d.name.startswith(DRIVER_DAEMONSET_PREFIX)]

@@ -23,7 +23,7 @@ class FluxCondition:
 
 @dataclass(frozen=True, slots=True)
 class HelmReleaseFacts:
-    """What status needs of the HelmRelease."""
+    """What status needs of a Flux object: the HelmRelease, or its chart source."""
 
     name: str
     namespace: str
@@ -32,6 +32,7 @@ class HelmReleaseFacts:
     conditions: tuple[FluxCondition, ...]
     installed_chart_version: str | None
     last_attempted_revision: str | None
+    kind: str = "HelmRelease"
 
     def condition(self, type_: str) -> FluxCondition | None:
         return next((c for c in self.conditions if c.type == type_), None)
@@ -66,6 +67,7 @@ def helm_release_facts(body: Mapping[str, Any]) -> HelmReleaseFacts:
         ),
         installed_chart_version=installed,
         last_attempted_revision=status.get("lastAttemptedRevision"),
+        kind=str(body.get("kind", "HelmRelease")),
     )
 
 

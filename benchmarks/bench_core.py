@@ -1,0 +1,107 @@
+"""Benchmarks of the pure core: prints numbers, asserts nothing.
+
+    make bench        (or .venv/bin/python benchmarks/bench_core.py [--nodes N])
+
+What it measures, on a synthetic fleet of N nodes (a third GPU nodes, Garden Linux and Ubuntu):
+- node_facts per Node event (what every Node heartbeat costs the operator),
+- cluster_facts + make_plan for the whole fleet (a real change),
+- a memoized plan lookup (what a reconcile without a change costs),
+- status aggregation,
+- memory of the compact facts kept per Node versus the Node bodies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
+
+from kyma_gpu.api.models import GpuSpec  # noqa: E402
+from kyma_gpu.facts import cluster_facts, node_facts  # noqa: E402
+from kyma_gpu.plan import Owner, make_plan  # noqa: E402
+from kyma_gpu.reconciler import Reconciler  # noqa: E402
+from kyma_gpu.rules.catalog import Catalog  # noqa: E402
+from kyma_gpu.status import Observed, aggregate  # noqa: E402
+
+
+def node(i: int) -> dict[str, Any]:
+    gpu = i % 3 == 0
+    ubuntu = gpu and i % 2 == 0
+    labels = {
+        "kubernetes.io/arch": "amd64",
+        "node.kubernetes.io/instance-type": "g6.xlarge" if gpu else "m6i.large",
+        "worker.gardener.cloud/pool": "gpu" if gpu else "cpu",
+        "topology.kubernetes.io/zone": "eu-central-1a",
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": f"node-{i:05d}", "labels": labels, "resourceVersion": str(i)},
+        "spec": {"providerID": f"aws:///eu-central-1a/i-{i:017x}"},
+        "status": {
+            "capacity": {"cpu": "4", "memory": "16Gi", "pods": "110", "nvidia.com/gpu": "1"}
+            if gpu
+            else {"cpu": "2", "memory": "8Gi", "pods": "110"},
+            "nodeInfo": {
+                "osImage": "Ubuntu 22.04.5 LTS" if ubuntu else "Garden Linux 1877.21",
+                "architecture": "amd64",
+                "kernelVersion": "6.12.44-cloud-amd64",
+            },
+            "conditions": [
+                {"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-11-30T00:00:00Z"}
+            ],
+        },
+    }
+
+
+def timed(label: str, repeat: int, fn: Callable[[], object]) -> None:
+    fn()  # warm
+    start = time.perf_counter()
+    for _ in range(repeat):
+        fn()
+    per = (time.perf_counter() - start) / repeat
+    unit, scale = ("ms", 1e3) if per >= 1e-3 else ("us", 1e6)
+    print(f"{label:<52} {per * scale:10.2f} {unit}  ({repeat} runs)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=3000)
+    args = parser.parse_args()
+    catalog = Catalog()
+    registry = catalog.machine_types
+    bodies = [node(i) for i in range(args.nodes)]
+    print(f"fleet: {args.nodes} nodes, {sum(1 for i in range(args.nodes) if i % 3 == 0)} GPU nodes")
+
+    timed("node_facts of one Node (per heartbeat)", 20000, lambda: node_facts(bodies[0], registry))
+    facts = [node_facts(b, registry) for b in bodies]
+    timed("cluster_facts of the fleet", 50, lambda: cluster_facts(facts))
+    cfacts = cluster_facts(facts)
+    spec, owner = GpuSpec(), Owner(uid="bench")
+    timed("make_plan for the fleet (a real change)", 20, lambda: make_plan(spec, cfacts, catalog, owner))
+    reconciler = Reconciler(catalog=catalog, adapter=None)  # type: ignore[arg-type]
+    timed("memoized plan lookup (reconcile without change)", 200,
+          lambda: reconciler.plan(spec, cfacts, owner))
+    plan = make_plan(spec, cfacts, catalog, owner)
+    timed("status aggregation", 200, lambda: aggregate(plan, Observed(), 1, (), "now"))
+
+    tracemalloc.start()
+    snapshot = [node_facts(b, registry) for b in bodies]
+    facts_bytes = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    tracemalloc.start()
+    copies = [node(i) for i in range(args.nodes)]
+    bodies_bytes = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    print(f"{'memory: compact facts per Node':<52} {facts_bytes / len(snapshot):10.0f} B")
+    print(f"{'memory: a (small, synthetic) Node body':<52} {bodies_bytes / len(copies):10.0f} B")
+
+
+if __name__ == "__main__":
+    main()
