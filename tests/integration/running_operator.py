@@ -58,16 +58,24 @@ def install_crds(cluster: LocalCluster) -> None:
 class OperatorProcess:
     """`kyma-gpu run --standalone` with the cluster's admin kubeconfig."""
 
-    def __init__(self, cluster: LocalCluster, name: str = "operator") -> None:
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        name: str = "operator",
+        kubeconfig: Path | None = None,
+        args: tuple[str, ...] = ("--standalone",),
+    ) -> None:
         self.cluster = cluster
         self.log_path = cluster.log_dir / f"{name}.log"
+        self.kubeconfig = kubeconfig or cluster.kubeconfig
+        self.args = args
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> OperatorProcess:
-        env = {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig), "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1"}
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "kyma_gpu.cli", "run", "--standalone"],
+            [sys.executable, "-m", "kyma_gpu.cli", "run", *self.args],
             env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
         )  # fmt: skip
         log.close()
