@@ -19,8 +19,9 @@ import pytest
 
 from tests.harness.cluster import LocalCluster
 from tests.harness.flux import FluxStack
-from tests.integration.running_operator import (
+from tests.harness.module import (
     MODULE_NAMESPACE,
+    OPERAND_DAEMONSETS,
     ROOT,
     TARGET_NAMESPACE,
     OperatorProcess,
@@ -29,20 +30,13 @@ from tests.integration.running_operator import (
     helm_release,
     install_crds,
     operator_writes,
+    stand_in_for_the_gpu_operator,
     wait_until,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
 FLEET = ROOT / "tests" / "harness" / "fleets" / "demo.yaml"
-OPERANDS = (
-    "nvidia-driver-daemonset-6.12.44-cloud-amd64-gardenlinux0",
-    "nvidia-container-toolkit-daemonset",
-    "nvidia-device-plugin-daemonset",
-    "gpu-feature-discovery",
-    "nvidia-dcgm-exporter",
-    "nvidia-operator-validator",
-)
 TIMINGS: dict[str, float] = {}
 WRITES: dict[str, int] = {}
 
@@ -96,33 +90,6 @@ def _release_ready(cluster: LocalCluster, chart_version: str | None = None) -> d
 
 def _cluster_policy(cluster: LocalCluster) -> dict[str, Any]:
     return cluster.get_object("clusterpolicies.nvidia.com", "cluster-policy") or {}
-
-
-def _operand(name: str) -> dict[str, Any]:
-    labels = {"app": name, "app.kubernetes.io/part-of": "gpu-operator"}
-    strategy = "OnDelete" if name.startswith("nvidia-driver-daemonset") else "RollingUpdate"
-    return {
-        "apiVersion": "apps/v1", "kind": "DaemonSet",
-        "metadata": {"name": name, "namespace": TARGET_NAMESPACE, "labels": labels},
-        "spec": {"selector": {"matchLabels": {"app": name}}, "updateStrategy": {"type": strategy},
-                 "template": {"metadata": {"labels": labels}, "spec": {
-                     "nodeSelector": {"feature.node.kubernetes.io/pci-10de.present": "true"},
-                     "containers": [{"name": "main", "image": f"nvcr.io/nvidia/{name}:test"}]}}},
-    }  # fmt: skip
-
-
-def _stand_in_for_the_gpu_operator(cluster: LocalCluster) -> None:
-    """What the NVIDIA operator controller would do: operand DaemonSets, ClusterPolicy ready."""
-    cluster.apply(*[_operand(name) for name in OPERANDS])
-    cluster.kubectl(
-        "patch",
-        "clusterpolicies.nvidia.com",
-        "cluster-policy",
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        json.dumps({"status": {"state": "ready", "namespace": TARGET_NAMESPACE}}),
-    )
 
 
 def _state(cluster: LocalCluster) -> str:
@@ -179,7 +146,7 @@ def test_install(
     assert release["status"] == "True"
     assert "HelmRelease kyma-system/gpu-operator" in release["message"]
 
-    _stand_in_for_the_gpu_operator(local_cluster)
+    stand_in_for_the_gpu_operator(local_cluster)
     wait_until(lambda: _state(local_cluster) == "Ready", 90, "Gpu Ready")
     TIMINGS["apply_to_gpu_ready"] = round(time.monotonic() - began, 1)
     status = (gpu(local_cluster) or {})["status"]
@@ -227,7 +194,7 @@ def test_upgrade_on_chart_bump_replaces_crds(
         60,
         "status installedChartVersion",
     )
-    _stand_in_for_the_gpu_operator(local_cluster)  # the upgrade re-rendered the ClusterPolicy
+    stand_in_for_the_gpu_operator(local_cluster)  # the upgrade re-rendered the ClusterPolicy
     wait_until(lambda: _state(local_cluster) == "Ready", 120, "Ready on v26.7.0")
     TIMINGS["chart_bump_to_ready"] = round(time.monotonic() - began, 1)
 
@@ -258,7 +225,7 @@ def test_drift_is_corrected(
         "Flux restoring the deleted Deployment",
     )
     wait_until(lambda: _cluster_policy(local_cluster), 60, "Flux restoring the ClusterPolicy")
-    _stand_in_for_the_gpu_operator(local_cluster)
+    stand_in_for_the_gpu_operator(local_cluster)
     wait_until(lambda: _state(local_cluster) == "Ready", 120, "Ready after drift correction")
 
 
@@ -300,7 +267,9 @@ def test_uninstall(
     local_cluster: LocalCluster, flux_stack: FluxStack, stack: OperatorProcess
 ) -> None:
     writes_before = len(operator_writes(local_cluster))
-    for name in OPERANDS:  # not part of the release: they stand in for the NVIDIA operator
+    for (
+        name
+    ) in OPERAND_DAEMONSETS:  # not part of the release: they stand in for the NVIDIA operator
         local_cluster.kubectl("delete", "daemonset", name, "-n", TARGET_NAMESPACE, check=False)
     began = time.monotonic()
     local_cluster.kubectl("delete", "gpus.gpu.kyma-project.io", "gpu", "--wait=false")

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 from tests.harness.cluster import LocalCluster
-from tests.integration.running_operator import (
+from tests.harness.module import (
     MODULE_NAMESPACE,
     ROOT,
     TARGET_NAMESPACE,

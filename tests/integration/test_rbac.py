@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from tests.harness.cluster import LocalCluster
-from tests.integration.running_operator import (
+from tests.harness.module import (
     MODULE_NAMESPACE,
     ROOT,
     OperatorProcess,

@@ -1,5 +1,7 @@
-"""The operator as a real process (`kyma-gpu run`) against the local cluster, and helpers the
-operator tests share: applying the CRDs, waiting on conditions, counting API writes.
+"""The module on the local cluster: the operator as a real process (`kyma-gpu run`), its
+CRDs, and what the operator tests and the demo share: waiting on conditions, counting the
+operator's API writes (from the API server's audit log), standing in for the NVIDIA GPU
+operator controller (which cannot run here).
 """
 
 from __future__ import annotations
@@ -22,6 +24,42 @@ CRD = ROOT / "config" / "crd" / "bases" / "gpu.kyma-project.io_gpus.yaml"
 MODULE_NAMESPACE = "kyma-system"
 TARGET_NAMESPACE = "gpu-operator"
 T = TypeVar("T")
+
+
+OPERAND_DAEMONSETS = (
+    "nvidia-driver-daemonset-6.12.44-cloud-amd64-gardenlinux0",
+    "nvidia-container-toolkit-daemonset",
+    "nvidia-device-plugin-daemonset",
+    "gpu-feature-discovery",
+    "nvidia-dcgm-exporter",
+    "nvidia-operator-validator",
+)
+
+
+def operand_daemonset(name: str) -> dict[str, Any]:
+    """A DaemonSet with the name and labels the NVIDIA operator gives this operand."""
+    labels = {"app": name, "app.kubernetes.io/part-of": "gpu-operator"}
+    strategy = "OnDelete" if name.startswith("nvidia-driver-daemonset") else "RollingUpdate"
+    return {
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": TARGET_NAMESPACE, "labels": labels},
+        "spec": {"selector": {"matchLabels": {"app": name}}, "updateStrategy": {"type": strategy},
+                 "template": {"metadata": {"labels": labels}, "spec": {
+                     "nodeSelector": {"feature.node.kubernetes.io/pci-10de.present": "true"},
+                     "containers": [{"name": "main", "image": f"nvcr.io/nvidia/{name}:test"}]}}},
+    }  # fmt: skip
+
+
+def stand_in_for_the_gpu_operator(cluster: LocalCluster) -> None:
+    """What the NVIDIA GPU operator controller would do once the chart is installed: create the
+    operand DaemonSets (the real DaemonSet controller schedules them onto the kwok GPU nodes)
+    and report the ClusterPolicy ready. Its Go module at the chart's versions is not served by
+    the module proxy, so it cannot be built and run here."""
+    cluster.apply(*[operand_daemonset(name) for name in OPERAND_DAEMONSETS])
+    cluster.kubectl(
+        "patch", "clusterpolicies.nvidia.com", "cluster-policy", "--subresource=status",
+        "--type=merge", "-p", json.dumps({"status": {"state": "ready"}}),
+    )  # fmt: skip
 
 
 def wait_until(

@@ -1,0 +1,572 @@
+"""A real Kubernetes control plane from locally built binaries, with kwok nodes.
+
+``LocalCluster`` starts, as local processes on 127.0.0.1:
+
+- etcd (``--unsafe-no-fsync``: test data, speed over durability);
+- kube-apiserver with its own CA, RBAC authorization and an admin client cert;
+- kube-controller-manager with the controllers that make workloads behave
+  (DaemonSet, Deployment, ReplicaSet, StatefulSet, Job, namespace deletion,
+  garbage collection, service accounts, pod GC, kube-root-ca.crt, PDBs);
+- kube-scheduler;
+- kwok, which plays the kubelet of every node labelled ``kwok.x-k8s.io/node=fake``
+  with the Stage files in ``tests/harness/kwok/`` (node Ready; pods Running and
+  Ready; Job pods Succeeded; deleted pods gone; see the README there).
+
+Use it as a context manager or call start()/stop(). The admin kubeconfig is
+``<workdir>/kubeconfig``; each process logs to ``<workdir>/logs/<name>.log``;
+the API server's audit log of write requests is ``<workdir>/logs/audit.log``
+(tests use it to check that a client wrote nothing).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import shutil
+import ssl
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, cast
+
+import yaml
+
+from . import nodes as nodes_module
+from .binaries import CLUSTER_BINARIES, require
+from .pki import ClusterPKI, create_pki
+from .procs import (
+    ManagedProcess,
+    free_port,
+    http_ok,
+    insecure_tls,
+    log_tails,
+    stop_all,
+    wait_for,
+)
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+KWOK_STAGES_DIR = Path(__file__).resolve().parent / "kwok"
+CLUSTER_NAME = "kyma-gpu-local"
+SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
+POD_CIDR = "10.244.0.0/16"
+
+CONTROLLERS = (
+    "daemonset-controller",
+    "deployment-controller",
+    "replicaset-controller",
+    "statefulset-controller",
+    "job-controller",
+    "namespace-controller",
+    "garbage-collector-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+    "pod-garbage-collector-controller",
+    "root-ca-certificate-publisher-controller",
+    "disruption-controller",
+)
+"""kube-controller-manager controllers that run.
+
+Left out on purpose: node-lifecycle-controller. It would taint and evict
+nodes whose heartbeats stop, which kwok only sends if told to; without it the
+fake nodes stay Ready for the whole session at no CPU cost. Services,
+endpoints, volumes, CSRs and cloud controllers are not needed by the tests.
+"""
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+def close_client(api: ApiClient) -> None:
+    """Close an ApiClient (kubernetes 37 leaves close() unannotated)."""
+    api.close()  # type: ignore[no-untyped-call]
+
+
+class LocalCluster:
+    """etcd + kube-apiserver + kube-controller-manager + kube-scheduler + kwok.
+
+    ``workdir``: where PKI, etcd data, logs and the kubeconfig go; a new temp
+    dir by default, removed on stop() unless ``keep_workdir`` (or the
+    environment variable KYMA_GPU_HARNESS_KEEP=1). A given workdir is never
+    removed. ``node_files``: YAML files of Nodes (see nodes.py) created at
+    start, which then waits until they are Ready.
+    """
+
+    def __init__(
+        self,
+        workdir: Path | str | None = None,
+        *,
+        keep_workdir: bool = False,
+        node_files: Sequence[Path | str] = (),
+        progress: Progress | None = None,
+        start_timeout: float = 120.0,
+    ) -> None:
+        self._own_workdir = workdir is None
+        self.workdir = (
+            Path(tempfile.mkdtemp(prefix="kyma-gpu-cluster-"))
+            if workdir is None
+            else Path(workdir).resolve()
+        )
+        self.keep_workdir = keep_workdir or os.environ.get("KYMA_GPU_HARNESS_KEEP") == "1"
+        self.node_files = [Path(path) for path in node_files]
+        self.progress: Progress = progress or _quiet
+        self.start_timeout = start_timeout
+        self.log_dir = self.workdir / "logs"
+        self.kubeconfig = self.workdir / "kubeconfig"
+        self.audit_log = self.log_dir / "audit.log"
+        """API write requests (create/update/patch/delete) as JSON lines."""
+        self.processes: dict[str, ManagedProcess] = {}
+        self.timings: dict[str, float] = {}
+        self.node_names: list[str] = []
+        self.api_port = 0
+        self._pki: ClusterPKI | None = None
+        self._bins: dict[str, Path] = {}
+        self._started = False
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def server(self) -> str:
+        """The API server URL, https://127.0.0.1:<port>."""
+        return f"https://127.0.0.1:{self.api_port}"
+
+    @property
+    def pki(self) -> ClusterPKI:
+        if self._pki is None:
+            raise RuntimeError("the cluster has not been started")
+        return self._pki
+
+    def start(self) -> LocalCluster:
+        """Start every process and wait until it is healthy (and the nodes Ready)."""
+        if self._started:
+            return self
+        self._started = True
+        began = time.monotonic()
+        try:
+            self._start(began)
+        except BaseException:
+            self.progress("start failed; stopping what was started")
+            self.stop()
+            raise
+        return self
+
+    def _start(self, began: float) -> None:
+        self._bins = require(*CLUSTER_BINARIES)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._pki = create_pki(self.workdir / "pki")
+        self.api_port = free_port()
+        self._write_kubeconfig()
+        etcd_url = self._start_etcd()
+        self._start_apiserver(etcd_url)
+        self._start_controllers()
+        self.timings["control plane"] = time.monotonic() - began
+        if self.node_files:
+            self.progress(f"creating nodes from {', '.join(map(str, self.node_files))}")
+            for path in self.node_files:
+                self.add_nodes(path, wait=False)
+            self.timings["nodes ready"] = self.wait_nodes_ready(self.node_names)
+        self.timings["total"] = time.monotonic() - began
+        self.progress(f"cluster ready in {self.timings['total']:.1f}s")
+
+    def _start_etcd(self) -> str:
+        etcd_url = f"http://127.0.0.1:{free_port()}"
+        peer_url = f"http://127.0.0.1:{free_port()}"
+        etcd = self._process(
+            "etcd",
+            [
+                str(self._bins["etcd"]),
+                "--name=kyma-gpu",
+                f"--data-dir={self.workdir / 'etcd'}",
+                f"--listen-client-urls={etcd_url}",
+                f"--advertise-client-urls={etcd_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=kyma-gpu={peer_url}",
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ],
+        )
+        self.progress("starting etcd")
+        etcd.start()
+        self._healthy(etcd, lambda: http_ok(f"{etcd_url}/health", expect=b'"health":"true"'))
+        return etcd_url
+
+    def _audit_policy(self) -> Path:
+        """Log every write request (metadata only): tests count what a client wrote.
+
+        The events go to ``self.audit_log`` (JSON lines, one audit.k8s.io/v1
+        Event each, written before the response: --audit-log-mode=blocking).
+        """
+        path = self.workdir / "audit-policy.yaml"
+        path.write_text(
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n"
+            "rules:\n"
+            "- level: Metadata\n"
+            "  verbs: [create, update, patch, delete, deletecollection]\n"
+            "- level: None\n",
+            encoding="utf-8",
+        )
+        return path
+
+    def _start_apiserver(self, etcd_url: str) -> None:
+        pki = self.pki
+        apiserver = self._process(
+            "kube-apiserver",
+            [
+                str(self._bins["kube-apiserver"]),
+                f"--etcd-servers={etcd_url}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self.api_port}",
+                # Endpoints for the `kubernetes` Service would need a
+                # non-loopback address; nothing in the tests dials it.
+                "--advertise-address=127.0.0.1",
+                "--endpoint-reconciler-type=none",
+                f"--cert-dir={self.workdir / 'kube-apiserver'}",
+                f"--tls-cert-file={pki.serving_cert}",
+                f"--tls-private-key-file={pki.serving_key}",
+                f"--client-ca-file={pki.ca_cert}",
+                f"--service-account-issuer=https://127.0.0.1:{self.api_port}/",
+                f"--service-account-key-file={pki.service_account_pub}",
+                f"--service-account-signing-key-file={pki.service_account_key}",
+                f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+                "--allow-privileged=true",
+                "--authorization-mode=RBAC",
+                # The ServiceAccount admission plugin stays on, as in a real
+                # cluster: pods wait for their ServiceAccount, which the
+                # serviceaccount controller creates (`default`) or the chart
+                # does. TaintNodesByCondition is off: it puts a not-ready
+                # NoSchedule taint on every new Node that only the
+                # node-lifecycle controller (not run, see CONTROLLERS) removes.
+                "--disable-admission-plugins=TaintNodesByCondition",
+                "--profiling=false",
+                f"--audit-policy-file={self._audit_policy()}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
+                "--audit-log-mode=blocking",
+            ],
+        )
+        self.progress("starting kube-apiserver")
+        apiserver.start()
+        api_tls = self._api_tls()
+        self._healthy(apiserver, lambda: http_ok(f"{self.server}/readyz", context=api_tls))
+        apiserver.wait_healthy(lambda: http_ok(f"{self.server}/livez", context=api_tls), 10)
+
+    def _start_controllers(self) -> None:
+        pki = self.pki
+        kcm_port, scheduler_port, kwok_port = free_port(), free_port(), free_port()
+        kcm = self._process(
+            "kube-controller-manager",
+            [
+                str(self._bins["kube-controller-manager"]),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--controllers={','.join(CONTROLLERS)}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={kcm_port}",
+                f"--cert-dir={self.workdir / 'kube-controller-manager'}",
+                f"--service-account-private-key-file={pki.service_account_key}",
+                f"--root-ca-file={pki.ca_cert}",
+                "--profiling=false",
+            ],
+        )
+        scheduler = self._process(
+            "kube-scheduler",
+            [
+                str(self._bins["kube-scheduler"]),
+                f"--kubeconfig={self.kubeconfig}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={scheduler_port}",
+                "--profiling=false",
+            ],
+        )
+        kwok = self._process(
+            "kwok",
+            [
+                str(self._bins["kwok"]),
+                f"--kubeconfig={self.kubeconfig}",
+                *(f"--config={stage}" for stage in sorted(KWOK_STAGES_DIR.glob("*.yaml"))),
+                f"--manage-nodes-with-label-selector={nodes_module.KWOK_SELECTOR}",
+                f"--cidr={POD_CIDR}",
+                f"--server-address=127.0.0.1:{kwok_port}",
+            ],
+        )
+        self.progress("starting kube-controller-manager, kube-scheduler, kwok")
+        for process in (kcm, scheduler, kwok):
+            process.start()
+        insecure = insecure_tls()
+        self._healthy(
+            kcm, lambda: http_ok(f"https://127.0.0.1:{kcm_port}/healthz", context=insecure)
+        )
+        self._healthy(
+            scheduler,
+            lambda: http_ok(f"https://127.0.0.1:{scheduler_port}/healthz", context=insecure),
+        )
+        self._healthy(kwok, lambda: http_ok(f"http://127.0.0.1:{kwok_port}/healthz"))
+
+    def stop(self) -> None:
+        """Stop every process (SIGTERM, then SIGKILL); remove a temp workdir. Idempotent."""
+        clients = [
+            process
+            for name, process in reversed(self.processes.items())
+            if name not in ("kube-apiserver", "etcd")
+        ]
+        stop_all(clients)
+        stop_all([p for n, p in self.processes.items() if n == "kube-apiserver"])
+        stop_all([p for n, p in self.processes.items() if n == "etcd"])
+        if self._own_workdir and not self.keep_workdir and self.workdir.exists():
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # -- helpers -----------------------------------------------------------
+
+    def _process(self, name: str, argv: Sequence[str], **env: str) -> ManagedProcess:
+        process = ManagedProcess(
+            name, argv, self.log_dir / f"{name}.log", env=env or None, cwd=self.workdir
+        )
+        self.processes[name] = process
+        return process
+
+    def register(self, process: ManagedProcess) -> None:
+        """Add a process started by someone else (Flux) so stop() and logs cover it."""
+        self.processes[process.name] = process
+
+    def _healthy(self, process: ManagedProcess, probe: Callable[[], bool]) -> None:
+        took = process.wait_healthy(probe, timeout=self.start_timeout)
+        self.timings[process.name] = took
+
+    def _api_tls(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.pki.ca_cert))
+        context.load_cert_chain(str(self.pki.admin_cert), str(self.pki.admin_key))
+        return context
+
+    def _write_kubeconfig(self) -> None:
+        def b64(path: Path) -> str:
+            return base64.b64encode(path.read_bytes()).decode("ascii")
+
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": CLUSTER_NAME,
+                    "cluster": {
+                        "server": self.server,
+                        "certificate-authority-data": b64(self.pki.ca_cert),
+                    },
+                }
+            ],
+            "users": [
+                {
+                    "name": "admin",
+                    "user": {
+                        "client-certificate-data": b64(self.pki.admin_cert),
+                        "client-key-data": b64(self.pki.admin_key),
+                    },
+                }
+            ],
+            "contexts": [
+                {"name": CLUSTER_NAME, "context": {"cluster": CLUSTER_NAME, "user": "admin"}}
+            ],
+            "current-context": CLUSTER_NAME,
+            "preferences": {},
+        }
+        self.kubeconfig.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+        self.kubeconfig.chmod(0o600)
+
+    # -- using the cluster -------------------------------------------------
+
+    def api_client(self) -> ApiClient:
+        """A new kubernetes.client.ApiClient for the admin user (close it when done)."""
+        from kubernetes import client
+
+        configuration = client.Configuration(
+            host=self.server,
+            ssl_ca_cert=str(self.pki.ca_cert),
+            cert_file=str(self.pki.admin_cert),
+            key_file=str(self.pki.admin_key),
+        )
+        return client.ApiClient(configuration)
+
+    def kubectl(
+        self,
+        *args: str,
+        input: str | None = None,
+        check: bool = True,
+        timeout: float = 120.0,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run tools/bin/kubectl against this cluster; raises with stderr if check fails."""
+        kubectl = require("kubectl")["kubectl"]
+        result = subprocess.run(
+            [str(kubectl), f"--kubeconfig={self.kubeconfig}", *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check and result.returncode != 0:
+            raise RuntimeError(
+                f"kubectl {' '.join(args)} failed ({result.returncode}): {result.stderr.strip()}"
+            )
+        return result
+
+    @contextlib.contextmanager
+    def kube_client(self) -> Iterator[ApiClient]:
+        """``with cluster.kube_client() as api:`` an ApiClient that is closed afterwards."""
+        api = self.api_client()
+        try:
+            yield api
+        finally:
+            close_client(api)
+
+    def apply(
+        self,
+        *objects: Mapping[str, Any],
+        field_manager: str = "kyma-gpu-tests",
+        force_conflicts: bool = True,
+    ) -> None:
+        """Server-side apply Kubernetes objects (dicts, as in a YAML manifest).
+
+        Conflicts with other field managers (a controller, helm-controller) are
+        forced by default: a test that applies a field means it.
+        """
+        document = {"apiVersion": "v1", "kind": "List", "items": [dict(o) for o in objects]}
+        args = ["apply", "--server-side", f"--field-manager={field_manager}", "-f", "-"]
+        if force_conflicts:
+            args.append("--force-conflicts")
+        self.kubectl(*args, input=json.dumps(document))
+
+    def get_object(
+        self, resource: str, name: str, namespace: str | None = None
+    ) -> dict[str, Any] | None:
+        """One object as a dict (kubectl get -o json), None if it does not exist.
+
+        ``resource`` is what kubectl accepts: ``daemonset``, ``helmrelease``,
+        ``clusterpolicies.nvidia.com`` ...
+        """
+        args = ["get", resource, name, "-o", "json", "--ignore-not-found"]
+        if namespace is not None:
+            args += ["-n", namespace]
+        output = self.kubectl(*args).stdout.strip()
+        return cast("dict[str, Any]", json.loads(output)) if output else None
+
+    def list_objects(
+        self, resource: str, namespace: str | None = None, selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The objects of a kind as dicts; namespace None means all namespaces."""
+        args = ["get", resource, "-o", "json"]
+        args += ["-n", namespace] if namespace is not None else ["--all-namespaces"]
+        if selector:
+            args += ["-l", selector]
+        items = json.loads(self.kubectl(*args).stdout).get("items", [])
+        return cast("list[dict[str, Any]]", items)
+
+    def wait_crds_established(self, *names: str, timeout: float = 60.0) -> float:
+        """Wait until the named CRDs (``helmreleases.helm.toolkit.fluxcd.io``) are Established.
+
+        Polls instead of ``kubectl wait``, which fails outright on a CRD that is
+        so new it has no status.conditions yet.
+        """
+
+        def established() -> bool:
+            args = ["get", "customresourcedefinitions", *names, "-o", "json"]
+            output = self.kubectl(*args, "--ignore-not-found").stdout.strip()
+            found = json.loads(output) if output else {}
+            # One name gives the object itself, several a List.
+            items = found.get("items", []) if found.get("kind") == "List" else [found]
+            items = [item for item in items if item]
+            ready = {
+                crd["metadata"]["name"]
+                for crd in items
+                for c in (crd.get("status") or {}).get("conditions") or []
+                if c.get("type") == "Established" and c.get("status") == "True"
+            }
+            return ready >= set(names)
+
+        return wait_for(established, timeout, f"CRDs Established: {', '.join(names)}")
+
+    def add_nodes(
+        self, source: Path | str, *, wait: bool = True, timeout: float = 60.0
+    ) -> list[str]:
+        """Create the Nodes in a YAML file (see nodes.load_nodes); wait until Ready."""
+        with self.kube_client() as api:
+            names = nodes_module.create_nodes(api, nodes_module.load_nodes(Path(source)))
+        self.node_names.extend(name for name in names if name not in self.node_names)
+        if wait:
+            self.wait_nodes_ready(names, timeout=timeout)
+        return names
+
+    def wait_nodes_ready(self, names: Sequence[str], timeout: float = 60.0) -> float:
+        """Wait until every named Node has Ready=True (kwok); seconds taken."""
+        with self.kube_client() as api:
+            return nodes_module.wait_nodes_ready(
+                api, names, timeout=timeout, alive=[self.processes["kwok"]]
+            )
+
+    def delete_node(self, name: str, *, timeout: float = 60.0) -> None:
+        """Delete a Node and the pods bound to it (see nodes.delete_node)."""
+        with self.kube_client() as api:
+            nodes_module.delete_node(api, name, timeout=timeout)
+        if name in self.node_names:
+            self.node_names.remove(name)
+
+    def create_namespace(self, name: str, timeout: float = 30.0) -> None:
+        """Create a namespace and wait for its `default` ServiceAccount.
+
+        Pods can only be created once that account exists (ServiceAccount
+        admission); in a fresh namespace the controller needs a moment.
+        """
+        from kubernetes import client
+
+        with self.kube_client() as api:
+            core = client.CoreV1Api(api)
+            core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+
+            def has_default_sa() -> bool:
+                accounts = core.list_namespaced_service_account(
+                    name, field_selector="metadata.name=default"
+                )
+                return bool(accounts.items)
+
+            wait_for(has_default_sa, timeout, f"ServiceAccount {name}/default")
+
+    # -- diagnostics -------------------------------------------------------
+
+    def log_tails(self, lines: int = 30) -> str:
+        """The last lines of every process log, for a failed test's report."""
+        names = [*self.processes, "helm-repo"]
+        return log_tails(self.log_dir, lines, names=names)
+
+    def rss_kib(self) -> dict[str, int]:
+        """Resident memory of each running process, KiB."""
+        result: dict[str, int] = {}
+        for name, process in self.processes.items():
+            rss = process.rss_kib()
+            if rss is not None:
+                result[name] = rss
+        return result
+
+    def check_alive(self) -> None:
+        """Raise if any process has exited (with its log tail)."""
+        for process in self.processes.values():
+            process.check_alive()

@@ -1,0 +1,331 @@
+"""Flux source-controller and helm-controller on a LocalCluster, plus a Helm repo.
+
+``FluxStack(cluster).start()``:
+
+1. serves the chart tarballs of ``../shared/charts`` as a local Helm
+   repository (helm_repo.LocalHelmRepository, a thread of this process);
+2. installs the Flux CRDs of the pinned controller versions (tools/versions.env)
+   from the Go module cache (``go mod download -json <module>@<version>``
+   gives the module directory; the CRDs are in config/crd/bases/) and waits
+   until they are Established; all source CRDs go in before helm-controller
+   starts;
+3. starts source-controller (artifact storage in the workdir, served on
+   127.0.0.1:<port>) and helm-controller as local processes that reach the
+   API server through KUBECONFIG, each with its own metrics and health port,
+   and waits for their readiness endpoints.
+
+helm-controller >= 1.5 uses Helm 4 with kstatus waiting: a HelmRelease is
+Ready only once its Deployments, DaemonSets, Jobs ... are really ready, which
+kwok, the scheduler and the controller manager of the LocalCluster provide.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, cast
+
+from .binaries import FLUX_BINARIES, MissingBinaryError, host_tool, require, tool_versions
+from .cluster import LocalCluster
+from .helm_repo import LocalHelmRepository
+from .procs import ManagedProcess, free_port, http_ok, stop_all
+
+HELM_CONTROLLER_MODULE = "github.com/fluxcd/helm-controller"
+SOURCE_CONTROLLER_MODULE = "github.com/fluxcd/source-controller"
+SOURCE_CRDS = (
+    "buckets",
+    "externalartifacts",
+    "gitrepositories",
+    "helmcharts",
+    "helmrepositories",
+    "ocirepositories",
+)
+HELM_CRDS = ("helmreleases",)
+
+SOURCE_GROUP, SOURCE_VERSION = "source.toolkit.fluxcd.io", "v1"
+HELM_GROUP, HELM_VERSION = "helm.toolkit.fluxcd.io", "v2"
+
+
+def go_module_dir(module: str, version: str) -> Path:
+    """The module cache directory of ``module@version`` (downloaded if needed)."""
+    go = host_tool("go")
+    env = {**os.environ, "GOFLAGS": "", "GOTOOLCHAIN": "local", "GO111MODULE": "on"}
+    with tempfile.TemporaryDirectory(prefix="kyma-gpu-gomod-") as scratch:
+        result = subprocess.run(
+            [str(go), "mod", "download", "-json", f"{module}@{version}"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=scratch,
+            timeout=300,
+            check=False,
+        )
+    try:
+        info = json.loads(result.stdout)
+    except json.JSONDecodeError:
+        info = {}
+    if result.returncode != 0 or not info.get("Dir"):
+        error = info.get("Error") or result.stderr.strip() or result.stdout.strip()
+        raise MissingBinaryError(
+            f"cannot locate Go module {module}@{version} for its CRDs: {error}"
+        )
+    return Path(info["Dir"])
+
+
+def flux_crd_files(versions: Mapping[str, str] | None = None) -> list[Path]:
+    """The CRD files of the pinned source-controller and helm-controller (sources first)."""
+    versions = versions or tool_versions()
+    source_dir = go_module_dir(SOURCE_CONTROLLER_MODULE, versions["SOURCE_CONTROLLER_VERSION"])
+    helm_dir = go_module_dir(HELM_CONTROLLER_MODULE, versions["HELM_CONTROLLER_VERSION"])
+    files = [
+        source_dir / "config" / "crd" / "bases" / f"{SOURCE_GROUP}_{name}.yaml"
+        for name in SOURCE_CRDS
+    ] + [helm_dir / "config" / "crd" / "bases" / f"{HELM_GROUP}_{name}.yaml" for name in HELM_CRDS]
+    missing = [str(path) for path in files if not path.is_file()]
+    if missing:
+        raise MissingBinaryError(f"Flux CRD files missing: {', '.join(missing)}")
+    return files
+
+
+def _ready_probe(url: str) -> Callable[[], bool]:
+    return lambda: http_ok(url)
+
+
+class FluxStack:
+    """source-controller + helm-controller for ``cluster``, and a local Helm repository."""
+
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        *,
+        charts_dir: Path | None = None,
+        progress: Callable[[str], None] | None = None,
+        start_timeout: float = 120.0,
+    ) -> None:
+        self.cluster = cluster
+        self.progress = progress or cluster.progress
+        self.start_timeout = start_timeout
+        self.helm_repo = LocalHelmRepository(charts_dir, log_path=cluster.log_dir / "helm-repo.log")
+        self.processes: dict[str, ManagedProcess] = {}
+        self.timings: dict[str, float] = {}
+        self.storage_dir = cluster.workdir / "flux" / "source-storage"
+        self._started = False
+
+    @property
+    def helm_repo_url(self) -> str:
+        return self.helm_repo.url
+
+    def __enter__(self) -> FluxStack:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> FluxStack:
+        if self._started:
+            return self
+        self._started = True
+        began = time.monotonic()
+        try:
+            self._start()
+        except BaseException:
+            self.progress("Flux start failed; stopping what was started")
+            self.stop()
+            raise
+        self.timings["total"] = time.monotonic() - began
+        self.progress(f"Flux ready in {self.timings['total']:.1f}s")
+        return self
+
+    def _start(self) -> None:
+        bins = require(*FLUX_BINARIES)
+        self.helm_repo.start()
+        self.progress(f"Helm repository at {self.helm_repo.url} serving {self.helm_repo.charts()}")
+
+        began = time.monotonic()
+        self.progress("installing Flux CRDs")
+        self.install_crds()
+        self.timings["crds"] = time.monotonic() - began
+
+        self.storage_dir.mkdir(parents=True, exist_ok=True)
+        env = {"KUBECONFIG": str(self.cluster.kubeconfig)}
+        storage_addr = f"127.0.0.1:{free_port()}"
+        common = ["--log-encoding=console", "--enable-leader-election=false"]
+        source_health, helm_health = free_port(), free_port()
+        source = self._process(
+            "source-controller",
+            [
+                str(bins["source-controller"]),
+                *common,
+                f"--metrics-addr=127.0.0.1:{free_port()}",
+                f"--health-addr=127.0.0.1:{source_health}",
+                f"--storage-path={self.storage_dir}",
+                f"--storage-addr={storage_addr}",
+                f"--storage-adv-addr={storage_addr}",
+            ],
+            env,
+        )
+        helm = self._process(
+            "helm-controller",
+            [
+                str(bins["helm-controller"]),
+                *common,
+                f"--metrics-addr=127.0.0.1:{free_port()}",
+                f"--health-addr=127.0.0.1:{helm_health}",
+            ],
+            env,
+        )
+        self.progress("starting source-controller, helm-controller")
+        source.start()
+        helm.start()
+        for process, port in ((source, source_health), (helm, helm_health)):
+            took = process.wait_healthy(
+                _ready_probe(f"http://127.0.0.1:{port}/readyz"),
+                timeout=self.start_timeout,
+                what="ready",
+            )
+            self.timings[process.name] = took
+
+    def _process(self, name: str, argv: Sequence[str], env: Mapping[str, str]) -> ManagedProcess:
+        process = ManagedProcess(
+            name, argv, self.cluster.log_dir / f"{name}.log", env=env, cwd=self.cluster.workdir
+        )
+        self.processes[name] = process
+        self.cluster.register(process)
+        return process
+
+    def install_crds(self, timeout: float = 60.0) -> None:
+        """Server-side apply the Flux CRDs and wait until they are Established."""
+        files = flux_crd_files()
+        args = ["apply", "--server-side", "--force-conflicts", "--field-manager=kyma-gpu-harness"]
+        for path in files:
+            args += ["-f", str(path)]
+        self.cluster.kubectl(*args)
+        names = [".".join(reversed(path.stem.split("_", 1))) for path in files]
+        self.cluster.wait_crds_established(*names, timeout=timeout)
+
+    def stop(self) -> None:
+        stop_all(list(reversed(self.processes.values())))
+        self.helm_repo.stop()
+
+    def rss_kib(self) -> dict[str, int]:
+        result: dict[str, int] = {}
+        for name, process in self.processes.items():
+            rss = process.rss_kib()
+            if rss is not None:
+                result[name] = rss
+        return result
+
+    # -- objects -----------------------------------------------------------
+
+    def helm_repository(self, name: str, namespace: str, interval: str = "10m") -> dict[str, Any]:
+        """A HelmRepository pointing at the local Helm repository."""
+        return {
+            "apiVersion": f"{SOURCE_GROUP}/{SOURCE_VERSION}",
+            "kind": "HelmRepository",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"url": self.helm_repo.url, "interval": interval},
+        }
+
+
+def helm_release(
+    name: str,
+    namespace: str,
+    chart: str,
+    version: str,
+    repository: str,
+    *,
+    values: Mapping[str, Any] | None = None,
+    interval: str = "10m",
+    timeout: str = "5m",
+) -> dict[str, Any]:
+    """A minimal HelmRelease of ``chart`` ``version`` from HelmRepository ``repository``."""
+    spec: dict[str, Any] = {
+        "interval": interval,
+        "timeout": timeout,
+        "chart": {
+            "spec": {
+                "chart": chart,
+                "version": version,
+                "sourceRef": {"kind": "HelmRepository", "name": repository},
+            }
+        },
+        "install": {"crds": "CreateReplace"},
+        "upgrade": {"crds": "CreateReplace"},
+    }
+    if values:
+        spec["values"] = dict(values)
+    return {
+        "apiVersion": f"{HELM_GROUP}/{HELM_VERSION}",
+        "kind": "HelmRelease",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+
+
+def ready_condition(obj: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The Ready condition of a Flux object, if it is current (observedGeneration)."""
+    status = obj.get("status") or {}
+    generation = obj.get("metadata", {}).get("generation")
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "Ready":
+            observed = condition.get("observedGeneration", status.get("observedGeneration"))
+            if generation is not None and observed is not None and observed != generation:
+                return None
+            return dict(condition)
+    return None
+
+
+def wait_flux_ready(
+    api_client: Any,
+    plural: str,
+    namespace: str,
+    name: str,
+    *,
+    timeout: float = 300.0,
+    alive: Sequence[ManagedProcess] = (),
+) -> dict[str, Any]:
+    """Wait until a Flux object (``helmreleases``, ``helmrepositories``, ...) is Ready=True.
+
+    Returns the object. On timeout the error shows the last Ready condition.
+    """
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    group, version = (
+        (HELM_GROUP, HELM_VERSION) if plural == "helmreleases" else (SOURCE_GROUP, SOURCE_VERSION)
+    )
+    custom = client.CustomObjectsApi(api_client)
+    deadline = time.monotonic() + timeout
+    last: dict[str, Any] | None = None
+    while True:
+        for process in alive:
+            process.check_alive()
+        try:
+            obj = cast(
+                "dict[str, Any]",
+                custom.get_namespaced_custom_object(group, version, namespace, plural, name),
+            )
+        except ApiException as error:
+            if error.status != 404:
+                raise
+        else:
+            last = ready_condition(obj)
+            if last is not None and last.get("status") == "True":
+                return obj
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"{plural} {namespace}/{name} not Ready after {timeout:.0f}s; "
+                f"last Ready condition: {last}"
+            )
+        time.sleep(1.0)

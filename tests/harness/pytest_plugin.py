@@ -1,0 +1,144 @@
+"""pytest fixtures for the local cluster harness.
+
+Register with ``pytest_plugins = ["tests.harness.pytest_plugin"]`` in the
+top-level conftest (tests/conftest.py). Fixtures:
+
+- ``local_cluster`` (session): a started LocalCluster without nodes;
+- ``flux_stack`` (module, started on first use): Flux controllers and the
+  local Helm repository on that cluster, stopped after the module;
+- ``k8s_client`` (function): a kubernetes ApiClient for the admin user;
+- ``namespace`` (function): a fresh namespace (with its default
+  ServiceAccount), deleted afterwards;
+- ``fleet`` (function): ``fleet(path)`` creates the Nodes of a YAML file and
+  waits until they are Ready; they are deleted after the test;
+- ``demo_fleet`` (function): the nodes of tests/harness/fleets/demo.yaml.
+
+A missing binary fails the test with an error (never a skip): CI must not go
+green without having run the integration tests. When a test that uses the
+cluster fails, the report gets a section with the tail of every process log.
+Set KYMA_GPU_HARNESS_KEEP=1 to keep the workdir (logs, etcd data) afterwards.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from .binaries import MissingBinaryError
+from .cluster import LocalCluster, close_client
+from .flux import FluxStack
+from .nodes import DEMO_FLEET
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+LOG_TAIL_LINES = 40
+
+log = logging.getLogger("tests.harness")
+_CLUSTER = pytest.StashKey[LocalCluster]()
+
+
+def _start_or_fail(start: Callable[[], object]) -> None:
+    """Run ``start``; a missing binary becomes a test error with just its message."""
+    missing: str | None = None
+    try:
+        start()
+    except MissingBinaryError as error:
+        missing = str(error)
+    if missing is not None:
+        pytest.fail(missing, pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def local_cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
+    """The session's local control plane with kwok (no nodes; see ``fleet``)."""
+    cluster = LocalCluster(progress=log.info)
+    request.config.stash[_CLUSTER] = cluster
+    _start_or_fail(cluster.start)
+    log.info("local cluster timings %s, RSS KiB %s", cluster.timings, cluster.rss_kib())
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def flux_stack(local_cluster: LocalCluster) -> Iterator[FluxStack]:
+    """Flux source-controller + helm-controller and the local Helm repository.
+
+    Module-scoped, not session-scoped: it starts in about 2s, and once
+    helm-controller runs it really installs every HelmRelease in the cluster,
+    which would change the ground under later tests that write HelmRelease
+    status themselves. The Flux CRDs stay installed after it stops.
+    """
+    flux = FluxStack(local_cluster, progress=log.info)
+    _start_or_fail(flux.start)
+    log.info("Flux timings %s, RSS KiB %s", flux.timings, flux.rss_kib())
+    try:
+        yield flux
+    finally:
+        flux.stop()
+
+
+@pytest.fixture
+def k8s_client(local_cluster: LocalCluster) -> Iterator[ApiClient]:
+    """A kubernetes.client.ApiClient for the admin user of the local cluster."""
+    api = local_cluster.api_client()
+    try:
+        yield api
+    finally:
+        close_client(api)
+
+
+@pytest.fixture
+def namespace(local_cluster: LocalCluster) -> Iterator[str]:
+    """A fresh namespace, ready for pods; deleted (without waiting) afterwards."""
+    name = f"test-{uuid.uuid4().hex[:8]}"
+    local_cluster.create_namespace(name)
+    try:
+        yield name
+    finally:
+        local_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def fleet(local_cluster: LocalCluster) -> Iterator[Callable[[Path | str], list[str]]]:
+    """``fleet(path)``: create the Nodes in a YAML file, Ready; deleted after the test."""
+    created: list[str] = []
+
+    def add(path: Path | str) -> list[str]:
+        names = local_cluster.add_nodes(path)
+        created.extend(names)
+        return names
+
+    try:
+        yield add
+    finally:
+        for name in created:
+            local_cluster.delete_node(name)
+
+
+@pytest.fixture
+def demo_fleet(fleet: Callable[[Path | str], list[str]]) -> list[str]:
+    """Two g6.xlarge GPU nodes and one m5.large node (tests/harness/fleets/demo.yaml)."""
+    return fleet(DEMO_FLEET)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """On failure of a test that uses the cluster, attach the tails of the process logs."""
+    report = yield
+    if report.failed and "local_cluster" in getattr(item, "fixturenames", ()):
+        cluster = item.config.stash.get(_CLUSTER, None)
+        if cluster is not None and cluster.log_dir.exists():
+            report.sections.append(
+                (f"local cluster logs ({cluster.log_dir})", cluster.log_tails(LOG_TAIL_LINES))
+            )
+    return report
