@@ -36,7 +36,9 @@ BUILD_TOOLS = re.compile(
     r"\b(apt|apt-get|aptitude|dpkg|apk|yum|dnf|microdnf|pip|pip3|uv|poetry|"
     r"gcc|g\+\+|cc|clang|make|cmake|build-essential|python3?-dev)\b"
 )
-PINNED_TAG = re.compile(r"^[^:@\s]+:(?!latest)[0-9]+\.[0-9]+\.[0-9]+[^\s@]*(@sha256:[0-9a-f]{64})?$")
+PINNED_TAG = re.compile(
+    r"^[^:@\s]+:(?!latest)[0-9]+\.[0-9]+\.[0-9]+[^\s@]*(@sha256:[0-9a-f]{64})?$"
+)
 
 
 @dataclass
@@ -108,15 +110,25 @@ def check(path: Path) -> list[str]:
         problems.append(f"{path}:{line} {rule}: {message}")
 
     if len(all_stages) < 2:
-        fail(1, "P1", f"expected a multi-stage build (builder + final), found {len(all_stages)} stage(s)")
+        fail(
+            1,
+            "P1",
+            f"expected a multi-stage build (builder + final), found {len(all_stages)} stage(s)",
+        )
     for stage in all_stages:
         if not PINNED_TAG.match(stage.image):
-            fail(stage.line, "P2", f"base image {stage.image!r} is not pinned to an exact X.Y.Z tag")
+            fail(
+                stage.line, "P2", f"base image {stage.image!r} is not pinned to an exact X.Y.Z tag"
+            )
     if not all_stages:
         return problems
     final = all_stages[-1]
     if len(all_stages) >= 2 and final.image != all_stages[0].image:
-        fail(final.line, "P3", f"final base {final.image!r} differs from builder base {all_stages[0].image!r}")
+        fail(
+            final.line,
+            "P3",
+            f"final base {final.image!r} differs from builder base {all_stages[0].image!r}",
+        )
 
     users = [ins for ins in final.instructions if ins.keyword == "USER"]
     if not users:
@@ -135,7 +147,11 @@ def check(path: Path) -> list[str]:
 
     for ins in final.instructions:
         if ins.keyword == "RUN" and BUILD_TOOLS.search(ins.args):
-            fail(ins.line, "P6", f"the final stage must not install packages or build tools: RUN {ins.args}")
+            fail(
+                ins.line,
+                "P6",
+                f"the final stage must not install packages or build tools: RUN {ins.args}",
+            )
 
     entrypoints = [ins for ins in final.instructions if ins.keyword == "ENTRYPOINT"]
     if not entrypoints:
@@ -146,7 +162,11 @@ def check(path: Path) -> list[str]:
         except json.JSONDecodeError:
             value = None
         if value != ["kyma-gpu", "run"]:
-            fail(entrypoints[-1].line, "P7", f'ENTRYPOINT must be ["kyma-gpu", "run"], is {entrypoints[-1].args}')
+            fail(
+                entrypoints[-1].line,
+                "P7",
+                f'ENTRYPOINT must be ["kyma-gpu", "run"], is {entrypoints[-1].args}',
+            )
 
     env: dict[str, str] = {}
     for ins in final.instructions:

@@ -111,7 +111,9 @@ def _kustomize(directory: Path) -> str:
         [KUBECTL, "kustomize", str(directory)], capture_output=True, text=True, check=False
     )
     if result.returncode != 0:
-        raise SystemExit(f"render-module-template: kubectl kustomize {directory} failed:\n{result.stderr}")
+        raise SystemExit(
+            f"render-module-template: kubectl kustomize {directory} failed:\n{result.stderr}"
+        )
     return result.stdout
 
 
@@ -131,7 +133,9 @@ def short_module_name(full: str) -> str:
     return full.rsplit("/", 1)[-1]
 
 
-def build(config: dict[str, Any], manifest: str, default_cr: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def build(
+    config: dict[str, Any], manifest: str, default_cr: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
     module = short_module_name(config["name"])
     version = str(config["version"])
     objects = [doc for doc in yaml.safe_load_all(manifest) if doc]
@@ -185,7 +189,9 @@ def build(config: dict[str, Any], manifest: str, default_cr: dict[str, Any]) -> 
             "info": {
                 "repository": config["repository"],
                 "documentation": config["documentation"],
-                "icons": [{"name": i["name"], "link": i["link"]} for i in config.get("icons") or []],
+                "icons": [
+                    {"name": i["name"], "link": i["link"]} for i in config.get("icons") or []
+                ],
             },
             "manager": {
                 "group": config["manager"]["group"],
@@ -272,7 +278,9 @@ def main(argv: list[str]) -> int:
     if args.check:
         stale = [p for p, text in outputs.items() if not p.exists() or p.read_text() != text]
         for path in stale:
-            print(f"render-module-template: {path.relative_to(ROOT)} is out of date", file=sys.stderr)
+            print(
+                f"render-module-template: {path.relative_to(ROOT)} is out of date", file=sys.stderr
+            )
         if stale:
             print("render-module-template: run hack/render-module-template.sh", file=sys.stderr)
             return 1
@@ -280,7 +288,9 @@ def main(argv: list[str]) -> int:
         return 0
     for path, text in outputs.items():
         path.write_text(text)
-        print(f"render-module-template: wrote {path.relative_to(ROOT)} ({text.count(chr(10))} lines)")
+        print(
+            f"render-module-template: wrote {path.relative_to(ROOT)} ({text.count(chr(10))} lines)"
+        )
     objects = [d for d in yaml.safe_load_all(manifest) if d]
     print(
         f"render-module-template: {template['metadata']['name']} wraps {len(objects)} objects "
