@@ -22,12 +22,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 
-from kyma_gpu.api.models import GpuSpec  # noqa: E402
-from kyma_gpu.facts import cluster_facts, node_facts  # noqa: E402
-from kyma_gpu.plan import Owner, make_plan  # noqa: E402
-from kyma_gpu.reconciler import Reconciler  # noqa: E402
-from kyma_gpu.rules.catalog import Catalog  # noqa: E402
-from kyma_gpu.status import Observed, aggregate  # noqa: E402
+from kyma_gpu.api.models import GpuSpec
+from kyma_gpu.facts import cluster_facts, node_facts
+from kyma_gpu.plan import Owner, make_plan
+from kyma_gpu.reconciler import Reconciler
+from kyma_gpu.rules.catalog import Catalog
+from kyma_gpu.status import Observed, aggregate
 
 
 def node(i: int) -> dict[str, Any]:
@@ -84,10 +84,17 @@ def main() -> None:
     timed("cluster_facts of the fleet", 50, lambda: cluster_facts(facts))
     cfacts = cluster_facts(facts)
     spec, owner = GpuSpec(), Owner(uid="bench")
-    timed("make_plan for the fleet (a real change)", 20, lambda: make_plan(spec, cfacts, catalog, owner))
+    timed(
+        "make_plan for the fleet (a real change)",
+        20,
+        lambda: make_plan(spec, cfacts, catalog, owner),
+    )
     reconciler = Reconciler(catalog=catalog, adapter=None)  # type: ignore[arg-type]
-    timed("memoized plan lookup (reconcile without change)", 200,
-          lambda: reconciler.plan(spec, cfacts, owner))
+    timed(
+        "memoized plan lookup (reconcile without change)",
+        200,
+        lambda: reconciler.plan(spec, cfacts, owner),
+    )
     plan = make_plan(spec, cfacts, catalog, owner)
     timed("status aggregation", 200, lambda: aggregate(plan, Observed(), 1, (), "now"))
 
