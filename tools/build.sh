@@ -20,7 +20,8 @@ mkdir -p "$cache_root" "$bin_dir"
 
 if [[ "${1:-}" == "--print" ]]; then echo "$cache_root"; exit 0; fi
 
-export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local
+# -mod=readonly: a build must never rewrite the committed go.mod/go.sum (the cache key).
+export CGO_ENABLED=0 GOFLAGS=-mod=readonly GOTOOLCHAIN=local
 k8s_pkg=k8s.io/component-base/version
 k8s_ldflags="-s -w \
  -X $k8s_pkg.gitVersion=$KUBERNETES_VERSION \
@@ -45,8 +46,12 @@ build() {
   else
     local start=$SECONDS
     echo "tools: building $name $version (cold build, this takes minutes) ..." >&2
-    mkdir -p "$dest.tmp"
-    (cd "$here/$dir" && go build -trimpath -ldflags "$ldflags" -o "$dest.tmp/$name" "$pkg")
+    rm -rf "$dest.tmp" && mkdir -p "$dest.tmp"
+    if ! (cd "$here/$dir" && go build -trimpath -ldflags "$ldflags" -o "$dest.tmp/$name" "$pkg"); then
+      rm -rf "$dest.tmp"
+      echo "tools: building $name $version failed (see above)" >&2
+      exit 1
+    fi
     rm -rf "$dest" && mv "$dest.tmp" "$dest"
     echo "tools: built $name in $((SECONDS - start))s" >&2
     built=$((built + 1))

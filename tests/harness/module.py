@@ -83,11 +83,9 @@ def install_crds(cluster: LocalCluster) -> None:
     for path in files:
         args += ["-f", str(path)]
     cluster.kubectl(*args)
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s",
-        "crd/gpus.gpu.kyma-project.io", "crd/helmreleases.helm.toolkit.fluxcd.io",
-        "crd/helmrepositories.source.toolkit.fluxcd.io",
-        "crd/ocirepositories.source.toolkit.fluxcd.io",
+    cluster.wait_crds_established(
+        "gpus.gpu.kyma-project.io", "helmreleases.helm.toolkit.fluxcd.io",
+        "helmrepositories.source.toolkit.fluxcd.io", "ocirepositories.source.toolkit.fluxcd.io",
     )  # fmt: skip
     if cluster.get_object("namespace", MODULE_NAMESPACE) is None:
         cluster.create_namespace(MODULE_NAMESPACE)

@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 import pytest
+
 from tests.harness.binaries import tool_versions
 from tests.harness.cluster import LocalCluster
 from tests.harness.flux import FluxStack, helm_release

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from tests.harness.cluster import LocalCluster
 from tests.harness.module import (
     MODULE_NAMESPACE,
@@ -333,9 +334,7 @@ def test_status_follows_release_daemonsets_and_cluster_policy(
     local_cluster: LocalCluster, operator: OperatorProcess, show_operator_log: None
 ) -> None:
     local_cluster.apply(_chart_crd("nvidia.com_clusterpolicies.yaml"))
-    local_cluster.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s", "crd/clusterpolicies.nvidia.com"
-    )
+    local_cluster.wait_crds_established("clusterpolicies.nvidia.com")
     if local_cluster.get_object("namespace", TARGET_NAMESPACE) is None:
         local_cluster.create_namespace(TARGET_NAMESPACE)
     _set_helm_release_ready(local_cluster)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from tests.harness.cluster import LocalCluster
 from tests.harness.module import (
     MODULE_NAMESPACE,
@@ -38,8 +39,7 @@ def _install_module(cluster: LocalCluster) -> None:
     rest = [o for o in objects if o["kind"] not in ("CustomResourceDefinition", "Deployment")]
     cluster.apply(*crds)
     for crd in crds:
-        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                        f"crd/{crd['metadata']['name']}")  # fmt: skip
+        cluster.wait_crds_established(crd["metadata"]["name"])
     cluster.apply(*rest)
 
 
