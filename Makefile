@@ -45,6 +45,13 @@ lint: setup ## ruff, ruff format, mypy --strict, import layering
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+.PHONY: check
+check: lint tools ## lint + generated files up to date + manifests policy + Dockerfile
+	$(BIN)/python hack/check_manifests.py
+	bash hack/flux-crds.sh --check
+	bash hack/render-module-template.sh --check
+	bash hack/check-dockerfile.sh
+
 .PHONY: manifests
 manifests: setup ## regenerate the Gpu CRD and docs/crd-reference.md from the pydantic models
 	$(BIN)/kyma-gpu crd > $(CRD)

@@ -12,8 +12,8 @@ timestamps, so the files can be committed and checked):
   config/module/modulereleasemeta.yaml   ModuleReleaseMeta: channel -> version
 
 --source DIR   kustomize directory of the module manifest (default
-               config/default: the module without Flux; config/install-like
-               bases that add Flux are possible, see flux/README.md)
+               config/module-bundle: the module and the Flux controllers it brings;
+               config/default for clusters that run Flux already, see flux/README.md)
 --image IMAGE  override the manager image (an `images:` entry in a temporary
                overlay), e.g. a locally built tag
 --check        render into memory and fail if the committed files differ
@@ -259,7 +259,7 @@ def _manifest_link(config: dict[str, Any]) -> str:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="hack/render-module-template.sh")
-    parser.add_argument("--source", default="config/default")
+    parser.add_argument("--source", default="config/module-bundle")
     parser.add_argument("--image")
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args(argv)

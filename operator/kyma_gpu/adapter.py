@@ -146,6 +146,11 @@ class KubeAdapter:
             return await asyncio.to_thread(func, *args, **kwargs)
         except ApiException as err:
             detail = f"{what}: {err.status} {err.reason}: {_message(err)}"
+            if err.status == 404 and what.startswith("apply ") and "status" not in what:
+                detail += (
+                    " (is Flux installed? The module needs helm.toolkit.fluxcd.io/v2 and"
+                    " source.toolkit.fluxcd.io/v1; see flux/README.md)"
+                )
             if err.status in (409, 429) or (err.status or 0) >= 500:
                 raise Conflict(detail) from err
             raise AdapterError(detail) from err
