@@ -5,7 +5,7 @@
 
 Checked (each failure names the object and the rule):
 
-  labels    every object of config/default, config/monitoring, config/install
+  labels    every object of config/default, config/install
             and flux carries kyma-project.io/module=gpu,
             app.kubernetes.io/{name,part-of=kyma-gpu,managed-by=kustomize,
             version=0.1.0}; pod templates carry module and name.
@@ -19,7 +19,7 @@ Checked (each failure names the object and the rule):
             RuntimeDefault, requests and limits, liveness GET /healthz on
             8080, `--peering kyma-gpu`; the ClusterKopfPeering `kyma-gpu` and
             its CRD are rendered; a NetworkPolicy selects the manager.
-  optional  no ServiceMonitor in config/default; one in config/monitoring.
+  optional  no ServiceMonitor in config/default (GPU metrics: spec.components.serviceMonitor).
   flux      images match tools/versions.env; containers hardened like the
             manager's.
 
@@ -46,7 +46,7 @@ COMMON_LABELS = {
     "app.kubernetes.io/managed-by": "kustomize",
     "app.kubernetes.io/version": "0.1.0",
 }
-BASES = ["config/default", "config/monitoring", "config/install", "flux"]
+BASES = ["config/default", "config/install", "flux"]
 MANAGER_NAMESPACE = "kyma-system"
 RBAC_KINDS = {"Role", "ClusterRole"}
 DANGEROUS_VERBS = {"escalate", "bind", "impersonate"}
@@ -258,8 +258,6 @@ def main() -> int:
         )
     if any(o.get("kind") == "ServiceMonitor" for o in rendered["config/default"]):
         fail("config/default", "optional", "ServiceMonitor must not be in the default render")
-    if not any(o.get("kind") == "ServiceMonitor" for o in rendered["config/monitoring"]):
-        fail("config/monitoring", "optional", "ServiceMonitor missing")
     check_flux(rendered["flux"])
     for problem in problems:
         print(problem, file=sys.stderr)

@@ -20,12 +20,12 @@ from typing import Any
 
 import kopf
 
-from kyma_gpu.adapter import KubeAdapter
+from kyma_gpu.adapter import AdapterError, Conflict, KubeAdapter
 from kyma_gpu.api.models import API_GROUP, API_VERSION, PLURAL, SINGLETON_NAME
 from kyma_gpu.facts import node_facts as compute_node_facts
 from kyma_gpu.plan.actions import LiveObject, live_object
 from kyma_gpu.plan.flux import LABELS
-from kyma_gpu.reconciler import Reconciler, Snapshot
+from kyma_gpu.reconciler import Reconciler, Snapshot, needs_retry
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status import (
     ClusterPolicyFacts,
@@ -46,6 +46,7 @@ FLUX_KINDS = (
 )
 CLUSTER_POLICY = ("nvidia.com", "v1", "clusterpolicies")
 WAIT_SECONDS = 300.0
+RETRY_SECONDS = 20.0
 
 FluxEntry = tuple[LiveObject, HelmReleaseFacts]
 
@@ -177,13 +178,16 @@ for _kind in FLUX_KINDS:
     kopf.on.event(*_kind, labels=OURS, id=f"flux-{_kind[2]}-changed")(_flux_changed)
 
 
-@kopf.on.event("pods", when=_uses_gpu)
+@kopf.on.event("pods")
 def workload_changed(
-    type: str, namespace: str | None, name: str, memo: kopf.Memo, **_: Any
+    type: str, namespace: str | None, name: str, body: kopf.Body, memo: kopf.Memo, **_: Any
 ) -> None:
+    # No `when` filter: a GPU pod that finishes stops matching one, and that very event
+    # must wake a deletion that waits for it. GPU pods matter only while one waits.
     reconciler = _rec(memo)
-    if reconciler.deleting:  # GPU pods matter only while a deletion waits for them
-        reconciler.observe("pod", f"{namespace}/{name}", None if type == "DELETED" else True)
+    if reconciler.deleting:
+        running = type != "DELETED" and requests_gpu(body)
+        reconciler.observe("pod", f"{namespace}/{name}", True if running else None)
 
 
 @kopf.on.event(*GPU)
@@ -204,13 +208,25 @@ async def reconcile_gpu(
 ) -> None:
     """The reconcile loop: one pass now, then one per change until the Gpu goes away."""
     reconciler = _rec(memo)
+    if body.metadata.name != SINGLETON_NAME:
+        await reconciler.reconcile(body, snapshot(kwargs))  # writes the refusal once
+        await stopped.wait()
+        return
     while not stopped:
         reconciler.changed.clear()
-        await reconciler.reconcile(body, snapshot(kwargs))
+        retry: float | None = None
+        try:
+            if needs_retry(await reconciler.reconcile(body, snapshot(kwargs))):
+                retry = RETRY_SECONDS
+        except (AdapterError, Conflict) as err:
+            logger.warning("reconcile failed, retrying in %.0fs: %s", RETRY_SECONDS, err)
+            retry = RETRY_SECONDS
         waiter = asyncio.ensure_future(reconciler.changed.wait())
         stopper = asyncio.ensure_future(stopped.wait())
         try:
-            await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                {waiter, stopper}, timeout=retry, return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             waiter.cancel()
             stopper.cancel()

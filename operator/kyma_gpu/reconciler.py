@@ -136,7 +136,7 @@ class Reconciler:
                     ref = ObjectRef(stale.api_version, stale.kind, stale.namespace, stale.name)
                     log.info("deleting %s: no longer planned", ref)
                     await self.adapter.delete(ref)
-            except AdapterError as err:
+            except (AdapterError, Conflict) as err:
                 applied, apply_error = False, str(err)
         observed = Observed(
             helm_release=_find(snap.flux_status, plan.helm_release),
@@ -175,6 +175,11 @@ class Reconciler:
                     ObjectRef(obj.api_version, obj.kind, obj.namespace, obj.name)
                 )
         return pending
+
+
+def needs_retry(status: GpuStatus) -> bool:
+    """A failed write is retried on a timer: no watch event would bring it back."""
+    return any(c.reason == "ApplyFailed" for c in status.conditions)
 
 
 def _find(

@@ -211,7 +211,7 @@ def test_job_pods_complete_and_deleted_pods_go(
 def test_flux_installs_gpu_operator_from_local_helm_repo(
     local_cluster: LocalCluster, flux_stack: FluxStack, demo_fleet: list[str]
 ) -> None:
-    namespace = "gpu-operator"
+    namespace = "harness-gpu-operator"  # not the module's: the Flux e2e test leaves that one
     crds_before = {crd["metadata"]["name"] for crd in local_cluster.list_objects("crds")}
     local_cluster.create_namespace(namespace)
     began = time.monotonic()

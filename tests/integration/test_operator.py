@@ -10,6 +10,7 @@ import json
 import tarfile
 import time
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -445,36 +446,66 @@ def test_restart_converges_without_duplicates(
     assert (gpu(local_cluster) or {})["status"]["state"] == "Ready"
 
 
+def _gpu_pod(name: str, complete_after: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "ml"}
+    if complete_after:  # kwok (tests/harness/kwok) lets the pod succeed after this long
+        meta["annotations"] = {"harness.kyma-gpu.test/complete-after": complete_after}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": {"restartPolicy": "Never", "containers": [{
+                "name": "cuda", "image": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0",
+                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}  # fmt: skip
+
+
+def _phase(cluster: LocalCluster, name: str) -> str:
+    return str((cluster.get_object("pod", name, "ml") or {}).get("status", {}).get("phase"))
+
+
+def _running(cluster: LocalCluster, name: str) -> bool:
+    return _phase(cluster, name) == "Running"
+
+
+def test_removing_a_value_removes_it_from_the_release(
+    local_cluster: LocalCluster, operator: OperatorProcess, show_operator_log: None
+) -> None:
+    values = {"devicePlugin": {"config": {"name": "time-slicing"}}}
+    local_cluster.kubectl("patch", "gpus.gpu.kyma-project.io", "gpu", "--type=merge",
+                          "-p", json.dumps({"spec": {"values": values}}))  # fmt: skip
+    wait_until(lambda: _values(local_cluster).get("devicePlugin") == values["devicePlugin"], 30,
+               "spec.values in the HelmRelease")  # fmt: skip
+    local_cluster.kubectl("patch", "gpus.gpu.kyma-project.io", "gpu", "--type=json",
+                          "-p", json.dumps([{"op": "remove", "path": "/spec/values"}]))  # fmt: skip
+    wait_until(lambda: "devicePlugin" not in _values(local_cluster), 30,
+               "the value gone from the HelmRelease once gone from the spec")  # fmt: skip
+
+
 def test_deletion_waits_for_gpu_workloads(
     local_cluster: LocalCluster, operator: OperatorProcess, show_operator_log: None
 ) -> None:
     local_cluster.create_namespace("ml")
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "trainer", "namespace": "ml"},
-           "spec": {"restartPolicy": "Never", "containers": [{
-               "name": "cuda", "image": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0",
-               "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}  # fmt: skip
-    local_cluster.apply(pod)
-    wait_until(
-        lambda: (
-            (local_cluster.get_object("pod", "trainer", "ml") or {}).get("status", {}).get("phase")
-            == "Running"
-        ),
-        60,
-        "the GPU pod running",
-    )
+    local_cluster.apply(_gpu_pod("trainer"), _gpu_pod("batch", complete_after="25s"))
+    for name in ("trainer", "batch"):
+        wait_until(partial(_running, local_cluster, name), 60, f"pod {name} running")
 
     local_cluster.kubectl("delete", "gpus.gpu.kyma-project.io", "gpu", "--wait=false")
     blocked = wait_until(
         lambda: (g := gpu(local_cluster)) and g["status"].get("state") == "Warning" and g,
-        30,
-        "Warning while a GPU pod runs",
+        20,
+        "Warning while GPU pods run",
     )
     protected = condition(blocked, "WorkloadsProtected")
     assert protected is not None
     assert protected["status"] == "False"
-    assert "ml/trainer" in protected["message"]
+    assert "ml/batch, ml/trainer" in protected["message"]
     assert helm_release(local_cluster) is not None
 
     local_cluster.kubectl("delete", "pod", "trainer", "-n", "ml", "--wait=true")
-    wait_until(lambda: helm_release(local_cluster) is None, 60, "the HelmRelease removed")
-    wait_until(lambda: gpu(local_cluster) is None, 60, "the Gpu released")
+    wait_until(lambda: "ml/trainer" not in (condition(gpu(local_cluster), "WorkloadsProtected")
+                                            or {}).get("message", "ml/trainer"),
+               20, "the deleted pod dropped from the condition")  # fmt: skip
+    assert helm_release(local_cluster) is not None  # batch still runs
+    # The batch pod finishing (not deleted) must wake the deletion at once.
+    wait_until(lambda: _phase(local_cluster, "batch") == "Succeeded", 60, "batch pod finished")
+    finished = time.monotonic()
+    wait_until(lambda: helm_release(local_cluster) is None, 30, "the HelmRelease removed")
+    wait_until(lambda: gpu(local_cluster) is None, 30, "the Gpu released")
+    assert time.monotonic() - finished < 30

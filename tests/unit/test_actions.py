@@ -61,7 +61,7 @@ def as_live(obj: dict[str, Any]) -> dict[str, Any]:
         finalizers=["finalizers.fluxcd.io"],
     )
     meta["labels"]["kustomize.toolkit.fluxcd.io/name"] = "other"
-    meta["annotations"] = {"reconcile.fluxcd.io/requestedAt": "now"}
+    meta.setdefault("annotations", {})["reconcile.fluxcd.io/requestedAt"] = "now"
     meta["ownerReferences"].append(
         {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "other-uid"}
     )
@@ -185,3 +185,14 @@ def test_live_object() -> None:
 
 def test_up_to_date_needs_a_live_object(catalog: Catalog) -> None:
     assert up_to_date(_plan(catalog).objects[0], None) is False
+
+
+def test_a_field_removed_from_the_plan_is_applied_again(catalog: Catalog) -> None:
+    """contains() cannot see a field the plan dropped; the spec-hash annotation does, and
+    server-side apply then removes the field the module no longer sets."""
+    before = _plan(catalog, {"values": {"devicePlugin": {"config": {"name": "x"}}}})
+    after = _plan(catalog, {})
+    live = [live_object(as_live(o)) for o in before.objects]
+    actions = plan_actions(after.objects, live)
+    assert [o["kind"] for o in actions.apply] == ["HelmRelease"]
+    assert contains(live[1].spec, after.objects[1]["spec"])  # what the hash is needed for

@@ -219,7 +219,9 @@ def test_images() -> None:
     assert (code, err) == (0, "")
     refs = out.splitlines()
     assert "nvcr.io/nvidia/k8s-device-plugin:v0.20.0" in refs
-    assert "registry.k8s.io/nfd/node-feature-discovery" in refs
+    assert "registry.k8s.io/nfd/node-feature-discovery:v0.19.0" in refs
+    assert "nvcr.io/nvidia/gpu-operator:v26.7.0" in refs
+    assert len(refs) == len(set(refs))
     assert (
         "ghcr.io/gardenlinux/gardenlinux-nvidia-installer/1.17.0/driver:590-<kernel>-gardenlinux0"
         in refs

@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kyma_gpu.plan.flux import SPEC_HASH
+
 
 @dataclass(frozen=True, slots=True)
 class LiveObject:
@@ -23,6 +25,8 @@ class LiveObject:
     owner_uids: tuple[str, ...]
     spec: Mapping[str, Any]
     deleting: bool = False
+    applied_hash: str | None = None
+    """The module's spec-hash annotation: what it last applied."""
 
 
 def live_object(body: Mapping[str, Any]) -> LiveObject:
@@ -36,6 +40,7 @@ def live_object(body: Mapping[str, Any]) -> LiveObject:
         owner_uids=tuple(str(o.get("uid")) for o in meta.get("ownerReferences") or []),
         spec=dict(body.get("spec") or {}),
         deleting=bool(meta.get("deletionTimestamp")),
+        applied_hash=(meta.get("annotations") or {}).get(SPEC_HASH),
     )
 
 
@@ -59,8 +64,10 @@ def up_to_date(desired: Mapping[str, Any], live: LiveObject | None) -> bool:
         return False
     meta = desired["metadata"]
     uids = tuple(o["uid"] for o in meta.get("ownerReferences") or [])
+    # The hash catches fields the plan dropped; contains() catches others changing ours.
     return (
-        contains(live.labels, meta.get("labels") or {})
+        live.applied_hash == (meta.get("annotations") or {}).get(SPEC_HASH)
+        and contains(live.labels, meta.get("labels") or {})
         and all(uid in live.owner_uids for uid in uids)
         and contains(live.spec, desired.get("spec") or {})
     )

@@ -29,20 +29,38 @@ def _images(values: Mapping[str, Any], prefix: str) -> Iterator[dict[str, Any]]:
 
 
 def chart_facts(
-    version: str, values: Mapping[str, Any], subcharts: Mapping[str, Mapping[str, Any]]
+    version: str,
+    values: Mapping[str, Any],
+    subcharts: Mapping[str, Mapping[str, Any]],
+    app_versions: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Facts as the YAML document stored in values-rules/charts/<version>.yaml."""
-    images = list(_images(values, ""))
+    """Facts as the YAML document stored in values-rules/charts/<version>.yaml.
+
+    app_versions: appVersion per chart ("" for the chart itself, else the subchart's name);
+    an image without a version in the values runs that appVersion (Helm charts' convention).
+    """
+    app_versions = app_versions or {}
+    images = [_default_version(i, app_versions.get("")) for i in _images(values, "")]
     for name, sub_values in sorted(subcharts.items()):
         # The parent's values for a subchart (under its name) win over the subchart's own.
         known = {i["path"] for i in images}
-        images.extend(i for i in _images(sub_values, f"{name}.") if i["path"] not in known)
+        images.extend(
+            _default_version(i, app_versions.get(name))
+            for i in _images(sub_values, f"{name}.")
+            if i["path"] not in known
+        )
     driver = values.get("driver") or {}
     return {
         "version": version,
         "defaultDriverVersion": str(driver.get("version", "")),
         "images": sorted(images, key=lambda i: str(i["path"])),
     }
+
+
+def _default_version(image: dict[str, Any], app_version: str | None) -> dict[str, Any]:
+    if image["version"] is None and app_version:
+        return {**image, "version": app_version}
+    return image
 
 
 def image_reference(image: Mapping[str, Any]) -> str:

@@ -27,21 +27,23 @@ class ConditionType(StrEnum):
     """The conditions on Gpu.status, with the reasons each may carry."""
 
     READY = "Ready"
-    """Summary: True when the GPU stack is installed and every component is ready."""
+    """Summary: True when the GPU stack is installed and every component is ready. Reasons:
+    Ready | Processing | Error | Deleting | NotTheSingleton | InvalidSpec."""
     NODES_DETECTED = "NodesDetected"
     """GpuNodesFound | NoGpuNodes."""
     PREFLIGHT = "Preflight"
     """PreflightPassed, or the worst finding's reason (NoDriverImage, UnknownOs, ...)."""
     RELEASE_READY = "ReleaseReady"
-    """Mirrors the HelmRelease Ready condition (InstallSucceeded, InstallFailed, ...), or
-    NotApplied | ReleasePending | Progressing | Uninstalling."""
+    """Mirrors the HelmRelease Ready condition (InstallSucceeded, InstallFailed, SourceNotReady,
+    ...), or NotApplied | ApplyFailed | ReleasePending | Progressing | Uninstalling."""
     DRIVER_READY = "DriverReady"
-    """DriverDaemonSetsReady | DriverPreinstalled | DriverNotReady | WaitingForDriver."""
+    """DriverDaemonSetsReady | DriverPreinstalled | DriverNotReady | WaitingForDriver |
+    NoGpuNodes."""
     COMPONENTS_READY = "ComponentsReady"
     """ComponentsReady | ComponentsNotReady | WaitingForComponents."""
     SOURCE_READY = "SourceReady"
     """Mirrors the chart source's Ready condition (Succeeded, FetchFailed, ...) or
-    WaitingForSource. False with a healthy release means: installed, but no upgrades."""
+    WaitingForSource | Progressing. False with a healthy release: installed, no upgrades."""
     WORKLOADS_PROTECTED = "WorkloadsProtected"
     """During deletion: GpuWorkloadsRunning | NoGpuWorkloads."""
 
