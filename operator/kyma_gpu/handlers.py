@@ -31,6 +31,7 @@ from kyma_gpu.status import (
     ClusterPolicyFacts,
     DaemonSetFacts,
     HelmReleaseFacts,
+    asks_for_gpu,
     cluster_policy_facts,
     daemonset_facts,
     helm_release_facts,
@@ -185,9 +186,8 @@ def workload_changed(
     # No `when` filter: a GPU pod that finishes stops matching one, and that very event
     # must wake a deletion that waits for it. GPU pods matter only while one waits.
     reconciler = _rec(memo)
-    if reconciler.deleting:
-        running = type != "DELETED" and requests_gpu(body)
-        reconciler.observe("pod", f"{namespace}/{name}", True if running else None)
+    if reconciler.deleting and asks_for_gpu(body):
+        reconciler.poke()  # rare: GPU pods changing while a deletion waits for them
 
 
 @kopf.on.event(*GPU)
@@ -218,6 +218,8 @@ async def reconcile_gpu(
         try:
             if needs_retry(await reconciler.reconcile(body, snapshot(kwargs))):
                 retry = RETRY_SECONDS
+            elif reconciler.awaiting_watch:  # an apply the watch has not confirmed yet
+                retry = reconciler.settle_seconds
         except (AdapterError, Conflict) as err:
             logger.warning("reconcile failed, retrying in %.0fs: %s", RETRY_SECONDS, err)
             retry = RETRY_SECONDS

@@ -11,6 +11,7 @@ import asyncio
 import datetime
 import json
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,7 @@ from kyma_gpu.api.models import SINGLETON_NAME, Condition, GpuSpec, GpuState, Gp
 from kyma_gpu.facts import ClusterFacts, NodeFacts, cluster_facts
 from kyma_gpu.plan import Owner, Plan, make_plan
 from kyma_gpu.plan.actions import LiveObject, plan_actions
+from kyma_gpu.plan.flux import SPEC_HASH
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status import (
     ClusterPolicyFacts,
@@ -64,6 +66,12 @@ class Reconciler:
         default_factory=lambda: cachetools.LRUCache(maxsize=16)
     )
     last_status: dict[str, dict[str, Any]] = field(default_factory=dict)
+    recent: dict[tuple[str, str, str], tuple[str, float]] = field(default_factory=dict)
+    """What was applied lately (object -> spec hash, when): the watch may lag behind a write
+    for a moment, and the same object must not be applied again meanwhile."""
+    settle_seconds: float = 15.0
+    awaiting_watch: bool = False
+    """True when a pass skipped an apply that the watch has not confirmed yet."""
     deleting: bool = False
 
     # -- change tracking: only a real change of compact facts wakes the reconcile loop --
@@ -128,10 +136,15 @@ class Reconciler:
         applied, apply_error = True, ""
         if not deleting:
             actions = plan_actions(plan.objects, snap.flux)
+            self.awaiting_watch = False
             try:
                 for obj in actions.apply:
+                    if self._applied_lately(obj):
+                        self.awaiting_watch = True
+                        continue
                     log.info("applying %s", ObjectRef.of(obj))
                     await self.adapter.apply(obj)
+                    self._remember(obj)
                 for stale in actions.delete:
                     ref = ObjectRef(stale.api_version, stale.kind, stale.namespace, stale.name)
                     log.info("deleting %s: no longer planned", ref)
@@ -151,6 +164,24 @@ class Reconciler:
         status = aggregate(plan, observed, generation, previous, now())
         await self.write_status(name, current_status, status)
         return status
+
+    def _key(self, obj: Mapping[str, Any]) -> tuple[str, str, str]:
+        meta = obj["metadata"]
+        return (str(obj["kind"]), str(meta.get("namespace", "")), str(meta["name"]))
+
+    def _hash(self, obj: Mapping[str, Any]) -> str:
+        return str((obj["metadata"].get("annotations") or {}).get(SPEC_HASH, ""))
+
+    def _applied_lately(self, obj: Mapping[str, Any]) -> bool:
+        seen = self.recent.get(self._key(obj))
+        return (
+            seen is not None
+            and seen[0] == self._hash(obj)
+            and time.monotonic() - seen[1] < self.settle_seconds
+        )
+
+    def _remember(self, obj: Mapping[str, Any]) -> None:
+        self.recent[self._key(obj)] = (self._hash(obj), time.monotonic())
 
     async def write_status(self, name: str, current: Mapping[str, Any], status: GpuStatus) -> bool:
         """Write only when the status differs from both the live one and the last written."""

@@ -21,7 +21,6 @@ from tests.harness.cluster import LocalCluster
 from tests.harness.flux import FluxStack
 from tests.harness.module import (
     MODULE_NAMESPACE,
-    OPERAND_DAEMONSETS,
     ROOT,
     TARGET_NAMESPACE,
     OperatorProcess,
@@ -267,10 +266,6 @@ def test_uninstall(
     local_cluster: LocalCluster, flux_stack: FluxStack, stack: OperatorProcess
 ) -> None:
     writes_before = len(operator_writes(local_cluster))
-    for (
-        name
-    ) in OPERAND_DAEMONSETS:  # not part of the release: they stand in for the NVIDIA operator
-        local_cluster.kubectl("delete", "daemonset", name, "-n", TARGET_NAMESPACE, check=False)
     began = time.monotonic()
     local_cluster.kubectl("delete", "gpus.gpu.kyma-project.io", "gpu", "--wait=false")
     wait_until(lambda: gpu(local_cluster) is None, 300, "the Gpu gone after Flux uninstalled")
@@ -281,7 +276,10 @@ def test_uninstall(
         == []
     )
     assert local_cluster.list_objects("deployments", TARGET_NAMESPACE) == []
-    assert local_cluster.list_objects("daemonsets", TARGET_NAMESPACE) == []
+    # The operands are owned by the ClusterPolicy (as upstream), which Flux removed with the
+    # release: the garbage collector removes them.
+    wait_until(lambda: not local_cluster.list_objects("daemonsets", TARGET_NAMESPACE), 60,
+               "operand DaemonSets garbage-collected with the ClusterPolicy")  # fmt: skip
     secrets = local_cluster.list_objects("secrets", TARGET_NAMESPACE, selector="owner=helm")
     assert secrets == [], "Helm release records left behind"
     assert _cluster_policy(local_cluster) == {}

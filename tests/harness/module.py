@@ -36,13 +36,19 @@ OPERAND_DAEMONSETS = (
 )
 
 
-def operand_daemonset(name: str) -> dict[str, Any]:
-    """A DaemonSet with the name and labels the NVIDIA operator gives this operand."""
+def operand_daemonset(name: str, owner_uid: str | None = None) -> dict[str, Any]:
+    """A DaemonSet with the name and labels the NVIDIA operator gives this operand, owned (as
+    upstream does) by the ClusterPolicy, so that the garbage collector removes it with it."""
     labels = {"app": name, "app.kubernetes.io/part-of": "gpu-operator"}
     strategy = "OnDelete" if name.startswith("nvidia-driver-daemonset") else "RollingUpdate"
+    meta: dict[str, Any] = {"name": name, "namespace": TARGET_NAMESPACE, "labels": labels}
+    if owner_uid:
+        meta["ownerReferences"] = [{"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
+                                    "name": "cluster-policy", "uid": owner_uid,
+                                    "controller": True}]  # fmt: skip
     return {
         "apiVersion": "apps/v1", "kind": "DaemonSet",
-        "metadata": {"name": name, "namespace": TARGET_NAMESPACE, "labels": labels},
+        "metadata": meta,
         "spec": {"selector": {"matchLabels": {"app": name}}, "updateStrategy": {"type": strategy},
                  "template": {"metadata": {"labels": labels}, "spec": {
                      "nodeSelector": {"feature.node.kubernetes.io/pci-10de.present": "true"},
@@ -55,7 +61,9 @@ def stand_in_for_the_gpu_operator(cluster: LocalCluster) -> None:
     operand DaemonSets (the real DaemonSet controller schedules them onto the kwok GPU nodes)
     and report the ClusterPolicy ready. Its Go module at the chart's versions is not served by
     the module proxy, so it cannot be built and run here."""
-    cluster.apply(*[operand_daemonset(name) for name in OPERAND_DAEMONSETS])
+    policy = cluster.get_object("clusterpolicies.nvidia.com", "cluster-policy")
+    uid = policy["metadata"]["uid"] if policy else None
+    cluster.apply(*[operand_daemonset(name, uid) for name in OPERAND_DAEMONSETS])
     cluster.kubectl(
         "patch", "clusterpolicies.nvidia.com", "cluster-policy", "--subresource=status",
         "--type=merge", "-p", json.dumps({"status": {"state": "ready"}}),

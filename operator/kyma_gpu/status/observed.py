@@ -139,8 +139,11 @@ def cluster_policy_facts(body: Mapping[str, Any]) -> ClusterPolicyFacts:
 def requests_gpu(body: Mapping[str, Any]) -> bool:
     """A pod that still runs (not Succeeded/Failed) and asks for nvidia.com/gpu."""
     phase = (body.get("status") or {}).get("phase")
-    if phase in ("Succeeded", "Failed"):
-        return False
+    return phase not in ("Succeeded", "Failed") and asks_for_gpu(body)
+
+
+def asks_for_gpu(body: Mapping[str, Any]) -> bool:
+    """A pod whose containers ask for nvidia.com/gpu, whatever its phase."""
     spec = body.get("spec") or {}
     for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
         resources = container.get("resources") or {}
