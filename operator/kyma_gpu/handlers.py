@@ -48,6 +48,9 @@ FLUX_KINDS = (
 CLUSTER_POLICY = ("nvidia.com", "v1", "clusterpolicies")
 WAIT_SECONDS = 300.0
 RETRY_SECONDS = 20.0
+SETTLE_SECONDS = 0.5
+"""After a wake-up, let a burst of events (a release's DaemonSets appearing or going one by
+one) settle before the next pass: one status write instead of one per event."""
 
 FluxEntry = tuple[LiveObject, HelmReleaseFacts]
 
@@ -232,6 +235,8 @@ async def reconcile_gpu(
         finally:
             waiter.cancel()
             stopper.cancel()
+        if not stopped:
+            await stopped.wait(SETTLE_SECONDS)
 
 
 @kopf.on.delete(*GPU)
@@ -244,14 +249,18 @@ async def delete_gpu(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **kw
     while True:
         reconciler.changed.clear()
         snap = snapshot(kwargs)
-        await reconciler.reconcile(body, snap, deleting=True)
-        if snap.gpu_workloads:
-            logger.warning("deletion waits for GPU workloads: %s", ", ".join(snap.gpu_workloads))
-        elif not await reconciler.remove_flux_objects(snap.flux):
+        if not snap.gpu_workloads and not snap.flux:
+            # Nothing left: no last status write, which would only race kopf's finalizer removal.
             logger.info("Flux objects are gone; releasing the Gpu")
             reconciler.deleting = False
             return
+        await reconciler.reconcile(body, snap, deleting=True)
+        if snap.gpu_workloads:
+            logger.warning("deletion waits for GPU workloads: %s", ", ".join(snap.gpu_workloads))
+        else:
+            await reconciler.remove_flux_objects(snap.flux)
         await reconciler.wait_for_change(WAIT_SECONDS)
+        await asyncio.sleep(SETTLE_SECONDS)
 
 
 def run(liveness: str | None = None, peering: str | None = None, standalone: bool = False) -> None:

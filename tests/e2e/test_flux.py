@@ -29,6 +29,7 @@ from tests.harness.module import (
     helm_release,
     install_crds,
     operator_writes,
+    remove_stand_in,
     stand_in_for_the_gpu_operator,
     wait_until,
 )
@@ -266,6 +267,7 @@ def test_uninstall(
     local_cluster: LocalCluster, flux_stack: FluxStack, stack: OperatorProcess
 ) -> None:
     writes_before = len(operator_writes(local_cluster))
+    remove_stand_in(local_cluster)  # not part of the release: the NVIDIA operator's own
     began = time.monotonic()
     local_cluster.kubectl("delete", "gpus.gpu.kyma-project.io", "gpu", "--wait=false")
     wait_until(lambda: gpu(local_cluster) is None, 300, "the Gpu gone after Flux uninstalled")
@@ -276,10 +278,7 @@ def test_uninstall(
         == []
     )
     assert local_cluster.list_objects("deployments", TARGET_NAMESPACE) == []
-    # The operands are owned by the ClusterPolicy (as upstream), which Flux removed with the
-    # release: the garbage collector removes them.
-    wait_until(lambda: not local_cluster.list_objects("daemonsets", TARGET_NAMESPACE), 60,
-               "operand DaemonSets garbage-collected with the ClusterPolicy")  # fmt: skip
+    assert local_cluster.list_objects("daemonsets", TARGET_NAMESPACE) == []
     secrets = local_cluster.list_objects("secrets", TARGET_NAMESPACE, selector="owner=helm")
     assert secrets == [], "Helm release records left behind"
     assert _cluster_policy(local_cluster) == {}

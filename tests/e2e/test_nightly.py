@@ -23,6 +23,7 @@ from tests.harness.module import (
     condition,
     gpu,
     install_crds,
+    remove_stand_in,
     stand_in_for_the_gpu_operator,
 )
 
@@ -45,10 +46,15 @@ def stack(local_cluster: LocalCluster, flux_stack: FluxStack) -> Iterator[Operat
 
 def _play_nvidia_operator(cluster: LocalCluster, done: threading.Event) -> None:
     """Once Flux has installed the chart, do what the NVIDIA operator controller would."""
+    stood_in = False
     while not done.is_set():
-        release = condition(gpu(cluster), "ReleaseReady") or {}
-        if release.get("status") == "True":
+        obj = gpu(cluster) or {}
+        release = condition(obj, "ReleaseReady") or {}
+        if release.get("status") == "True" and not stood_in:
             stand_in_for_the_gpu_operator(cluster)
+            stood_in = True
+        if stood_in and obj.get("metadata", {}).get("deletionTimestamp"):
+            remove_stand_in(cluster)  # the ClusterPolicy goes with the release
             return
         time.sleep(0.5)
 

@@ -36,16 +36,16 @@ OPERAND_DAEMONSETS = (
 )
 
 
-def operand_daemonset(name: str, owner_uid: str | None = None) -> dict[str, Any]:
-    """A DaemonSet with the name and labels the NVIDIA operator gives this operand, owned (as
-    upstream does) by the ClusterPolicy, so that the garbage collector removes it with it."""
+def operand_daemonset(name: str) -> dict[str, Any]:
+    """A DaemonSet with the name and labels the NVIDIA operator gives this operand.
+
+    Upstream, the ClusterPolicy owns them; here they carry no owner reference, because the
+    garbage collector of a control plane that learned of the ClusterPolicy CRD seconds ago
+    sometimes took the owner for gone and deleted them (seen once in the Flux e2e run).
+    remove_stand_in() does the cleanup the NVIDIA operator would do."""
     labels = {"app": name, "app.kubernetes.io/part-of": "gpu-operator"}
     strategy = "OnDelete" if name.startswith("nvidia-driver-daemonset") else "RollingUpdate"
     meta: dict[str, Any] = {"name": name, "namespace": TARGET_NAMESPACE, "labels": labels}
-    if owner_uid:
-        meta["ownerReferences"] = [{"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
-                                    "name": "cluster-policy", "uid": owner_uid,
-                                    "controller": True}]  # fmt: skip
     return {
         "apiVersion": "apps/v1", "kind": "DaemonSet",
         "metadata": meta,
@@ -61,13 +61,18 @@ def stand_in_for_the_gpu_operator(cluster: LocalCluster) -> None:
     operand DaemonSets (the real DaemonSet controller schedules them onto the kwok GPU nodes)
     and report the ClusterPolicy ready. Its Go module at the chart's versions is not served by
     the module proxy, so it cannot be built and run here."""
-    policy = cluster.get_object("clusterpolicies.nvidia.com", "cluster-policy")
-    uid = policy["metadata"]["uid"] if policy else None
-    cluster.apply(*[operand_daemonset(name, uid) for name in OPERAND_DAEMONSETS])
+    cluster.apply(*[operand_daemonset(name) for name in OPERAND_DAEMONSETS])
     cluster.kubectl(
         "patch", "clusterpolicies.nvidia.com", "cluster-policy", "--subresource=status",
         "--type=merge", "-p", json.dumps({"status": {"state": "ready"}}),
     )  # fmt: skip
+
+
+def remove_stand_in(cluster: LocalCluster) -> None:
+    """The operand DaemonSets go, as when the NVIDIA operator's ClusterPolicy is deleted."""
+    for name in OPERAND_DAEMONSETS:
+        cluster.kubectl("delete", "daemonset", name, "-n", TARGET_NAMESPACE, "--wait=false",
+                        "--ignore-not-found")  # fmt: skip
 
 
 def wait_until(
