@@ -71,6 +71,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.posting.level = logging.WARNING  # no Event per successful handler run
     settings.watching.server_timeout = 600
     settings.batching.error_delays = (1, 2, 5, 10, 30, 60)
+    # A just-created CRD answers 429 "storage is (re)initializing" for a moment, and kopf holds
+    # all event processing until every watched resource is listed: retry quickly at first.
+    settings.networking.error_backoffs = (0.5, 0.5, 1, 1, 2, 3, 5, 8, 13, 21)
     if getattr(memo, "reconciler", None) is None:
         memo.reconciler = Reconciler(catalog=Catalog(), adapter=KubeAdapter.connect())
 

@@ -147,7 +147,7 @@ def test_install(
     assert "HelmRelease kyma-system/gpu-operator" in release["message"]
 
     stand_in_for_the_gpu_operator(local_cluster)
-    wait_until(lambda: _state(local_cluster) == "Ready", 90, "Gpu Ready")
+    wait_until(lambda: _state(local_cluster) == "Ready", 180, "Gpu Ready")
     TIMINGS["apply_to_gpu_ready"] = round(time.monotonic() - began, 1)
     status = (gpu(local_cluster) or {})["status"]
     assert status["installedChartVersion"] == "v26.3.3"

@@ -19,6 +19,7 @@ import yaml
 from tests.harness.cluster import LocalCluster
 from tests.harness.module import (
     MODULE_NAMESPACE,
+    OPERAND_DAEMONSETS,
     ROOT,
     TARGET_NAMESPACE,
     OperatorProcess,
@@ -26,6 +27,7 @@ from tests.harness.module import (
     gpu,
     helm_release,
     install_crds,
+    operand_daemonset,
     operator_writes,
     wait_until,
 )
@@ -57,14 +59,6 @@ UBUNTU_NODE = {
                             "kubeletVersion": "v1.33.4", "kubeProxyVersion": "",
                             "bootID": "b0", "machineID": "m0", "systemUUID": "u0"}},
 }  # fmt: skip
-OPERAND_DAEMONSETS = (
-    "nvidia-driver-daemonset-6.12.44-cloud-amd64-gardenlinux0",
-    "nvidia-container-toolkit-daemonset",
-    "nvidia-device-plugin-daemonset",
-    "gpu-feature-discovery",
-    "nvidia-dcgm-exporter",
-    "nvidia-operator-validator",
-)
 
 
 @pytest.fixture(scope="module")
@@ -291,19 +285,6 @@ def _chart_crd(name: str) -> dict[str, Any]:
         return dict(yaml.safe_load(member.read()))
 
 
-def _daemonset(name: str) -> dict[str, Any]:
-    app = {"app": name}
-    strategy = "OnDelete" if name.startswith("nvidia-driver-daemonset") else "RollingUpdate"
-    return {
-        "apiVersion": "apps/v1", "kind": "DaemonSet",
-        "metadata": {"name": name, "namespace": TARGET_NAMESPACE, "labels": app},
-        "spec": {"selector": {"matchLabels": app}, "updateStrategy": {"type": strategy},
-                 "template": {"metadata": {"labels": app}, "spec": {
-                     "nodeSelector": {"feature.node.kubernetes.io/pci-10de.present": "true"},
-                     "containers": [{"name": "main", "image": "example.com/operand:1"}]}}},
-    }  # fmt: skip
-
-
 def _set_helm_release_ready(cluster: LocalCluster) -> None:
     hr = helm_release(cluster)
     assert hr is not None
@@ -345,7 +326,7 @@ def test_status_follows_release_daemonsets_and_cluster_policy(
         "ReleaseReady=True mirrored from the HelmRelease",
     )
 
-    local_cluster.apply(*[_daemonset(name) for name in OPERAND_DAEMONSETS])
+    local_cluster.apply(*[operand_daemonset(name) for name in OPERAND_DAEMONSETS])
     required = (
         "daemonsets",
         "dcgm",
@@ -376,7 +357,7 @@ def test_status_follows_release_daemonsets_and_cluster_policy(
     )
     ready = wait_until(
         lambda: (g := gpu(local_cluster)) and g.get("status", {}).get("state") == "Ready" and g,
-        90,
+        180,
         "Gpu Ready once the real DaemonSet controller has the operands available",
     )
     components = {c["name"]: c for c in ready["status"]["components"]}
