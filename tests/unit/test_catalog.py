@@ -73,7 +73,7 @@ def test_registry_matches_the_reference_table(registry: MachineTypeRegistry) -> 
     """Every machine type named in shared/reference/machine-types.md rows we can parse is known."""
     reference = SHARED / "reference" / "machine-types.md"
     if not reference.is_file():
-        pytest.skip("shared/reference is not laid next to the checkout")
+        pytest.fail("../shared/reference is missing: it is laid next to the checkout")
     text = reference.read_text(encoding="utf-8")
     for provider, names in {
         "aws": ["g4dn.xlarge", "g5.48xlarge", "g5g.metal", "p5.48xlarge", "p3dn.24xlarge"],
@@ -134,7 +134,7 @@ def test_installer_data_is_the_published_data(catalog: Catalog) -> None:
     """values-rules/installer/<tag>/ are the reference files plus a provenance header."""
     reference = SHARED / "reference" / "gardenlinux-nvidia-installer"
     if not reference.is_dir():
-        pytest.skip("shared/reference is not laid next to the checkout")
+        pytest.fail("../shared/reference is missing: it is laid next to the checkout")
     for tag in catalog.installer_releases():
         for source in (reference / tag).iterdir():
             ours = (catalog.root / "installer" / tag / source.name).read_text(encoding="utf-8")
@@ -181,7 +181,7 @@ def test_chart_facts_are_generated_from_the_charts(catalog: Catalog, version: st
 
     chart = SHARED / "charts" / f"gpu-operator-{version}.tgz"
     if not chart.is_file():
-        pytest.skip("shared/charts is not laid next to the checkout")
+        pytest.fail("../shared/charts is missing: it is laid next to the checkout")
     out, err = io.StringIO(), io.StringIO()
     assert main(["chart-facts", str(chart)], stdout=out, stderr=err) == 0, err.getvalue()
     committed = catalog.root / "charts" / f"{version}.yaml"
