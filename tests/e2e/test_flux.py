@@ -21,13 +21,12 @@ from tests.harness.cluster import LocalCluster
 from tests.harness.flux import FluxStack
 from tests.harness.module import (
     MODULE_NAMESPACE,
-    ROOT,
     TARGET_NAMESPACE,
     OperatorProcess,
     condition,
     gpu,
     helm_release,
-    install_crds,
+    module_on,
     operator_writes,
     remove_stand_in,
     stand_in_for_the_gpu_operator,
@@ -36,26 +35,15 @@ from tests.harness.module import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
-FLEET = ROOT / "tests" / "harness" / "fleets" / "demo.yaml"
 TIMINGS: dict[str, float] = {}
 WRITES: dict[str, int] = {}
 
 
 @pytest.fixture(scope="module")
 def stack(local_cluster: LocalCluster, flux_stack: FluxStack) -> Iterator[OperatorProcess]:
-    install_crds(local_cluster)
-    nodes = local_cluster.add_nodes(FLEET)
-    process = OperatorProcess(local_cluster, name="operator-e2e").start()
-    try:
+    with module_on(local_cluster, name="operator-e2e") as process:
         yield process
-    finally:
-        process.stop()
-        local_cluster.kubectl(
-            "delete", "gpus.gpu.kyma-project.io", "--all", "--wait=false", check=False
-        )
-        for name in nodes:
-            local_cluster.delete_node(name)
-        print(f"\nFlux e2e timings (s): {json.dumps(TIMINGS)}\noperator writes: {WRITES}")
+    print(f"\nFlux e2e timings (s): {json.dumps(TIMINGS)}\noperator writes: {WRITES}")
 
 
 def _gpu_manifest(flux: FluxStack, **spec: Any) -> dict[str, Any]:

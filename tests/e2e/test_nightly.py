@@ -22,26 +22,18 @@ from tests.harness.module import (
     OperatorProcess,
     condition,
     gpu,
-    install_crds,
+    module_on,
     remove_stand_in,
     stand_in_for_the_gpu_operator,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
-FLEET = ROOT / "tests" / "harness" / "fleets" / "demo.yaml"
 
 
 @pytest.fixture(scope="module")
 def stack(local_cluster: LocalCluster, flux_stack: FluxStack) -> Iterator[OperatorProcess]:
-    install_crds(local_cluster)
-    nodes = local_cluster.add_nodes(FLEET)
-    process = OperatorProcess(local_cluster, name="operator-nightly").start()
-    try:
+    with module_on(local_cluster, name="operator-nightly") as process:
         yield process
-    finally:
-        process.stop()
-        for name in nodes:
-            local_cluster.delete_node(name)
 
 
 def _play_nvidia_operator(cluster: LocalCluster, done: threading.Event) -> None:

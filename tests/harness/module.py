@@ -6,18 +6,20 @@ operator controller (which cannot run here).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 from tests.harness.cluster import LocalCluster
 from tests.harness.flux import flux_crd_files
+from tests.harness.nodes import DEMO_FLEET
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "config" / "crd" / "bases" / "gpu.kyma-project.io_gpus.yaml"
@@ -153,6 +155,27 @@ class OperatorProcess:
         if not self.log_path.exists():
             return ""
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+@contextlib.contextmanager
+def module_on(
+    cluster: LocalCluster,
+    name: str = "operator",
+    kubeconfig: Path | None = None,
+    args: tuple[str, ...] = ("--standalone",),
+) -> Iterator[OperatorProcess]:
+    """The CRDs, the demo fleet and a running operator; afterwards the Gpu and nodes go."""
+    install_crds(cluster)
+    nodes = cluster.add_nodes(DEMO_FLEET)
+    process = OperatorProcess(cluster, name=name, kubeconfig=kubeconfig, args=args).start()
+    try:
+        yield process
+    finally:
+        process.stop()
+        cluster.kubectl("delete", "gpus.gpu.kyma-project.io", "--all", "--wait=false",
+                        check=False)  # fmt: skip
+        for node in nodes:
+            cluster.delete_node(node)
 
 
 def gpu(cluster: LocalCluster, name: str = "gpu") -> dict[str, Any] | None:

@@ -26,7 +26,7 @@ from tests.harness.module import (
     condition,
     gpu,
     helm_release,
-    install_crds,
+    module_on,
     operand_daemonset,
     operator_writes,
     wait_until,
@@ -34,7 +34,6 @@ from tests.harness.module import (
 
 pytestmark = pytest.mark.integration
 
-FLEET = ROOT / "tests" / "harness" / "fleets" / "demo.yaml"
 CHART = ROOT.parent / "shared" / "charts" / "gpu-operator-v26.7.0.tgz"
 GPU_MANIFEST: dict[str, Any] = {
     "apiVersion": "gpu.kyma-project.io/v1beta1",
@@ -63,18 +62,8 @@ UBUNTU_NODE = {
 
 @pytest.fixture(scope="module")
 def operator(local_cluster: LocalCluster) -> Iterator[OperatorProcess]:
-    install_crds(local_cluster)
-    nodes = local_cluster.add_nodes(FLEET)
-    process = OperatorProcess(local_cluster).start()
-    try:
+    with module_on(local_cluster) as process:
         yield process
-    finally:
-        process.stop()
-        local_cluster.kubectl(
-            "delete", "gpus.gpu.kyma-project.io", "--all", "--wait=false", check=False
-        )
-        for name in nodes:
-            local_cluster.delete_node(name)
 
 
 @pytest.fixture
@@ -285,6 +274,13 @@ def _chart_crd(name: str) -> dict[str, Any]:
         return dict(yaml.safe_load(member.read()))
 
 
+def _patch_release_status(cluster: LocalCluster, status: dict[str, Any]) -> None:
+    """Write the HelmRelease status as helm-controller would (no Flux controllers here)."""
+    cluster.kubectl("patch", "helmreleases.helm.toolkit.fluxcd.io", "gpu-operator",
+                    "-n", MODULE_NAMESPACE, "--subresource=status", "--type=merge",
+                    "-p", json.dumps({"status": status}))  # fmt: skip
+
+
 def _set_helm_release_ready(cluster: LocalCluster) -> None:
     hr = helm_release(cluster)
     assert hr is not None
@@ -299,17 +295,7 @@ def _set_helm_release_ready(cluster: LocalCluster) -> None:
                      "appVersion": "v26.7.0", "configDigest": "sha256:0", "digest": "sha256:0",
                      "firstDeployed": "2026-11-30T00:00:00Z",
                      "lastDeployed": "2026-11-30T00:00:00Z"}]}  # fmt: skip
-    cluster.kubectl(
-        "patch",
-        "helmreleases.helm.toolkit.fluxcd.io",
-        "gpu-operator",
-        "-n",
-        MODULE_NAMESPACE,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        json.dumps({"status": status}),
-    )
+    _patch_release_status(cluster, status)
 
 
 def test_status_follows_release_daemonsets_and_cluster_policy(
@@ -384,17 +370,7 @@ def test_status_follows_release_daemonsets_and_cluster_policy(
             }
         ],
     }
-    local_cluster.kubectl(
-        "patch",
-        "helmreleases.helm.toolkit.fluxcd.io",
-        "gpu-operator",
-        "-n",
-        MODULE_NAMESPACE,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        json.dumps({"status": failed}),
-    )
+    _patch_release_status(local_cluster, failed)
     error = wait_until(
         lambda: (g := gpu(local_cluster)) and g["status"]["state"] == "Error" and g,
         30,

@@ -21,13 +21,13 @@ from tests.harness.module import (
     gpu,
     helm_release,
     install_crds,
+    module_on,
     wait_until,
 )
 
 pytestmark = pytest.mark.integration
 
 SA = f"system:serviceaccount:{MODULE_NAMESPACE}:gpu-manager"
-FLEET = ROOT / "tests" / "harness" / "fleets" / "demo.yaml"
 
 
 def _install_module(cluster: LocalCluster) -> None:
@@ -59,19 +59,11 @@ def _service_account_kubeconfig(cluster: LocalCluster) -> Path:
 def sa_operator(local_cluster: LocalCluster) -> Iterator[OperatorProcess]:
     install_crds(local_cluster)  # also the Flux CRDs and the kyma-system namespace
     _install_module(local_cluster)
-    nodes = local_cluster.add_nodes(FLEET)
-    process = OperatorProcess(
+    with module_on(
         local_cluster, name="operator-rbac", kubeconfig=_service_account_kubeconfig(local_cluster),
         args=("--peering", "kyma-gpu", "--liveness", "http://127.0.0.1:18181/healthz"),
-    ).start()  # fmt: skip
-    try:
+    ) as process:  # fmt: skip
         yield process
-    finally:
-        process.stop()
-        local_cluster.kubectl("delete", "gpus.gpu.kyma-project.io", "--all", "--wait=false",
-                              check=False)  # fmt: skip
-        for name in nodes:
-            local_cluster.delete_node(name)
 
 
 def test_operator_works_with_the_service_account_only(
