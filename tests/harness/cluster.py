@@ -164,8 +164,11 @@ class LocalCluster:
         began = time.monotonic()
         try:
             self._start(began)
-        except BaseException:
+        except BaseException as error:
             self.progress("start failed; stopping what was started")
+            if self._removes_workdir() and self.log_dir.is_dir():
+                # The logs go with the workdir: keep what they say in the error.
+                error.add_note(f"local cluster at the failed start:\n{self.diagnostics()}")
             self.stop()
             raise
         return self
@@ -334,8 +337,11 @@ class LocalCluster:
         stop_all(clients)
         stop_all([p for n, p in self.processes.items() if n == "kube-apiserver"])
         stop_all([p for n, p in self.processes.items() if n == "etcd"])
-        if self._own_workdir and not self.keep_workdir and self.workdir.exists():
+        if self._removes_workdir() and self.workdir.exists():
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _removes_workdir(self) -> bool:
+        return self._own_workdir and not self.keep_workdir
 
     # -- helpers -----------------------------------------------------------
 
@@ -553,9 +559,31 @@ class LocalCluster:
     # -- diagnostics -------------------------------------------------------
 
     def log_tails(self, lines: int = 30) -> str:
-        """The last lines of every process log, for a failed test's report."""
-        names = [*self.processes, "helm-repo"]
-        return log_tails(self.log_dir, lines, names=names)
+        """The last lines of every file in the log dir, for a failed test's report.
+
+        Every process of the harness, the Helm repository, the operator
+        processes of the tests (``operator*.log``) and anything else that
+        logs there; of the (big) audit log only its size and last lines.
+        """
+        audit = self.audit_log.stem
+
+        def is_audit(path: Path) -> bool:
+            return path.name.startswith(audit)  # also a rotated audit-<time>.log
+
+        return log_tails(self.log_dir, lines, brief=is_audit)
+
+    def process_status(self) -> str:
+        """One line per process: running, stopped by the harness, or exited on its own."""
+        return "\n".join(f"{name}: {p.status()}" for name, p in self.processes.items())
+
+    def diagnostics(self, lines: int = 30) -> str:
+        """Process status and log tails: what a failure report needs."""
+        if not self.log_dir.is_dir():
+            return f"{self.process_status()}\n(log directory {self.log_dir} is gone)"
+        return (
+            f"process status:\n{self.process_status()}\n"
+            f"logs in {self.log_dir}:\n{self.log_tails(lines)}"
+        )
 
     def rss_kib(self) -> dict[str, int]:
         """Resident memory of each running process, KiB."""

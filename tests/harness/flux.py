@@ -11,8 +11,11 @@
    starts;
 3. starts source-controller (artifact storage in the workdir, served on
    127.0.0.1:<port>) and helm-controller as local processes that reach the
-   API server through KUBECONFIG, each with its own metrics and health port,
-   and waits for their readiness endpoints.
+   API server through KUBECONFIG, each with its own metrics and health port
+   (every port from procs.free_port(), never one twice), and waits for their
+   readiness endpoints and the artifact server. A controller that exits or
+   logs a fatal setup error (FLUX_FATAL_PATTERNS) fails the start at once,
+   with its log tail.
 
 helm-controller >= 1.5 uses Helm 4 with kstatus waiting: a HelmRelease is
 Ready only once its Deployments, DaemonSets, Jobs ... are really ready, which
@@ -47,6 +50,23 @@ SOURCE_CRDS = (
     "ocirepositories",
 )
 HELM_CRDS = ("helmreleases",)
+
+COMMON_FLAGS = ("--log-encoding=console", "--enable-leader-election=false")
+FLUX_FATAL_PATTERNS = (
+    "\tERROR\tsetup\t",
+    '"level":"error".*"logger":"setup"',
+    "^panic: ",
+)
+"""Log lines after which a Flux controller is dead or about to exit (see ManagedProcess).
+
+In source-controller's and helm-controller's main.go every error of the
+``setup`` logger is followed by ``os.Exit(1)``: "unable to start manager",
+"unable to create controller", "artifact server error" (the storage server
+could not bind), "problem running manager" (the manager's metrics or health
+server could not bind: "bind: address already in use"). The first pattern
+is that line with ``--log-encoding=console`` (as started here), the second
+the same in JSON.
+"""
 
 SOURCE_GROUP, SOURCE_VERSION = "source.toolkit.fluxcd.io", "v1"
 HELM_GROUP, HELM_VERSION = "helm.toolkit.fluxcd.io", "v2"
@@ -93,10 +113,6 @@ def flux_crd_files(versions: Mapping[str, str] | None = None) -> list[Path]:
     return files
 
 
-def _ready_probe(url: str) -> Callable[[], bool]:
-    return lambda: http_ok(url)
-
-
 class FluxStack:
     """source-controller + helm-controller for ``cluster``, and a local Helm repository."""
 
@@ -115,6 +131,8 @@ class FluxStack:
         self.processes: dict[str, ManagedProcess] = {}
         self.timings: dict[str, float] = {}
         self.storage_dir = cluster.workdir / "flux" / "source-storage"
+        self.storage_url = ""
+        """source-controller's artifact server, http://127.0.0.1:<port>."""
         self._started = False
 
     @property
@@ -158,47 +176,63 @@ class FluxStack:
         self.timings["crds"] = time.monotonic() - began
 
         self.storage_dir.mkdir(parents=True, exist_ok=True)
-        env = {"KUBECONFIG": str(self.cluster.kubeconfig)}
-        storage_addr = f"127.0.0.1:{free_port()}"
-        common = ["--log-encoding=console", "--enable-leader-election=false"]
-        source_health, helm_health = free_port(), free_port()
-        source = self._process(
-            "source-controller",
-            [
-                str(bins["source-controller"]),
-                *common,
-                f"--metrics-addr=127.0.0.1:{free_port()}",
-                f"--health-addr=127.0.0.1:{source_health}",
-                f"--storage-path={self.storage_dir}",
-                f"--storage-addr={storage_addr}",
-                f"--storage-adv-addr={storage_addr}",
-            ],
-            env,
-        )
-        helm = self._process(
-            "helm-controller",
-            [
-                str(bins["helm-controller"]),
-                *common,
-                f"--metrics-addr=127.0.0.1:{free_port()}",
-                f"--health-addr=127.0.0.1:{helm_health}",
-            ],
-            env,
-        )
+        source, source_ready = self._source_controller(bins["source-controller"])
+        helm, helm_ready = self._helm_controller(bins["helm-controller"])
         self.progress("starting source-controller, helm-controller")
         source.start()
         helm.start()
-        for process, port in ((source, source_health), (helm, helm_health)):
-            took = process.wait_healthy(
-                _ready_probe(f"http://127.0.0.1:{port}/readyz"),
-                timeout=self.start_timeout,
-                what="ready",
-            )
+        for process, probe in ((source, source_ready), (helm, helm_ready)):
+            took = process.wait_healthy(probe, timeout=self.start_timeout, what="ready")
             self.timings[process.name] = took
 
-    def _process(self, name: str, argv: Sequence[str], env: Mapping[str, str]) -> ManagedProcess:
+    def _source_controller(self, binary: Path) -> tuple[ManagedProcess, Callable[[], bool]]:
+        """The source-controller process (not started) and its readiness probe.
+
+        Its /readyz does not cover the artifact server, which starts only after
+        the manager does: the probe also waits for that server to answer.
+        """
+        storage, metrics, health = free_port(), free_port(), free_port()
+        self.storage_url = f"http://127.0.0.1:{storage}"
+        process = self._process(
+            "source-controller",
+            [
+                str(binary),
+                *COMMON_FLAGS,
+                f"--metrics-addr=127.0.0.1:{metrics}",
+                f"--health-addr=127.0.0.1:{health}",
+                f"--storage-path={self.storage_dir}",
+                f"--storage-addr=127.0.0.1:{storage}",
+                f"--storage-adv-addr=127.0.0.1:{storage}",
+            ],
+        )
+
+        def ready() -> bool:
+            return http_ok(f"http://127.0.0.1:{health}/readyz") and http_ok(f"{self.storage_url}/")
+
+        return process, ready
+
+    def _helm_controller(self, binary: Path) -> tuple[ManagedProcess, Callable[[], bool]]:
+        """The helm-controller process (not started) and its readiness probe."""
+        metrics, health = free_port(), free_port()
+        process = self._process(
+            "helm-controller",
+            [
+                str(binary),
+                *COMMON_FLAGS,
+                f"--metrics-addr=127.0.0.1:{metrics}",
+                f"--health-addr=127.0.0.1:{health}",
+            ],
+        )
+        return process, lambda: http_ok(f"http://127.0.0.1:{health}/readyz")
+
+    def _process(self, name: str, argv: Sequence[str]) -> ManagedProcess:
         process = ManagedProcess(
-            name, argv, self.cluster.log_dir / f"{name}.log", env=env, cwd=self.cluster.workdir
+            name,
+            argv,
+            self.cluster.log_dir / f"{name}.log",
+            env={"KUBECONFIG": str(self.cluster.kubeconfig)},
+            cwd=self.cluster.workdir,
+            fatal_patterns=FLUX_FATAL_PATTERNS,
         )
         self.processes[name] = process
         self.cluster.register(process)
@@ -217,6 +251,11 @@ class FluxStack:
     def stop(self) -> None:
         stop_all(list(reversed(self.processes.values())))
         self.helm_repo.stop()
+
+    def check_alive(self) -> None:
+        """Raise ProcessFailedError if a controller exited or logged a fatal error."""
+        for process in self.processes.values():
+            process.check_alive()
 
     def rss_kib(self) -> dict[str, int]:
         result: dict[str, int] = {}

@@ -1,9 +1,10 @@
 """A local Helm chart repository: the chart tarballs of a directory over HTTP.
 
 ``LocalHelmRepository`` serves ``<charts_dir>/*.tgz`` and an ``index.yaml``
-built from each tarball's Chart.yaml on 127.0.0.1:<free port>, from a thread of
-the test process (stdlib http.server). Flux's source-controller reads it as a
-plain HTTP HelmRepository. The default charts_dir is ``../shared/charts``
+built from each tarball's Chart.yaml on 127.0.0.1 (a port from
+``procs.free_port()``), from a thread of the test process (stdlib
+http.server). Flux's source-controller reads it as a plain HTTP
+HelmRepository. The default charts_dir is ``../shared/charts``
 next to the repository; the charts are read in place, never copied.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import hashlib
 import http.server
 import tarfile
@@ -22,6 +24,7 @@ from typing import Any, ClassVar
 import yaml
 
 from .binaries import SHARED_DIR
+from .procs import free_port
 
 DEFAULT_CHARTS_DIR = SHARED_DIR / "charts"
 
@@ -129,8 +132,7 @@ class LocalHelmRepository:
             return self
         if not any(self.charts_dir.glob("*.tgz")):
             raise FileNotFoundError(f"no chart tarballs (*.tgz) in {self.charts_dir}")
-        handler = type("Handler", (_Handler,), {"repo": self})
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server = self._bind()
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="helm-repo", daemon=True
@@ -138,6 +140,22 @@ class LocalHelmRepository:
         self._thread.start()
         self.log(f"serving {self.charts_dir} at {self.url}")
         return self
+
+    def _bind(self, attempts: int = 5) -> http.server.ThreadingHTTPServer:
+        """A server on a port of the harness's allocator (see procs.free_port).
+
+        Another program may bind the port between the allocator's check and
+        ours; then the next port is tried.
+        """
+        handler = type("Handler", (_Handler,), {"repo": self})
+        attempt = 1
+        while True:
+            try:
+                return http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
+            except OSError as error:
+                if error.errno != errno.EADDRINUSE or attempt >= attempts:
+                    raise
+                attempt += 1
 
     def stop(self) -> None:
         if self._server is not None:

@@ -1,4 +1,4 @@
-"""Local processes for the harness: start, health-wait, log, measure, stop.
+"""Local processes for the harness: ports, start, health-wait, log, measure, stop.
 
 Every process writes stdout and stderr to ``<workdir>/logs/<name>.log``. All
 live processes are kept in a registry that an ``atexit`` hook stops, so an
@@ -7,6 +7,17 @@ each child also gets PR_SET_PDEATHSIG=SIGKILL, so even a SIGKILLed Python
 parent takes its control plane with it. (That signal fires when the *thread*
 that started the child exits: start clusters from a long-lived thread, in
 practice the main thread.)
+
+Ports come from one process-wide ``PortAllocator`` (``free_port()``): it never
+hands out a port twice and picks them below the kernel's ephemeral port range,
+so neither two harness processes nor an outgoing client connection can end up
+on the same port.
+
+A process fails fast: ``check_alive()`` (called by ``wait_healthy`` and
+``wait_for(alive=...)``) raises ``ProcessFailedError`` with the log tail as
+soon as the process has exited or its log shows one of its fatal patterns
+(e.g. Flux's ``unable to start ...``, which some goroutines log without
+exiting).
 """
 
 from __future__ import annotations
@@ -15,6 +26,8 @@ import atexit
 import contextlib
 import ctypes
 import os
+import random
+import re
 import signal
 import socket
 import ssl
@@ -32,17 +45,118 @@ _PR_SET_PDEATHSIG = 1
 _registry_lock = threading.Lock()
 _registry: list[ManagedProcess] = []
 
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LINUX_EPHEMERAL_DEFAULT = (32768, 60999)
+PORT_SPAN = 10_000
+"""How many ports below (or above) the ephemeral range the harness uses."""
+MIN_PORT = 1024
+MIN_ROOM = 1000
+
 
 class ProcessFailedError(RuntimeError):
-    """A harness process exited or did not become healthy in time."""
+    """A harness process exited, logged a fatal error or did not become healthy in time."""
+
+
+class PortsExhaustedError(RuntimeError):
+    """Every port of the allocator's range is handed out or in use."""
+
+
+# -- ports -------------------------------------------------------------------
+
+
+def ephemeral_port_range(path: Path = EPHEMERAL_RANGE_FILE) -> tuple[int, int]:
+    """The kernel's range for the local port of outgoing connections (inclusive)."""
+    try:
+        low, high = (int(part) for part in path.read_text(encoding="ascii").split())
+    except (OSError, ValueError):
+        return LINUX_EPHEMERAL_DEFAULT
+    return low, high
+
+
+def harness_port_range(ephemeral: tuple[int, int] | None = None, span: int = PORT_SPAN) -> range:
+    """The ports the harness hands out: up to ``span`` ports just below the ephemeral range.
+
+    The kernel gives every outgoing connection (kubectl, the controllers' API
+    clients, etcd's clients ...) a local port from the ephemeral range; a port
+    from that range that was free when checked could be taken by such a socket
+    before the process it was meant for binds it. Where there is no room below
+    the range, the ports above it are used; as a last resort any port.
+    """
+    low, high = ephemeral or ephemeral_port_range()
+    if low - MIN_PORT >= MIN_ROOM:
+        return range(max(MIN_PORT, low - span), low)
+    if 65535 - high >= MIN_ROOM:
+        return range(high + 1, min(65536, high + 1 + span))
+    return range(MIN_PORT, 65536)
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """True if a TCP socket can bind ``host:port`` now (strict: no SO_REUSEADDR)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+class PortAllocator:
+    """Hands out TCP ports from ``ports``, each at most once, and only ports free right now.
+
+    Thread-safe. It starts at a random place in the range and walks on from
+    the last port it gave, so two harness processes (pytest and a ``python -m
+    tests.harness`` it runs) rarely even try the same port; the bind check
+    skips ports that anything on the host holds.
+    """
+
+    def __init__(
+        self,
+        ports: range | None = None,
+        *,
+        host: str = "127.0.0.1",
+        is_free: Callable[[int], bool] | None = None,
+    ) -> None:
+        self.ports = ports if ports is not None else harness_port_range()
+        self.host = host
+        self._is_free = is_free or (lambda port: port_is_free(port, host))
+        self._given: set[int] = set()
+        self._lock = threading.Lock()
+        self._next = random.randrange(len(self.ports)) if self.ports else 0
+
+    @property
+    def given(self) -> frozenset[int]:
+        """Every port handed out so far."""
+        with self._lock:
+            return frozenset(self._given)
+
+    def allocate(self) -> int:
+        """A port never handed out before by this allocator and bindable now."""
+        with self._lock:
+            size = len(self.ports)
+            for step in range(size):
+                index = (self._next + step) % size
+                port = self.ports[index]
+                if port in self._given or not self._is_free(port):
+                    continue
+                self._given.add(port)
+                self._next = (index + 1) % size
+                return port
+        raise PortsExhaustedError(
+            f"no free port left in {self.ports.start}-{self.ports.stop - 1} "
+            f"({len(self._given)} handed out)"
+        )
+
+
+PORTS = PortAllocator()
+"""The allocator every port of the harness comes from (one per Python process)."""
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A TCP port on 127.0.0.1: free now, never handed out before in this process."""
+    return PORTS.allocate()
+
+
+# -- processes ---------------------------------------------------------------
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child
@@ -52,21 +166,38 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def tail(path: Path, lines: int = 40) -> str:
-    """The last ``lines`` lines of a text file ('' if it does not exist)."""
+def tail(path: Path, lines: int = 40, max_bytes: int = 4 << 20) -> str:
+    """The last ``lines`` lines of a text file ('' if it cannot be read).
+
+    Reads backwards in growing chunks until it has the lines (or ``max_bytes``).
+    """
     try:
         with path.open("rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - 256 * lines))
-            data = handle.read().decode("utf-8", errors="replace")
-    except FileNotFoundError:
+            size = handle.seek(0, os.SEEK_END)
+            chunk = 256 * max(lines, 1)
+            while True:
+                start = max(0, size - chunk)
+                handle.seek(start)
+                data = handle.read(size - start)
+                if start == 0 or data.count(b"\n") > lines or chunk >= max_bytes:
+                    break
+                chunk *= 4
+    except OSError:
         return ""
-    return "\n".join(data.splitlines()[-lines:])
+    return "\n".join(data.decode("utf-8", errors="replace").splitlines()[-lines:])
+
+
+def _fatal_regex(patterns: Sequence[str]) -> re.Pattern[str] | None:
+    return re.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
 
 
 class ManagedProcess:
-    """One long-running binary with its own log file."""
+    """One long-running binary with its own log file.
+
+    ``fatal_patterns``: regular expressions; a new log line that matches one
+    makes ``check_alive()`` fail even while the process still runs (an error a
+    goroutine logs without exiting, or one logged just before the exit).
+    """
 
     def __init__(
         self,
@@ -75,15 +206,21 @@ class ManagedProcess:
         log_path: Path,
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
+        fatal_patterns: Sequence[str] = (),
     ) -> None:
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
         self.env = dict(env) if env is not None else None
         self.cwd = cwd
+        self.fatal = _fatal_regex(fatal_patterns)
+        self.fatal_line: str | None = None
+        """The first log line of this run that matched a fatal pattern."""
         self.started_at = 0.0
         self._popen: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
+        self._scanned = 0
+        self._stopped_by_us = False
 
     def __repr__(self) -> str:
         return f"ManagedProcess({self.name!r}, pid={self.pid})"
@@ -99,6 +236,7 @@ class ManagedProcess:
         self._log = self.log_path.open("ab")
         self._log.write(f"### {' '.join(self.argv)}\n".encode())
         self._log.flush()
+        self._scanned = self._log.tell()  # an earlier run's lines are not this run's errors
         env = {**os.environ, **self.env} if self.env is not None else None
         self.started_at = time.monotonic()
         self._popen = subprocess.Popen(
@@ -122,14 +260,55 @@ class ManagedProcess:
     def returncode(self) -> int | None:
         return self._popen.poll() if self._popen is not None else None
 
+    def scan_log(self) -> str | None:
+        """The first log line of this run that matches a fatal pattern (reads only new lines)."""
+        if self.fatal is None or self.fatal_line is not None or self._popen is None:
+            return self.fatal_line
+        try:
+            with self.log_path.open("rb") as handle:
+                handle.seek(self._scanned)
+                data = handle.read()
+        except OSError:
+            return None
+        # Complete lines only, unless the process is gone and nothing will follow.
+        end = len(data) if self._popen.poll() is not None else data.rfind(b"\n") + 1
+        for line in data[:end].decode("utf-8", errors="replace").splitlines():
+            if self.fatal.search(line):
+                self.fatal_line = line.strip()
+                break
+        self._scanned += end
+        return self.fatal_line
+
     def check_alive(self) -> None:
-        """Raise ProcessFailedError (with the log tail) if the process has exited."""
-        code = self.returncode()
-        if self._popen is not None and code is not None:
-            raise ProcessFailedError(
-                f"{self.name} exited with code {code}; last log lines "
-                f"({self.log_path}):\n{tail(self.log_path)}"
-            )
+        """Raise ProcessFailedError (with the log tail) if the process exited or logged a
+        fatal error."""
+        if self._popen is None:
+            return
+        code = self._popen.poll()
+        fatal = self.scan_log()
+        if code is None and fatal is None:
+            return
+        if code is None:
+            what = f"logged a fatal error: {fatal}"
+        else:
+            what = f"exited with code {code}" + (f" after logging: {fatal}" if fatal else "")
+        raise ProcessFailedError(
+            f"{self.name} {what}\nlast log lines ({self.log_path}):\n{tail(self.log_path)}"
+        )
+
+    def status(self) -> str:
+        """One line for a failure report: running, stopped by the harness, or exited."""
+        if self._popen is None:
+            return "not started"
+        code = self._popen.poll()
+        fatal = self.scan_log()
+        if code is None:
+            state = f"running (pid {self._popen.pid})"
+        elif self._stopped_by_us:
+            state = f"stopped by the harness (exit code {code})"
+        else:
+            state = f"EXITED on its own with code {code}"
+        return f"{state}; fatal log line: {fatal}" if fatal else state
 
     def wait_healthy(
         self,
@@ -137,12 +316,17 @@ class ManagedProcess:
         timeout: float,
         what: str = "healthy",
     ) -> float:
-        """Poll ``probe`` until it returns True; return seconds since start()."""
+        """Poll ``probe`` until it returns True; return seconds since start().
+
+        Fails at once (ProcessFailedError) when the process exits or logs a
+        fatal error, before and right after the probe succeeds.
+        """
         deadline = time.monotonic() + timeout
         delay = 0.05
         while True:
             self.check_alive()
             if probe():
+                self.check_alive()
                 return time.monotonic() - self.started_at
             if time.monotonic() > deadline:
                 raise ProcessFailedError(
@@ -170,6 +354,7 @@ class ManagedProcess:
         """Send SIGTERM without waiting (see stop_all)."""
         popen = self._popen
         if popen is not None and popen.poll() is None:
+            self._stopped_by_us = True
             with contextlib.suppress(ProcessLookupError):
                 popen.send_signal(signal.SIGTERM)
 
@@ -177,6 +362,7 @@ class ManagedProcess:
         """SIGTERM, then SIGKILL after ``timeout`` seconds. Idempotent."""
         popen = self._popen
         if popen is not None and popen.poll() is None:
+            self._stopped_by_us = True
             with contextlib.suppress(ProcessLookupError):
                 popen.send_signal(signal.SIGTERM)
             try:
@@ -256,11 +442,41 @@ def wait_for(
         time.sleep(interval)
 
 
-def log_tails(log_dir: Path, lines: int = 30, names: Sequence[str] = ()) -> str:
-    """The tail of every ``*.log`` in ``log_dir`` (or only ``names``), one block each."""
-    paths = [log_dir / f"{name}.log" for name in names] if names else sorted(log_dir.glob("*.log"))
+def _brief_block(path: Path, lines: int, width: int = 300) -> str:
+    """Size and the last few lines (cut to ``width`` characters) of a big log."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return f"----- {path.name} (unreadable) -----"
+    last = [
+        line if len(line) <= width else line[:width] + " ..."
+        for line in tail(path, lines).splitlines()
+    ]
+    header = f"----- {path.name} ({size} bytes; last {len(last)} lines, cut) -----"
+    return "\n".join([header, *last])
+
+
+def log_tails(
+    log_dir: Path,
+    lines: int = 30,
+    names: Sequence[str] = (),
+    brief: Callable[[Path], bool] | None = None,
+    brief_lines: int = 3,
+) -> str:
+    """The tail of every file in ``log_dir`` (or only ``<name>.log`` of ``names``).
+
+    Files for which ``brief`` is true (the API server's audit log) get only
+    their size and last ``brief_lines`` lines.
+    """
+    if names:
+        paths = [log_dir / f"{name}.log" for name in names]
+    else:
+        paths = sorted(path for path in log_dir.glob("*") if path.is_file())
     blocks = []
     for path in paths:
+        if brief is not None and brief(path):
+            blocks.append(_brief_block(path, brief_lines))
+            continue
         text = tail(path, lines)
         if text:
             blocks.append(f"----- {path.name} (last {lines} lines) -----\n{text}")

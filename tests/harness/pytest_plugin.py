@@ -15,7 +15,10 @@ top-level conftest (tests/conftest.py). Fixtures:
 
 A missing binary fails the test with an error (never a skip): CI must not go
 green without having run the integration tests. When a test that uses the
-cluster fails, the report gets a section with the tail of every process log.
+cluster (see ``_uses_cluster``) fails, in its call, setup or teardown, the
+report gets a section with the status of every process and the tail of every
+file in the cluster's log dir (the operator's too; of the audit log only its
+size and last lines).
 Set KYMA_GPU_HARNESS_KEEP=1 to keep the workdir (logs, etcd data) afterwards.
 """
 
@@ -38,6 +41,7 @@ if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
 LOG_TAIL_LINES = 40
+CLUSTER_MARKERS = ("integration", "e2e")
 
 log = logging.getLogger("tests.harness")
 _CLUSTER = pytest.StashKey[LocalCluster]()
@@ -129,16 +133,33 @@ def demo_fleet(fleet: Callable[[Path | str], list[str]]) -> list[str]:
     return fleet(DEMO_FLEET)
 
 
+def _uses_cluster(item: pytest.Item) -> bool:
+    """The test needs the local cluster: directly, through another fixture, or by marker.
+
+    ``item.fixturenames`` is the closure of every fixture the test requests
+    (an e2e test's module fixture that takes ``flux_stack`` brings
+    ``local_cluster`` along); the markers cover a fixture that fetches the
+    cluster with ``request.getfixturevalue``.
+    """
+    if "local_cluster" in getattr(item, "fixturenames", ()):
+        return True
+    return any(item.get_closest_marker(name) is not None for name in CLUSTER_MARKERS)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """On failure of a test that uses the cluster, attach the tails of the process logs."""
+    """A failure (in the test, its setup or teardown) of a test that uses the cluster
+    gets the status of every process and the tail of every log of the cluster."""
     report = yield
-    if report.failed and "local_cluster" in getattr(item, "fixturenames", ()):
+    if report.failed and _uses_cluster(item):
         cluster = item.config.stash.get(_CLUSTER, None)
-        if cluster is not None and cluster.log_dir.exists():
+        if cluster is not None:
             report.sections.append(
-                (f"local cluster logs ({cluster.log_dir})", cluster.log_tails(LOG_TAIL_LINES))
+                (
+                    f"local cluster at the failure ({report.when})",
+                    cluster.diagnostics(LOG_TAIL_LINES),
+                )
             )
     return report

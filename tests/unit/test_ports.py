@@ -1,0 +1,83 @@
+"""The harness's port allocator (tests/harness/procs.py): no cluster needed.
+
+Two harness processes once got the same port from two calls of free_port()
+(source-controller's metrics and storage address); the allocator must never
+hand out a port twice and must stay clear of the kernel's ephemeral ports.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.harness.procs import (
+    PORTS,
+    PortAllocator,
+    PortsExhaustedError,
+    ephemeral_port_range,
+    free_port,
+    harness_port_range,
+    port_is_free,
+)
+
+
+def test_free_port_never_repeats_and_stays_below_the_ephemeral_range() -> None:
+    ports = [free_port() for _ in range(500)]
+    assert len(set(ports)) == len(ports)
+    assert set(ports) <= set(PORTS.ports)
+    assert set(ports) <= PORTS.given
+    low, high = ephemeral_port_range()
+    if low - 1024 >= 1000 or high <= 64535:  # room outside the ephemeral range
+        assert not any(low <= port <= high for port in ports)
+
+
+def test_allocations_from_many_threads_are_distinct() -> None:
+    allocator = PortAllocator(range(40000, 40400), is_free=lambda port: True)
+    results: list[list[int]] = [[] for _ in range(8)]
+
+    def take(into: list[int]) -> None:
+        into.extend(allocator.allocate() for _ in range(50))
+
+    threads = [threading.Thread(target=take, args=(into,)) for into in results]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    ports = [port for into in results for port in into]
+    assert len(ports) == 400
+    assert set(ports) == set(range(40000, 40400))
+
+
+def test_every_port_once_then_exhausted() -> None:
+    allocator = PortAllocator(range(20000, 20010), is_free=lambda port: True)
+    assert sorted(allocator.allocate() for _ in range(10)) == list(range(20000, 20010))
+    with pytest.raises(PortsExhaustedError, match="20000-20009"):
+        allocator.allocate()
+
+
+def test_a_port_in_use_is_skipped() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        assert not port_is_free(taken)
+        allocator = PortAllocator(range(taken, taken + 1))
+        with pytest.raises(PortsExhaustedError):
+            allocator.allocate()
+    assert allocator.allocate() == taken  # free again once the socket is closed
+
+
+def test_port_range_avoids_the_ephemeral_range(tmp_path: Path) -> None:
+    assert harness_port_range((32768, 60999)) == range(22768, 32768)
+    assert harness_port_range((10000, 60999)) == range(1024, 10000)
+    assert harness_port_range((1024, 50000)) == range(50001, 60001)
+    assert harness_port_range((1024, 65535)) == range(1024, 65536)
+    proc_file = tmp_path / "ip_local_port_range"
+    proc_file.write_text("40000\t50000\n", encoding="ascii")
+    assert ephemeral_port_range(proc_file) == (40000, 50000)
+    proc_file.write_text("garbage\n", encoding="ascii")
+    assert ephemeral_port_range(proc_file) == (32768, 60999)
+    assert ephemeral_port_range(tmp_path / "missing") == (32768, 60999)
