@@ -1,45 +1,61 @@
-"""The only module that writes to the Kubernetes API (kopf's own watching aside).
+"""The only module that talks to the Kubernetes API (kopf's watch of the Gpu aside).
 
-Every write is server-side apply with one field manager, or a delete. Calls run in a thread
-so that the kopf event loop never blocks. Each write is counted, so that tests and the
-benchmark can show that nothing is written when nothing changed.
+Reads are paged LISTs and WATCH streams of raw JSON (never the client's model objects), used
+by the observers in `kyma_gpu.observe`, which run them in their own threads. Writes are
+server-side apply with one field manager, a delete, or a finalizer patch; they run in a
+thread too, so that the event loop never blocks. Every write is counted, so that tests and
+the benchmark can show that nothing is written when nothing changed.
+
+Errors are typed by HTTP status code (kyma_gpu.errors), never by message text.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from kyma_gpu import __version__
 from kyma_gpu.api.models import API_GROUP, API_VERSION, KIND, PLURAL
+from kyma_gpu.errors import (
+    ApiError,
+    NotFound,
+    TransientError,
+    classify,
+    message_of,
+)
 
 FIELD_MANAGER = "kyma-gpu"
 USER_AGENT = f"kyma-gpu/{__version__}"
 _APPLY = "application/apply-patch+yaml"
+_MERGE = "application/merge-patch+json"
+_METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+_METADATA_ONLY_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+_NO_FLUX = (
+    " (is Flux installed? The module needs helm.toolkit.fluxcd.io/v2 and"
+    " source.toolkit.fluxcd.io/v1; see flux/README.md)"
+)
+_FORCE_APPLY = [("fieldManager", FIELD_MANAGER), ("force", "true")]
+_GPUS = f"/apis/{API_GROUP}/{API_VERSION}/{PLURAL}"
+_POOL_SIZE = 32
+"""Connections: one per watch thread, plus writes; the default (5 per core) is too small."""
 
 log = logging.getLogger(__name__)
 
 # apiVersion/kind -> plural, for the namespaced Flux objects the plan renders.
-_PLURALS = {
+PLURALS = {
     ("helm.toolkit.fluxcd.io/v2", "HelmRelease"): "helmreleases",
     ("source.toolkit.fluxcd.io/v1", "HelmRepository"): "helmrepositories",
     ("source.toolkit.fluxcd.io/v1", "OCIRepository"): "ocirepositories",
 }
-
-
-class AdapterError(Exception):
-    """A write failed in a way a retry will not fix (invalid object, forbidden)."""
-
-
-class Conflict(Exception):
-    """The API says try again (conflict, throttling, server error)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,9 +74,27 @@ class ObjectRef:
         return f"{self.kind} {self.namespace}/{self.name}"
 
 
+@dataclass(frozen=True, slots=True)
+class ListQuery:
+    """One collection to list and watch: a path such as /api/v1/nodes, and its selectors."""
+
+    path: str
+    label_selector: str | None = None
+    field_selector: str | None = None
+    metadata_only: bool = False
+
+    def params(self) -> list[tuple[str, str]]:
+        out = []
+        if self.label_selector:
+            out.append(("labelSelector", self.label_selector))
+        if self.field_selector:
+            out.append(("fieldSelector", self.field_selector))
+        return out
+
+
 @dataclass
 class KubeAdapter:
-    """Writes Flux objects and Gpu status."""
+    """Reads collections page by page and as watch streams; writes Flux objects and the Gpu."""
 
     api: client.ApiClient
     writes: Counter[str] = field(default_factory=Counter)
@@ -68,99 +102,152 @@ class KubeAdapter:
     @classmethod
     def connect(cls) -> KubeAdapter:
         """In-cluster config, else $KUBECONFIG / ~/.kube/config."""
+        configuration = client.Configuration()
         try:
-            config.load_incluster_config()  # type: ignore[no-untyped-call]
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         except config.ConfigException:
-            config.load_kube_config()  # type: ignore[no-untyped-call]
-        api = client.ApiClient()
+            config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        configuration.connection_pool_maxsize = _POOL_SIZE
+        api = client.ApiClient(configuration)
         api.user_agent = USER_AGENT
         return cls(api=api)
 
-    @property
-    def _custom(self) -> client.CustomObjectsApi:
-        return client.CustomObjectsApi(self.api)
+    # -- one request --
 
-    async def apply(self, obj: Mapping[str, Any]) -> None:
-        """Server-side apply of a namespaced Flux object."""
-        ref = ObjectRef.of(obj)
-        plural = _PLURALS[(ref.api_version, ref.kind)]
-        group, version = ref.api_version.split("/")
-        await self._call(
-            f"apply {ref}",
-            self._custom.patch_namespaced_custom_object,
-            group,
-            version,
-            ref.namespace,
-            plural,
-            ref.name,
-            dict(obj),
-            field_manager=FIELD_MANAGER,
-            force=True,
-            _content_type=_APPLY,
-        )
-
-    async def delete(self, ref: ObjectRef) -> bool:
-        """Delete; True when it was there."""
-        plural = _PLURALS[(ref.api_version, ref.kind)]
-        group, version = ref.api_version.split("/")
+    def _request(
+        self, what: str, method: str, path: str, *, query: list[tuple[str, str]] | None = None,
+        body: Any = None, content_type: str | None = None, accept: str = "application/json",
+        timeout: tuple[float, float] = (10, 30),
+    ) -> urllib3.BaseHTTPResponse:  # fmt: skip
+        """One HTTP request, its response unread; a non-2xx answer raises the typed error."""
+        headers = {"Accept": accept, **({"Content-Type": content_type} if content_type else {})}
         try:
-            await self._call(
-                f"delete {ref}",
-                self._custom.delete_namespaced_custom_object,
-                group,
-                version,
-                ref.namespace,
-                plural,
-                ref.name,
-            )
-        except AdapterError as err:
-            if "404" in str(err):
-                return False
-            raise
-        return True
+            method, url, headers, body, _ = self.api.param_serialize(
+                method, path, query_params=query or [], header_params=headers, body=body,
+                auth_settings=["BearerToken"],
+            )  # fmt: skip
+            response: urllib3.BaseHTTPResponse = self.api.call_api(
+                method, url, header_params=headers, body=body, _request_timeout=timeout
+            ).response
+        except ApiException as err:
+            raise classify(what, int(err.status or 0), str(err.reason or ""),
+                           message_of(err.body)) from err  # fmt: skip
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            raise TransientError(what, 0, message=str(err)) from err
+        if not 200 <= response.status < 300:
+            data = response.data
+            response.release_conn()
+            raise classify(what, response.status, str(response.reason or ""), message_of(data))
+        return response
 
-    async def apply_status(self, name: str, status: Mapping[str, Any]) -> None:
-        """Server-side apply of Gpu.status (the whole status is ours)."""
+    def _json(self, what: str, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        response = self._request(what, method, path, **kwargs)
+        try:
+            result: dict[str, Any] = json.loads(response.data)
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            raise TransientError(what, 0, message=str(err)) from err
+        finally:
+            response.release_conn()
+        return result
+
+    # -- reads (blocking: the observers call them from their own threads) --
+
+    def list_page(self, query: ListQuery, limit: int, token: str | None = None) -> dict[str, Any]:
+        """One page of a LIST: the parsed JSON (items, metadata.continue/resourceVersion)."""
+        params = [*query.params(), ("limit", str(limit))] + ([("continue", token)] if token else [])
+        accept = _METADATA_ONLY if query.metadata_only else "application/json"
+        return self._json(f"list {query.path}", "GET", query.path, query=params, accept=accept,
+                          timeout=(10, 60))  # fmt: skip
+
+    def watch(
+        self, query: ListQuery, resource_version: str, timeout_seconds: int
+    ) -> Iterator[dict[str, Any]]:
+        """WATCH events (type, object) from a resourceVersion, with bookmarks, until the server
+        ends the stream. An ERROR event with code 410 raises Gone."""
+        params = [
+            *query.params(),
+            ("watch", "true"),
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(timeout_seconds)),
+        ]
+        accept = _METADATA_ONLY_WATCH if query.metadata_only else "application/json"
+        what = f"watch {query.path}"
+        response = self._request(what, "GET", query.path, query=params, accept=accept,
+                                 timeout=(10, timeout_seconds + 30))  # fmt: skip
+        try:
+            for line in _lines(response, what):
+                event: dict[str, Any] = json.loads(line)
+                if event.get("type") == "ERROR":
+                    raise _status_error(what, event.get("object") or {})
+                yield event
+        finally:
+            response.release_conn()
+
+    # -- writes (async: each runs in a thread) --
+
+    async def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Server-side apply of a namespaced Flux object. Returns the object as now stored."""
+        ref = ObjectRef.of(obj)
+        try:
+            return await self._write(f"apply {ref}", "PATCH", _path(ref), body=dict(obj),
+                                     content_type=_APPLY, query=_FORCE_APPLY)  # fmt: skip
+        except NotFound as err:
+            raise NotFound(err.what, err.status, err.reason, f"{err.message}{_NO_FLUX}") from err
+
+    async def delete(self, ref: ObjectRef) -> dict[str, Any] | None:
+        """Delete. Returns what the API answered (the object, now with its deletionTimestamp,
+        or a Status when it went at once); None when it was not there."""
+        try:
+            return await self._write(f"delete {ref}", "DELETE", _path(ref))
+        except NotFound:
+            return None
+
+    async def apply_status(self, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
+        """Server-side apply of Gpu.status (the whole status is ours). Returns the Gpu."""
         body = {
             "apiVersion": f"{API_GROUP}/{API_VERSION}",
             "kind": KIND,
             "metadata": {"name": name},
             "status": dict(status),
         }
-        await self._call(
-            f"apply status of Gpu {name}",
-            self._custom.patch_cluster_custom_object_status,
-            API_GROUP,
-            API_VERSION,
-            PLURAL,
-            name,
-            body,
-            field_manager=FIELD_MANAGER,
-            force=True,
-            _content_type=_APPLY,
-        )
+        return await self._write(f"apply status of Gpu {name}", "PATCH", f"{_GPUS}/{name}/status",
+                                 body=body, content_type=_APPLY, query=_FORCE_APPLY)  # fmt: skip
 
-    async def _call(self, what: str, func: Any, *args: Any, **kwargs: Any) -> Any:
+    async def set_finalizers(
+        self, name: str, finalizers: list[str], resource_version: str
+    ) -> dict[str, Any]:
+        """Replace the Gpu's finalizers, if it is still at resource_version (else 409)."""
+        patch = {"metadata": {"finalizers": finalizers, "resourceVersion": resource_version}}
+        return await self._write(f"patch finalizers of Gpu {name}", "PATCH", f"{_GPUS}/{name}",
+                                 body=patch, content_type=_MERGE)  # fmt: skip
+
+    async def _write(self, what: str, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         self.writes[what.split(" ", 1)[0]] += 1
-        try:
-            return await asyncio.to_thread(func, *args, **kwargs)
-        except ApiException as err:
-            detail = f"{what}: {err.status} {err.reason}: {_message(err)}"
-            if err.status == 404 and what.startswith("apply ") and "status" not in what:
-                detail += (
-                    " (is Flux installed? The module needs helm.toolkit.fluxcd.io/v2 and"
-                    " source.toolkit.fluxcd.io/v1; see flux/README.md)"
-                )
-            if err.status in (409, 429) or (err.status or 0) >= 500:
-                raise Conflict(detail) from err
-            raise AdapterError(detail) from err
+        return await asyncio.to_thread(self._json, what, method, path, **kwargs)
 
 
-def _message(err: ApiException) -> str:
-    import json
+def _path(ref: ObjectRef) -> str:
+    plural = PLURALS[(ref.api_version, ref.kind)]
+    return f"/apis/{ref.api_version}/namespaces/{ref.namespace}/{plural}/{ref.name}"
 
+
+def _status_error(what: str, status: Mapping[str, Any]) -> ApiError:
+    """The typed error of a Status object (a watch's ERROR event)."""
+    code = status.get("code")
+    reason, message = str(status.get("reason", "")), str(status.get("message", ""))
+    return classify(what, code if isinstance(code, int) else 0, reason, message)
+
+
+def _lines(response: urllib3.BaseHTTPResponse, what: str) -> Iterator[bytes]:
+    """Newline-delimited JSON from a streaming response."""
+    pending = b""
     try:
-        body = json.loads(err.body or "{}")
-    except ValueError:
-        return str(err.body or "")[:300]
-    return str(body.get("message", ""))[:500]
+        for chunk in response.stream(64 * 1024, decode_content=True):
+            pending += chunk
+            *complete, pending = pending.split(b"\n")
+            yield from (line for line in complete if line.strip())
+    except (urllib3.exceptions.HTTPError, OSError) as err:
+        raise TransientError(what, 0, message=f"stream broken: {err}") from err
+    if pending.strip():
+        yield pending

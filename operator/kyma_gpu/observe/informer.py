@@ -1,0 +1,220 @@
+"""An observer of one resource, like a client-go informer: a paged LIST, then a WATCH from
+the list's resourceVersion, each object folded into compact facts at once and its body
+dropped; a new LIST after 410 Gone; backoff on errors; never more than one page in memory.
+
+It runs in a thread of its own (the API client is blocking) and hands facts to the store on
+the event loop's thread. It filters unchanged facts itself, so that a Node heartbeat costs a
+JSON parse and a comparison, and nothing crosses to the loop.
+
+A resource whose CRD is not installed answers 404: the observer reports it absent (synced,
+empty) and sleeps until `crd_present(True)` (the CRD observer calls it when the CRD appears)
+or a long safety interval. While the CRD exists, a 404 means "not served yet" and is retried
+with the short backoff. A CRD that is replaced or goes away ends the watch; the observer lists
+again, with a short backoff while the API server's storage for it reinitializes (429/503).
+Nothing here ever blocks another observer or the reconcile loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kyma_gpu.errors import ApiError, Gone, NotFound, TransientError
+from kyma_gpu.observe.store import Entry, Store, version_of
+
+log = logging.getLogger(__name__)
+
+BACKOFF = (0.25, 0.5, 1.0, 2.0, 4.0, 5.0)
+"""Seconds between attempts after an error; the last one repeats. Short on purpose: a CRD
+whose storage reinitializes answers 429 for a moment only."""
+ABSENT_RECHECK = 300.0
+"""A safety net only: an absent resource is listed again when its CRD appears."""
+WATCH_SECONDS = 300
+
+
+class Reader(Protocol):
+    """The adapter's read side (kyma_gpu.adapter.KubeAdapter)."""
+
+    def list_page(self, query: Any, limit: int, token: str | None = None) -> dict[str, Any]: ...
+
+    def watch(
+        self, query: Any, resource_version: str, timeout_seconds: int
+    ) -> Iterator[dict[str, Any]]: ...
+
+
+Fold = Callable[[Mapping[str, Any]], Any]
+"""Body -> compact facts, or None when the object is of no interest."""
+
+
+def default_key(body: Mapping[str, Any]) -> str:
+    meta = body.get("metadata") or {}
+    namespace = meta.get("namespace")
+    return f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
+
+
+@dataclass(frozen=True)
+class Source:
+    """What to observe: the collection (a ListQuery), how to fold, how big the pages are."""
+
+    resource: str
+    query: Any
+    fold: Fold
+    page_size: int = 500
+    key: Callable[[Mapping[str, Any]], str] = default_key
+    watch_seconds: int = WATCH_SECONDS
+
+
+class Informer:
+    def __init__(
+        self, reader: Reader, source: Source, store: Store, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self.reader, self.source, self.store, self.loop = reader, source, store, loop
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._known: dict[str, Any] = {}
+        self._thread = threading.Thread(
+            target=self._run, name=f"observe-{source.resource}", daemon=True
+        )
+        self.errors = 0
+        self._said_absent = False
+        self._crd_present = False
+
+    def start(self) -> Informer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop handing facts over at once; the thread ends when its watch returns."""
+        self._stop.set()
+        self._wake.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def crd_present(self, present: bool) -> None:
+        """Its CRD appeared (list at once, and take 404s as "not yet served" for a while)
+        or went away."""
+        self._crd_present = present
+        if present:
+            self._wake.set()
+
+    # -- the thread --
+
+    def _run(self) -> None:
+        attempt = 0
+        version: str | None = None
+        while not self._stop.is_set():
+            try:
+                if version is None:
+                    version = self._relist()
+                version = self._watch(version)
+                attempt = 0
+            except Gone:
+                version = None  # expired: list again at once
+            except NotFound as err:
+                version = None
+                if self._crd_present:  # a new CRD is served a moment after it is created
+                    attempt = self._backoff(attempt, err)
+                else:
+                    self._absent()
+            except ApiError as err:
+                attempt = self._backoff(attempt, err)
+            except Exception as err:  # a bug must not end observation for good
+                log.exception("observe %s: unexpected error", self.source.resource)
+                attempt = self._backoff(attempt, err)
+
+    def _backoff(self, attempt: int, err: Exception) -> int:
+        self.errors += 1
+        delay = BACKOFF[min(attempt, len(BACKOFF) - 1)] * random.uniform(0.8, 1.2)
+        level = logging.INFO if isinstance(err, TransientError) and attempt < 3 else logging.WARNING
+        log.log(level, "observe %s: %s; again in %.1fs", self.source.resource, err, delay)
+        self._stop.wait(delay)
+        return attempt + 1
+
+    def _absent(self) -> None:
+        if not self._said_absent:
+            log.info("observe %s: not served (CRD not installed); waiting for it",
+                     self.source.resource)  # fmt: skip
+        self._said_absent, self._known = True, {}
+        self._hand_over(self.store.replace, self.source.resource, {}, None, True)
+        self._wake.wait(ABSENT_RECHECK)
+        self._wake.clear()
+
+    def _relist(self) -> str:
+        began, pages, seen = time.monotonic(), 0, 0
+        entries: dict[str, Entry] = {}
+        token: str | None = None
+        while True:
+            page = self.reader.list_page(self.source.query, self.source.page_size, token)
+            pages += 1
+            for item in page.get("items") or ():
+                seen += 1
+                self._fold_into(entries, item)
+            meta = page.get("metadata") or {}
+            token = meta.get("continue") or None
+            if token is None:
+                break
+            del page
+        version = str(meta.get("resourceVersion", ""))
+        self._said_absent = False
+        self._known = {key: entry.facts for key, entry in entries.items()}
+        self._hand_over(self.store.replace, self.source.resource, entries, version_of(version))
+        log.info("observe %s: listed %d objects (%d kept) in %d pages, %.2fs",
+                 self.source.resource, seen, len(entries), pages,
+                 time.monotonic() - began)  # fmt: skip
+        return version
+
+    def _fold_into(self, entries: dict[str, Entry], item: Mapping[str, Any]) -> None:
+        facts = self._fold(item)
+        if facts is not None:
+            meta = item.get("metadata") or {}
+            entries[self.source.key(item)] = Entry(version_of(meta.get("resourceVersion")), facts)
+
+    def _fold(self, body: Mapping[str, Any]) -> Any:
+        try:
+            return self.source.fold(body)
+        except Exception:  # one odd object must not stop observation of the others
+            log.exception("observe %s: cannot read %s", self.source.resource, default_key(body))
+            return None
+
+    def _watch(self, version: str) -> str:
+        began = time.monotonic()
+        stream = self.reader.watch(self.source.query, version, self.source.watch_seconds)
+        for event in stream:
+            if self._stop.is_set():
+                break
+            obj = event.get("object") or {}
+            version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+            if event.get("type") != "BOOKMARK":
+                self._event(str(event.get("type")), obj)
+        if time.monotonic() - began < 1.0:
+            self._stop.wait(1.0)  # a server that ends watches at once must not make us spin
+        return version
+
+    def _event(self, kind: str, obj: Mapping[str, Any]) -> None:
+        key = self.source.key(obj)
+        facts = None if kind == "DELETED" else self._fold(obj)
+        if self._known.get(key) == facts:
+            return  # a heartbeat, or an object of no interest: nothing crosses to the loop
+        if facts is None:
+            self._known.pop(key, None)
+            self._hand_over(self.store.put, self.source.resource, key, None)
+            return
+        self._known[key] = facts
+        meta = obj.get("metadata") or {}
+        entry = Entry(version_of(meta.get("resourceVersion")), facts)
+        self._hand_over(self.store.put, self.source.resource, key, entry)
+
+    def _hand_over(self, func: Callable[..., Any], *args: Any) -> None:
+        def apply() -> None:
+            if not self._stop.is_set():
+                func(*args)
+
+        self.loop.call_soon_threadsafe(apply)

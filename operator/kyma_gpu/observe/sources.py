@@ -1,0 +1,118 @@
+"""What the operator observes, and the compact facts it keeps of each object.
+
+| resource          | collection                                    | facts kept                |
+|-------------------|-----------------------------------------------|---------------------------|
+| nodes             | all Nodes (pages of 250: they are ~12 kB)     | NodeFacts                 |
+| daemonsets        | DaemonSets in the target namespace only       | DaemonSetFacts            |
+| helmreleases, ... | our Flux objects (label selector), module ns  | LiveObject + status facts |
+| clusterpolicies   | ClusterPolicies, while their CRD is installed | ClusterPolicyFacts        |
+| crds              | CRDs, metadata only: which of ours are served | the CRD's uid             |
+| pods              | only while a deletion waits: running pods     | "namespace/name" of GPU   |
+|                   | (field selector) that ask for nvidia.com/gpu  | pods only                 |
+
+The Gpu itself comes from kopf (handlers.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from functools import partial
+from typing import Any
+
+from kyma_gpu.adapter import ListQuery
+from kyma_gpu.facts import NodeError, node_facts
+from kyma_gpu.facts.machines import MachineTypeRegistry
+from kyma_gpu.observe.informer import Source
+from kyma_gpu.plan.actions import LiveObject, live_object
+from kyma_gpu.plan.flux import LABELS
+from kyma_gpu.status import (
+    HelmReleaseFacts,
+    cluster_policy_facts,
+    daemonset_facts,
+    helm_release_facts,
+    requests_gpu,
+)
+
+log = logging.getLogger(__name__)
+
+NODES = "nodes"
+DAEMONSETS = "daemonsets"
+CLUSTER_POLICIES = "clusterpolicies"
+CRDS = "crds"
+PODS = "pods"
+FLUX = {
+    "helmreleases": ("helm.toolkit.fluxcd.io", "v2", "HelmRelease"),
+    "helmrepositories": ("source.toolkit.fluxcd.io", "v1", "HelmRepository"),
+    "ocirepositories": ("source.toolkit.fluxcd.io", "v1", "OCIRepository"),
+}
+GATED = {
+    **{f"{plural}.{group}": plural for plural, (group, _, _) in FLUX.items()},
+    "clusterpolicies.nvidia.com": CLUSTER_POLICIES,
+}
+"""CRD name -> the resource it serves: its observer lists again when the CRD appears."""
+REQUIRED = (NODES, DAEMONSETS, *FLUX)
+"""Listed (or found absent) before the first reconcile: planning without them would be wrong.
+The ClusterPolicy is not among them: a CRD of our own chart must never delay anything."""
+OURS = f"app.kubernetes.io/part-of={LABELS['app.kubernetes.io/part-of']}"
+
+
+def node_source(registry: MachineTypeRegistry) -> Source:
+    def fold(body: Mapping[str, Any]) -> Any:
+        try:
+            return node_facts(body, registry)
+        except NodeError as err:
+            log.warning("ignoring a Node: %s", err)
+            return None
+
+    return Source(NODES, ListQuery("/api/v1/nodes"), fold, page_size=250, key=_name)
+
+
+def daemonset_source(target_namespace: str) -> Source:
+    path = f"/apis/apps/v1/namespaces/{target_namespace}/daemonsets"
+    return Source(DAEMONSETS, ListQuery(path), daemonset_facts, key=_name)
+
+
+FluxFacts = tuple[LiveObject, HelmReleaseFacts]
+
+
+def flux_facts(plural: str, body: Mapping[str, Any]) -> FluxFacts:
+    """A Flux object of ours: what planning compares, and what status mirrors."""
+    group, version, kind = FLUX[plural]
+    full = {"apiVersion": f"{group}/{version}", "kind": kind, **body}
+    return (live_object(full), helm_release_facts(full))
+
+
+def flux_source(plural: str, namespace: str) -> Source:
+    group, version, _ = FLUX[plural]
+    path = f"/apis/{group}/{version}/namespaces/{namespace}/{plural}"
+    return Source(plural, ListQuery(path, label_selector=OURS), partial(flux_facts, plural),
+                  key=_name)  # fmt: skip
+
+
+def cluster_policy_source() -> Source:
+    query = ListQuery("/apis/nvidia.com/v1/clusterpolicies")
+    return Source(CLUSTER_POLICIES, query, cluster_policy_facts, key=_name)
+
+
+def crd_source() -> Source:
+    def fold(body: Mapping[str, Any]) -> Any:
+        meta = body.get("metadata") or {}
+        return meta.get("uid") if meta.get("name") in GATED else None
+
+    query = ListQuery("/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                      metadata_only=True)  # fmt: skip
+    return Source(CRDS, query, fold, page_size=100, key=_name)
+
+
+def pod_source() -> Source:
+    def fold(body: Mapping[str, Any]) -> Any:
+        meta = body.get("metadata") or {}
+        return f"{meta.get('namespace')}/{meta.get('name')}" if requests_gpu(body) else None
+
+    running = "status.phase!=Succeeded,status.phase!=Failed"
+    return Source(PODS, ListQuery("/api/v1/pods", field_selector=running), fold, watch_seconds=60)
+
+
+def _name(body: Mapping[str, Any]) -> str:
+    return str((body.get("metadata") or {}).get("name"))

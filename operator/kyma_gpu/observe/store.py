@@ -1,0 +1,136 @@
+"""The store of compact facts: what the observers saw, as the reconcile loop reads it.
+
+One `Collection` per watched resource, keyed by "namespace/name" (or the name). Every entry
+keeps the object's resourceVersion next to its facts, so that a watch event older than what a
+write returned (server-side apply answers with the object as stored) is ignored rather than
+rolling the store back. Resource versions are compared as integers: etcd revisions, which
+the API server has always served (and KEP-5504 makes comparable by contract).
+
+The store lives on the event loop's thread; observers hand their results over with
+`loop.call_soon_threadsafe`. Any change of facts sets `changed`, which wakes the loop.
+Equal facts (a Node heartbeat) change nothing and wake nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+Listener = Callable[[str, Any], None]
+"""Called with (key, facts or None) when an entry of a collection changes."""
+
+
+def version_of(resource_version: Any) -> int | None:
+    """A resourceVersion as a number, or None where it is not one."""
+    text = str(resource_version or "")
+    return int(text) if text.isdigit() else None
+
+
+def newer(candidate: int | None, current: int | None) -> bool:
+    """True unless both versions are known and the candidate is older."""
+    return candidate is None or current is None or candidate >= current
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    version: int | None
+    facts: Any
+
+
+@dataclass
+class Collection:
+    """The entries of one resource, and whether its first LIST has completed."""
+
+    entries: dict[str, Entry] = field(default_factory=dict)
+    synced: bool = False
+    absent: bool = False
+    """The resource type is not served (its CRD is not installed)."""
+
+    def facts(self) -> list[Any]:
+        return [entry.facts for entry in self.entries.values()]
+
+
+@dataclass
+class Store:
+    collections: dict[str, Collection] = field(default_factory=dict)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    listeners: dict[str, list[Listener]] = field(default_factory=dict)
+
+    def collection(self, resource: str) -> Collection:
+        return self.collections.setdefault(resource, Collection())
+
+    def listen(self, resource: str, listener: Listener) -> None:
+        self.listeners.setdefault(resource, []).append(listener)
+
+    def facts(self, resource: str) -> list[Any]:
+        return self.collection(resource).facts()
+
+    def get(self, resource: str, key: str) -> Any:
+        entry = self.collection(resource).entries.get(key)
+        return entry.facts if entry is not None else None
+
+    def synced(self, *resources: str) -> bool:
+        return all(self.collection(r).synced for r in resources)
+
+    def put(self, resource: str, key: str, entry: Entry | None) -> bool:
+        """One object changed (None: deleted). True when the facts changed."""
+        coll = self.collection(resource)
+        old = coll.entries.get(key)
+        if entry is None:
+            if old is None:
+                return False
+            del coll.entries[key]
+            return self._changed(resource, key, None)
+        if old is not None and not newer(entry.version, old.version):
+            return False  # a stale event: a write already told us more
+        coll.entries[key] = entry
+        if old is not None and old.facts == entry.facts:
+            return False
+        return self._changed(resource, key, entry.facts)
+
+    def replace(
+        self, resource: str, entries: Mapping[str, Entry], list_version: int | None,
+        absent: bool = False,
+    ) -> bool:  # fmt: skip
+        """A fresh LIST: its entries replace the old ones, except entries a write made newer."""
+        coll = self.collection(resource)
+        fresh = dict(entries)
+        for key, old in coll.entries.items():
+            kept = fresh.get(key)
+            if (kept is None and not newer(list_version, old.version)) or (
+                kept is not None and not newer(kept.version, old.version)
+            ):
+                fresh[key] = old  # written after the list was taken
+        before = {k: e.facts for k, e in coll.entries.items()}
+        first = not coll.synced or coll.absent != absent
+        coll.entries, coll.synced, coll.absent = fresh, True, absent
+        changed_keys = _diff(before, {k: e.facts for k, e in fresh.items()})
+        for key in changed_keys:
+            self._changed(resource, key, self.get(resource, key))
+        if first and not changed_keys:
+            self.changed.set()  # a first sync is news even when empty
+        return bool(changed_keys)
+
+    def forget(self, resource: str) -> None:
+        """Stop tracking a resource (its observer stopped): empty and not synced."""
+        coll = self.collection(resource)
+        had = bool(coll.entries)
+        coll.entries, coll.synced = {}, False
+        if had:
+            self.changed.set()
+
+    def _changed(self, resource: str, key: str, facts: Any) -> bool:
+        for listener in self.listeners.get(resource, ()):
+            listener(key, facts)
+        self.changed.set()
+        return True
+
+
+def _diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
+    keys: Iterable[str] = {*before, *after}
+    return sorted(k for k in keys if before.get(k) != after.get(k))

@@ -1,0 +1,1 @@
+"""The reconcile loop: a pure state machine (machine.py) and its runner (loop.py)."""

@@ -1,0 +1,270 @@
+"""The reconcile loop: wait for a change, run the state machine, carry its step out.
+
+One loop serves every Gpu (there is one, `gpu`; others only get a refusal). A pass takes a
+snapshot of the store, asks `machine.decide` for a step, and performs it through the writer
+(the adapter). What a write returns is the new live state: it goes into the store at once,
+and the next `decide` sees it, so there is no "recently applied" bookkeeping and no waiting
+for the watch to catch up. A pass ends with a step that has nothing left to write; the loop
+then sleeps until the store changes, or until a retry is due.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import cachetools
+from pydantic import ValidationError
+
+from kyma_gpu.adapter import PLURALS, ObjectRef
+from kyma_gpu.api.models import GpuSpec, GpuStatus
+from kyma_gpu.errors import ApiError, PermanentError
+from kyma_gpu.facts import ClusterFacts
+from kyma_gpu.observe.sources import (
+    CLUSTER_POLICIES,
+    DAEMONSETS,
+    FLUX,
+    NODES,
+    PODS,
+    REQUIRED,
+    flux_facts,
+)
+from kyma_gpu.observe.store import Entry, Store, version_of
+from kyma_gpu.plan import Owner, Plan, make_plan
+from kyma_gpu.plan.actions import LiveObject
+from kyma_gpu.reconcile.machine import (
+    FINALIZER,
+    Failure,
+    FinalizerChange,
+    GpuObject,
+    Inputs,
+    Phase,
+    Snapshot,
+    Step,
+    decide,
+    gpu_object,
+)
+from kyma_gpu.rules.catalog import Catalog
+
+log = logging.getLogger(__name__)
+
+GPUS = "gpus"
+RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+"""After a failed write: transient errors start at the front, permanent ones at 30 s."""
+MAX_STEPS = 8
+"""Steps in one pass: finalizer, apply, status make three; more means something fights us."""
+BURST_SECONDS = 0.05
+"""After a wake-up, let a burst of events (DaemonSets appearing one by one) arrive first."""
+SYNC_REPORT_SECONDS = 5.0
+_FLUX_PLURAL = {kind: plural for (_, kind), plural in PLURALS.items()}
+
+
+class Writer(Protocol):
+    """The adapter's write side (kyma_gpu.adapter.KubeAdapter)."""
+
+    async def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    async def delete(self, ref: ObjectRef) -> dict[str, Any] | None: ...
+
+    async def apply_status(self, name: str, status: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    async def set_finalizers(
+        self, name: str, finalizers: list[str], resource_version: str
+    ) -> dict[str, Any]: ...
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def snapshot(store: Store) -> Snapshot:
+    flux = [facts for plural in FLUX for facts in store.facts(plural)]
+    return Snapshot(
+        nodes=tuple(store.facts(NODES)),
+        flux=tuple(obj for obj, _ in flux),
+        flux_status=tuple(status for _, status in flux),
+        daemonsets=tuple(sorted(store.facts(DAEMONSETS), key=lambda d: d.name)),
+        cluster_policy=store.get(CLUSTER_POLICIES, "cluster-policy"),
+        gpu_workloads=tuple(sorted(store.facts(PODS))) if store.synced(PODS) else None,
+    )
+
+
+def normalized(status: Mapping[str, Any] | GpuStatus) -> dict[str, Any]:
+    """A status as the API stores it, for comparison ({} when unreadable)."""
+    try:
+        model = status if isinstance(status, GpuStatus) else GpuStatus.model_validate(status)
+    except ValidationError:
+        return {}
+    result: dict[str, Any] = json.loads(model.model_dump_json(by_alias=True, exclude_none=True))
+    return result
+
+
+@dataclass
+class Loop:
+    store: Store
+    writer: Writer
+    catalog: Catalog
+    watch_pods: Callable[[bool], None] = lambda _: None
+    """Starts (True) or stops (False) the pod observer."""
+    failures: dict[str, Failure] = field(default_factory=dict)
+    plans: cachetools.LRUCache[tuple[str, ClusterFacts, Owner], Plan] = field(
+        default_factory=lambda: cachetools.LRUCache(maxsize=16)
+    )
+    passes: int = 0
+    last_phase: dict[str, Phase] = field(default_factory=dict)
+
+    def plan(self, spec: GpuSpec, facts: ClusterFacts, owner: Owner) -> Plan:
+        key = (spec.model_dump_json(), facts, owner)
+        cached = self.plans.get(key)
+        if cached is None:
+            cached = self.plans[key] = make_plan(spec, facts, self.catalog, owner)
+        return cached
+
+    # -- the loop --
+
+    async def run(self, stopped: asyncio.Event) -> None:
+        await self._wait_synced(stopped)
+        while not stopped.is_set():
+            self.store.changed.clear()
+            try:
+                requeue = await self.run_pass()
+            except Exception:  # a bug in one pass must not end reconciling for good
+                log.exception("reconcile pass failed; again in %.0fs", RETRY_SECONDS[2])
+                requeue = RETRY_SECONDS[2]
+            await _first_of(self.store.changed, stopped, requeue)
+            await asyncio.sleep(BURST_SECONDS)
+
+    async def _wait_synced(self, stopped: asyncio.Event) -> None:
+        began = time.monotonic()
+        while not self.store.synced(*REQUIRED) and not stopped.is_set():
+            self.store.changed.clear()
+            await _first_of(self.store.changed, stopped, SYNC_REPORT_SECONDS)
+            if time.monotonic() - began >= SYNC_REPORT_SECONDS:
+                missing = [r for r in REQUIRED if not self.store.synced(r)]
+                log.info("waiting for the first list of %s", ", ".join(missing))
+        log.info("observed %d nodes; first reconcile after %.2fs",
+                 len(self.store.facts(NODES)), time.monotonic() - began)  # fmt: skip
+
+    async def run_pass(self) -> float | None:
+        """Reconcile every Gpu once. Returns the seconds until a retry is due, if any."""
+        requeues: list[float] = []
+        want_pods = False
+        for gpu in list(self.store.facts(GPUS)):
+            step = await self.reconcile(gpu)
+            want_pods = want_pods or step.watch_pods
+            if step.requeue_after is not None:
+                requeues.append(step.requeue_after)
+        self.watch_pods(want_pods)
+        return min(requeues, default=None)
+
+    async def reconcile(self, gpu: GpuObject) -> Step:
+        """Steps until one has nothing left to write; logs the pass."""
+        began, writes = time.monotonic(), 0
+        self.passes += 1
+        for _ in range(MAX_STEPS):
+            step = decide(Inputs(gpu, snapshot(self.store), self.plan,
+                                 self.failures.get(gpu.name), time.monotonic(), now()))  # fmt: skip
+            done = await self.perform(gpu, step)
+            writes += done
+            gpu = self.store.get(GPUS, gpu.name) or gpu
+            if not (step.writes and done):
+                break
+        self.last_phase[gpu.name] = step.phase
+        log.info("reconciled: phase=%s writes=%d in %.0f ms", step.phase, writes,
+                 (time.monotonic() - began) * 1000)  # fmt: skip
+        return step
+
+    # -- carrying a step out --
+
+    async def perform(self, gpu: GpuObject, step: Step) -> int:
+        """The step's writes, then its status. Returns how many writes were made."""
+        done = 0
+        if step.writes:
+            try:
+                done = await self._act(gpu, step)
+            except ApiError as err:
+                self._failed(gpu, step, err)
+                return 1  # the status of the failure is the next step's
+            self.failures.pop(gpu.name, None)
+        if step.status is not None and await self._write_status(gpu, step.status):
+            done += 1
+        return done
+
+    async def _act(self, gpu: GpuObject, step: Step) -> int:
+        done = 0
+        if step.finalizer is not FinalizerChange.NONE:
+            self._put_gpu(await self.writer.set_finalizers(
+                gpu.name, _finalizers(gpu, step.finalizer), gpu.resource_version))  # fmt: skip
+            done += 1
+        for obj in step.apply:
+            log.info("applying %s", ObjectRef.of(obj))
+            self._put_flux(obj["kind"], await self.writer.apply(obj))
+            done += 1
+        for live in step.delete:
+            log.info("deleting %s/%s/%s", live.kind, live.namespace, live.name)
+            ref = ObjectRef(live.api_version, live.kind, live.namespace, live.name)
+            self._deleted(live, await self.writer.delete(ref))
+            done += 1
+        return done
+
+    def _failed(self, gpu: GpuObject, step: Step, err: ApiError) -> None:
+        previous = self.failures.get(gpu.name)
+        attempts = previous.attempts + 1 if previous and previous.key == step.key else 1
+        permanent = isinstance(err, PermanentError)
+        delays = RETRY_SECONDS[4:] if permanent else RETRY_SECONDS
+        delay = delays[min(attempts - 1, len(delays) - 1)]
+        log.warning("%s failed (attempt %d), again in %.0fs: %s", step.phase, attempts, delay, err)
+        self.failures[gpu.name] = Failure(
+            step.key, str(err), permanent, attempts, time.monotonic() + delay
+        )
+
+    async def _write_status(self, gpu: GpuObject, status: GpuStatus) -> bool:
+        wanted = normalized(status)
+        if wanted == normalized(gpu.status):
+            return False
+        try:
+            self._put_gpu(await self.writer.apply_status(gpu.name, wanted))
+        except ApiError as err:
+            log.warning("writing the status of Gpu %s failed: %s", gpu.name, err)
+            return False
+        return True
+
+    # -- what the API answered is the new live state --
+
+    def _put_gpu(self, body: Mapping[str, Any]) -> None:
+        obj = gpu_object(body)
+        self.store.put(GPUS, obj.name, Entry(version_of(obj.resource_version), obj))
+
+    def _put_flux(self, kind: str, body: Mapping[str, Any]) -> None:
+        plural = _FLUX_PLURAL[kind]
+        meta = body.get("metadata") or {}
+        entry = Entry(version_of(meta.get("resourceVersion")), flux_facts(plural, body))
+        self.store.put(plural, str(meta.get("name")), entry)
+
+    def _deleted(self, live: LiveObject, answer: Mapping[str, Any] | None) -> None:
+        meta = (answer or {}).get("metadata") or {}
+        if answer is not None and answer.get("kind") == live.kind and meta.get("deletionTimestamp"):
+            self._put_flux(live.kind, answer)
+        else:  # gone at once, or already gone
+            self.store.put(_FLUX_PLURAL[live.kind], live.name, None)
+
+
+def _finalizers(gpu: GpuObject, change: FinalizerChange) -> list[str]:
+    others = [f for f in gpu.finalizers if f != FINALIZER]
+    return [*others, FINALIZER] if change is FinalizerChange.ADD else others
+
+
+async def _first_of(event: asyncio.Event, stopped: asyncio.Event, timeout: float | None) -> None:
+    """Wait until the event or stopped is set, or the timeout passes."""
+    waiters = {asyncio.ensure_future(event.wait()), asyncio.ensure_future(stopped.wait())}
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()

@@ -1,0 +1,312 @@
+"""The reconcile loop's state machine. Pure: facts in, one `Step` out.
+
+`decide` looks at the Gpu, the observed facts and the last failed write, picks the phase, and
+returns the one action of that phase (apply, delete, or a finalizer change), the status the
+Gpu should show, and when to look again. The loop (reconcile/loop.py) carries the step out
+through the adapter and calls `decide` again with what the writes returned; it stops when a
+step has nothing left to write. Deletion is a phase of the same machine.
+
+    not the singleton ............................ Refused
+    being deleted, finalizer gone ................ Released (nothing to do)
+    being deleted, GPU pods not yet listed ....... WaitingForWorkloads (watch pods)
+    being deleted, GPU pods running .............. WaitingForWorkloads (status names them)
+    being deleted, Flux objects left ............. Uninstalling (delete them, HelmRelease first)
+    being deleted, nothing left .................. Released (remove the finalizer)
+    spec invalid ................................. Invalid
+    no finalizer yet ............................. Initializing (add it)
+    plan has errors .............................. Blocked (status only, nothing applied)
+    Flux objects differ from the plan ............ Applying (server-side apply)
+      ... and the last attempt failed ............ Failed (status; retry at its time)
+    applied, status Error ........................ Failed
+    applied, not everything ready ................ Progressing
+    applied, everything ready .................... Ready
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from pydantic import ValidationError
+
+from kyma_gpu.api.models import SINGLETON_NAME, Condition, GpuSpec, GpuState, GpuStatus
+from kyma_gpu.facts import ClusterFacts, NodeFacts, cluster_facts
+from kyma_gpu.plan import Owner, Plan
+from kyma_gpu.plan.actions import LiveObject, plan_actions
+from kyma_gpu.status import ClusterPolicyFacts, DaemonSetFacts, HelmReleaseFacts, Observed
+from kyma_gpu.status import aggregate as aggregate_status
+from kyma_gpu.status.aggregate import stamp
+
+FINALIZER = "gpu.kyma-project.io/finalizer"
+TRANSIENT_RETRIES_BEFORE_STATUS = 3
+"""A conflict or a throttled write is retried quietly; only repeated failures reach status."""
+
+
+class Phase(StrEnum):
+    REFUSED = "Refused"
+    INVALID = "Invalid"
+    INITIALIZING = "Initializing"
+    BLOCKED = "Blocked"
+    APPLYING = "Applying"
+    FAILED = "Failed"
+    PROGRESSING = "Progressing"
+    READY = "Ready"
+    WAITING_FOR_WORKLOADS = "WaitingForWorkloads"
+    UNINSTALLING = "Uninstalling"
+    RELEASED = "Released"
+
+
+class FinalizerChange(StrEnum):
+    NONE = "None"
+    ADD = "Add"
+    REMOVE = "Remove"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuObject:
+    """The compact facts of a Gpu: what the machine reads of it."""
+
+    name: str
+    uid: str
+    generation: int | None
+    resource_version: str
+    spec: Mapping[str, Any]
+    status: Mapping[str, Any]
+    deleting: bool
+    finalizers: tuple[str, ...]
+
+
+def gpu_object(body: Mapping[str, Any]) -> GpuObject:
+    meta = body.get("metadata") or {}
+    generation = meta.get("generation")
+    return GpuObject(
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
+        generation=generation if isinstance(generation, int) else None,
+        resource_version=str(meta.get("resourceVersion", "")),
+        spec=dict(body.get("spec") or {}),
+        status=dict(body.get("status") or {}),
+        deleting=bool(meta.get("deletionTimestamp")),
+        finalizers=tuple(str(f) for f in meta.get("finalizers") or ()),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What the observers hold right now, flattened."""
+
+    nodes: tuple[NodeFacts, ...] = ()
+    flux: tuple[LiveObject, ...] = ()
+    flux_status: tuple[HelmReleaseFacts, ...] = ()
+    daemonsets: tuple[DaemonSetFacts, ...] = ()
+    cluster_policy: ClusterPolicyFacts | None = None
+    gpu_workloads: tuple[str, ...] | None = None
+    """namespace/name of running GPU pods; None while they are not observed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """The last write that failed, and for which actions."""
+
+    key: str
+    error: str
+    permanent: bool
+    attempts: int
+    retry_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    phase: Phase
+    apply: tuple[Mapping[str, Any], ...] = ()
+    delete: tuple[LiveObject, ...] = ()
+    finalizer: FinalizerChange = FinalizerChange.NONE
+    status: GpuStatus | None = None
+    """The status the Gpu should show; None: leave it as it is."""
+    watch_pods: bool = False
+    requeue_after: float | None = None
+    """Look again after this many seconds even if nothing changes (a retry)."""
+    key: str = ""
+    """Identifies the writes of this step, to match a failure to them."""
+    status_if_failed: GpuStatus | None = None
+    """The status to show while these writes wait for a retry after failing."""
+
+    @property
+    def writes(self) -> bool:
+        return bool(self.apply or self.delete or self.finalizer is not FinalizerChange.NONE)
+
+
+Planner = Callable[[GpuSpec, ClusterFacts, Owner], Plan]
+
+
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    gpu: GpuObject
+    snap: Snapshot
+    planner: Planner
+    failure: Failure | None = None
+    clock: float = 0.0
+    """Monotonic seconds, compared with Failure.retry_at."""
+    now: str = ""
+    """Wall-clock timestamp for condition transitions."""
+
+
+def decide(inputs: Inputs) -> Step:
+    """The phase and its one action; a write that failed lately waits for its retry time."""
+    step = _natural(inputs)
+    failed = inputs.failure
+    if not step.writes or failed is None or failed.key != step.key:
+        return step
+    if inputs.clock >= failed.retry_at:
+        return step
+    return Step(Phase.FAILED, status=step.status_if_failed or step.status,
+                watch_pods=step.watch_pods,
+                requeue_after=failed.retry_at - inputs.clock)  # fmt: skip
+
+
+def _natural(inputs: Inputs) -> Step:
+    gpu = inputs.gpu
+    if gpu.name != SINGLETON_NAME:
+        return Step(Phase.REFUSED, status=refused_status(gpu, inputs.now))
+    spec = _parse(gpu)
+    if gpu.deleting:
+        return _deleting(inputs, spec if isinstance(spec, GpuSpec) else None)
+    if isinstance(spec, ValidationError):
+        return Step(Phase.INVALID, status=invalid_status(gpu, spec, inputs.now))
+    if FINALIZER not in gpu.finalizers:
+        return Step(Phase.INITIALIZING, finalizer=FinalizerChange.ADD, key="finalizer")
+    return _running(inputs, _plan(inputs, spec))
+
+
+def _parse(gpu: GpuObject) -> GpuSpec | ValidationError:
+    try:
+        return GpuSpec.model_validate(gpu.spec)
+    except ValidationError as err:
+        return err
+
+
+def _plan(inputs: Inputs, spec: GpuSpec) -> Plan:
+    owner = Owner(uid=inputs.gpu.uid, name=inputs.gpu.name)
+    return inputs.planner(spec, cluster_facts(inputs.snap.nodes), owner)
+
+
+def _running(inputs: Inputs, plan: Plan) -> Step:
+    if plan.helm_release is None:
+        return Step(Phase.BLOCKED, status=_status(inputs, plan))
+    actions = plan_actions(plan.objects, inputs.snap.flux)
+    if actions.apply or actions.delete:
+        key = _key(actions.apply, actions.delete)
+        failed = inputs.failure
+        loud = (
+            failed is not None
+            and failed.key == key
+            and (failed.permanent or failed.attempts >= TRANSIENT_RETRIES_BEFORE_STATUS)
+        )
+        status = _status(inputs, plan, error=failed.error) if failed and loud else None
+        return Step(Phase.APPLYING, apply=actions.apply, delete=actions.delete, key=key,
+                    status_if_failed=status)  # fmt: skip
+    status = _status(inputs, plan)
+    return Step(_phase_of(status), status=status)
+
+
+def _phase_of(status: GpuStatus) -> Phase:
+    if status.state is GpuState.ERROR:
+        return Phase.FAILED
+    ready = next((c for c in status.conditions if c.type == "Ready"), None)
+    return Phase.READY if ready is not None and ready.status == "True" else Phase.PROGRESSING
+
+
+def _deleting(inputs: Inputs, spec: GpuSpec | None) -> Step:
+    gpu, snap = inputs.gpu, inputs.snap
+    if FINALIZER not in gpu.finalizers:
+        return Step(Phase.RELEASED)
+    if snap.gpu_workloads is None:
+        return Step(Phase.WAITING_FOR_WORKLOADS, watch_pods=True)
+    plan = _plan(inputs, spec) if spec is not None else None
+    status = _status(inputs, plan) if plan is not None else None
+    if snap.gpu_workloads:
+        return Step(Phase.WAITING_FOR_WORKLOADS, status=status, watch_pods=True)
+    if snap.flux:
+        # HelmRelease first: Flux uninstalls the release while its source is still there.
+        doomed = tuple(
+            sorted((o for o in snap.flux if not o.deleting), key=lambda o: o.kind != "HelmRelease")
+        )
+        return Step(Phase.UNINSTALLING, delete=doomed, status=status, watch_pods=True,
+                    key=_key((), doomed))  # fmt: skip
+    return Step(Phase.RELEASED, finalizer=FinalizerChange.REMOVE, watch_pods=True, key="release")
+
+
+def _status(inputs: Inputs, plan: Plan, error: str = "") -> GpuStatus:
+    snap = inputs.snap
+    observed = Observed(
+        helm_release=_find(snap.flux_status, plan.helm_release),
+        source=_find(snap.flux_status, plan.source),
+        daemonsets=snap.daemonsets,
+        cluster_policy=snap.cluster_policy,
+        gpu_workloads=snap.gpu_workloads or (),
+        deleting=inputs.gpu.deleting,
+        applied=not error,
+        apply_error=error,
+    )
+    previous = conditions_of(inputs.gpu.status)
+    return aggregate_status(plan, observed, inputs.gpu.generation, previous, inputs.now)
+
+
+def _find(
+    facts: Sequence[HelmReleaseFacts], obj: Mapping[str, Any] | None
+) -> HelmReleaseFacts | None:
+    """The observed status of one planned Flux object."""
+    if obj is None:
+        return None
+    want = (obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
+    return next((f for f in facts if (f.kind, f.namespace, f.name) == want), None)
+
+
+def _key(apply: Sequence[Mapping[str, Any]], delete: Sequence[LiveObject]) -> str:
+    parts = [json.dumps(obj, sort_keys=True, default=str) for obj in apply]
+    parts += [f"delete {o.kind}/{o.namespace}/{o.name}" for o in delete]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+# -- statuses of a Gpu that is not reconciled --
+
+
+def conditions_of(status: Mapping[str, Any]) -> list[Condition]:
+    out = []
+    for raw in status.get("conditions") or []:
+        try:
+            out.append(Condition.model_validate(raw))
+        except ValidationError:
+            continue
+    return out
+
+
+def _error_status(gpu: GpuObject, reason: str, message: str, now: str) -> GpuStatus:
+    cond = Condition(
+        type="Ready", status="False", reason=reason, message=message,
+        observed_generation=gpu.generation,
+    )  # fmt: skip
+    return GpuStatus(
+        state=GpuState.ERROR,
+        message=message,
+        observed_generation=gpu.generation,
+        conditions=stamp([cond], conditions_of(gpu.status), now),
+    )
+
+
+def refused_status(gpu: GpuObject, now: str) -> GpuStatus:
+    message = (
+        f"Gpu {gpu.name!r} is ignored: the module serves one Gpu named {SINGLETON_NAME!r}; "
+        f"delete this one and create {SINGLETON_NAME!r}"
+    )
+    return _error_status(gpu, "NotTheSingleton", message, now)
+
+
+def invalid_status(gpu: GpuObject, err: ValidationError, now: str) -> GpuStatus:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"])
+    return _error_status(gpu, "InvalidSpec", f"spec.{loc}: {first['msg']}", now)

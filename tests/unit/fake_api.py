@@ -1,0 +1,80 @@
+"""An in-memory stand-in for the adapter's write side, for the reconcile loop's unit tests.
+
+It keeps objects with resourceVersions and generations like the API server, answers every
+write with the stored object, and can be told to fail the next writes with a given status.
+The cluster tests run the real API server; this only makes the loop's logic testable alone.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kyma_gpu.adapter import ObjectRef
+from kyma_gpu.errors import classify
+
+_VERSIONS = itertools.count(100)
+
+
+@dataclass
+class FakeApi:
+    objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    gpu: dict[str, Any] = field(default_factory=dict)
+    calls: list[str] = field(default_factory=list)
+    fail: list[int] = field(default_factory=list)
+    """HTTP statuses the next writes fail with, in order."""
+
+    def _maybe_fail(self, what: str) -> None:
+        self.calls.append(what)
+        if self.fail:
+            raise classify(what, self.fail.pop(0), "Injected", "injected failure")
+
+    async def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        self._maybe_fail(f"apply {obj['kind']}")
+        key = (str(obj["kind"]), str(obj["metadata"]["name"]))
+        old = self.objects.get(key)
+        stored = copy.deepcopy(dict(obj))
+        meta = stored["metadata"]
+        generation = (old or {}).get("metadata", {}).get("generation", 0)
+        changed = old is None or old.get("spec") != stored.get("spec")
+        meta["generation"] = generation + 1 if changed else generation
+        meta["resourceVersion"] = str(next(_VERSIONS))
+        stored["status"] = (old or {}).get("status", {})
+        self.objects[key] = stored
+        return copy.deepcopy(stored)
+
+    async def delete(self, ref: ObjectRef) -> dict[str, Any] | None:
+        self._maybe_fail(f"delete {ref.kind}")
+        obj = self.objects.get((ref.kind, ref.name))
+        if obj is None:
+            return None
+        obj["metadata"]["deletionTimestamp"] = "2026-11-30T00:00:00Z"
+        obj["metadata"]["resourceVersion"] = str(next(_VERSIONS))
+        return copy.deepcopy(obj)
+
+    async def apply_status(self, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
+        self._maybe_fail("status")
+        self.gpu["status"] = copy.deepcopy(dict(status))
+        self.gpu["metadata"]["resourceVersion"] = str(next(_VERSIONS))
+        return copy.deepcopy(self.gpu)
+
+    async def set_finalizers(
+        self, name: str, finalizers: list[str], resource_version: str
+    ) -> dict[str, Any]:
+        self._maybe_fail("finalizers")
+        if resource_version != self.gpu["metadata"]["resourceVersion"]:
+            raise classify("finalizers", 409, "Conflict", "the object has been modified")
+        self.gpu["metadata"]["finalizers"] = list(finalizers)
+        self.gpu["metadata"]["resourceVersion"] = str(next(_VERSIONS))
+        return copy.deepcopy(self.gpu)
+
+    def next_version(self) -> str:
+        """The API server's next resourceVersion (one counter for every object)."""
+        return str(next(_VERSIONS))
+
+    def writes(self) -> list[str]:
+        calls, self.calls = self.calls, []
+        return calls

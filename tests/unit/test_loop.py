@@ -1,0 +1,219 @@
+"""The reconcile loop with a real store and an in-memory API: phases, writes, retries."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from kyma_gpu.facts import node_facts
+from kyma_gpu.observe.sources import DAEMONSETS, FLUX, NODES, PODS, flux_facts
+from kyma_gpu.observe.store import Entry, Store, version_of
+from kyma_gpu.reconcile.loop import GPUS, Loop
+from kyma_gpu.reconcile.machine import FINALIZER, Phase, gpu_object
+from kyma_gpu.rules.catalog import Catalog
+from kyma_gpu.status import ClusterPolicyFacts, daemonset_facts
+from tests.unit.builders import cpu_node, node
+from tests.unit.fake_api import FakeApi
+
+
+@dataclasses.dataclass
+class World:
+    loop: Loop
+    api: FakeApi
+    store: Store
+    pods_wanted: list[bool]
+
+    def sync_gpu(self) -> None:
+        obj = gpu_object(self.api.gpu)
+        self.store.put(GPUS, obj.name, Entry(version_of(obj.resource_version), obj))
+
+    def edit(self, **meta: Any) -> None:
+        """A user edit: the API bumps resourceVersion (and generation on spec changes)."""
+        self.api.gpu["metadata"].update(meta)
+        self.api.gpu["metadata"]["resourceVersion"] = self.api.next_version()
+        self.sync_gpu()
+
+    def change_spec(self, spec: dict[str, Any]) -> None:
+        self.api.gpu["spec"] = spec
+        self.edit(generation=self.api.gpu["metadata"]["generation"] + 1)
+
+    def run(self) -> Phase:
+        self.api.writes()
+        asyncio.run(self.loop.run_pass())
+        return self.last_phase
+
+    @property
+    def last_phase(self) -> Phase:
+        return next(iter(self.loop.last_phase.values()))
+
+    def flux_says(self, kind: str, ready: bool = True, **status: Any) -> None:
+        """helm-controller/source-controller reconciled the object (its status changes)."""
+        obj = next(o for (k, _), o in self.api.objects.items() if k == kind)
+        meta = obj["metadata"]
+        obj["status"] = {
+            "observedGeneration": meta["generation"],
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False",
+                            "reason": "Succeeded" if ready else "Failed", "message": "m",
+                            "observedGeneration": meta["generation"]}],
+            **status,
+        }  # fmt: skip
+        meta["resourceVersion"] = self.api.next_version()
+        plural = next(p for p, (_, _, k) in FLUX.items() if k == kind)
+        entry = Entry(version_of(meta["resourceVersion"]), flux_facts(plural, obj))
+        self.store.put(plural, meta["name"], entry)
+
+
+def new_world(catalog: Catalog, name: str = "gpu", spec: Mapping[str, Any] | None = None) -> World:
+    store = Store()
+    registry = catalog.machine_types
+    bodies = [node("gpu-1"), node("gpu-2"), cpu_node("cpu-1")]
+    nodes = {b["metadata"]["name"]: Entry(1, node_facts(b, registry)) for b in bodies}
+    store.replace(NODES, nodes, 1)
+    for resource in (DAEMONSETS, *FLUX):
+        store.replace(resource, {}, 1)
+    api = FakeApi()
+    meta = {"name": name, "uid": "uid-1", "generation": 1, "resourceVersion": api.next_version()}
+    api.gpu = {"apiVersion": "gpu.kyma-project.io/v1beta1", "kind": "Gpu", "metadata": meta,
+               "spec": dict(spec or {})}  # fmt: skip
+    wanted: list[bool] = []
+    world = World(Loop(store, api, catalog, watch_pods=wanted.append), api, store, wanted)
+    world.sync_gpu()
+    return world
+
+
+@pytest.fixture
+def world(catalog: Catalog) -> World:
+    return new_world(catalog)
+
+
+def installed(world: World) -> World:
+    world.run()
+    world.flux_says("HelmRepository")
+    world.flux_says("HelmRelease", history=[{"status": "deployed", "chartVersion": "v26.7.0"}])
+    return world
+
+
+def test_first_pass_adds_the_finalizer_then_applies_then_writes_status(world: World) -> None:
+    assert world.run() is Phase.PROGRESSING
+    assert world.api.gpu["metadata"]["finalizers"] == [FINALIZER]
+    kinds = sorted(k for k, _ in world.api.objects)
+    assert kinds == ["HelmRelease", "HelmRepository"]
+    assert world.api.gpu["status"]["state"] == "Processing"
+
+
+def test_first_pass_writes_in_order(world: World) -> None:
+    asyncio.run(world.loop.run_pass())
+    assert world.api.writes() == [
+        "finalizers", "apply HelmRepository", "apply HelmRelease", "status",
+    ]  # fmt: skip
+
+
+def test_nothing_changed_means_no_write(world: World) -> None:
+    world.run()
+    assert world.run() is Phase.PROGRESSING
+    assert world.api.calls == []
+
+
+def test_a_spec_change_is_one_release_write_and_one_status_write(world: World) -> None:
+    installed(world)
+    world.run()
+    world.change_spec({"components": {"migManager": True}})
+    world.run()
+    assert world.api.calls == ["apply HelmRelease", "status"]
+
+
+def test_ready_when_flux_and_components_are(world: World) -> None:
+    installed(world)
+    facts = daemonset_facts({
+        "metadata": {"name": "nvidia-driver-daemonset-x", "generation": 1},
+        "spec": {"updateStrategy": {"type": "OnDelete"}},
+        "status": {"desiredNumberScheduled": 2, "numberAvailable": 2, "observedGeneration": 1},
+    })  # fmt: skip
+    world.store.put(DAEMONSETS, facts.name, Entry(5, facts))
+    policy = Entry(5, ClusterPolicyFacts("ready"))
+    world.store.replace("clusterpolicies", {"cluster-policy": policy}, 5)
+    assert world.run() is Phase.READY
+    assert world.api.gpu["status"]["state"] == "Ready"
+
+
+def test_a_transient_failure_is_retried_quietly(world: World) -> None:
+    world.run()
+    world.change_spec({"components": {"migManager": True}})
+    world.api.fail = [429]
+    world.api.writes()
+    requeue = asyncio.run(world.loop.run_pass())
+    assert world.last_phase is Phase.FAILED
+    assert requeue is not None
+    assert 0 < requeue <= 1.5
+    assert world.api.writes() == ["apply HelmRelease"]  # no status for one throttled write
+    failure = world.loop.failures["gpu"]
+    world.loop.failures["gpu"] = dataclasses.replace(failure, retry_at=0.0)
+    asyncio.run(world.loop.run_pass())
+    assert world.api.writes() == ["apply HelmRelease", "status"]
+    assert "gpu" not in world.loop.failures
+
+
+def test_a_permanent_failure_shows_in_status_and_waits(world: World) -> None:
+    world.run()
+    world.change_spec({"components": {"migManager": True}})
+    world.api.fail = [403]
+    requeue = asyncio.run(world.loop.run_pass())
+    assert world.last_phase is Phase.FAILED
+    assert requeue is not None
+    assert requeue > 20
+    status = world.api.gpu["status"]
+    assert status["state"] == "Error"
+    release = next(c for c in status["conditions"] if c["type"] == "ReleaseReady")
+    assert release["reason"] == "ApplyFailed"
+    assert "403" in release["message"]
+    world.run()
+    assert world.api.calls == []  # nothing again until the retry is due
+
+
+def test_a_finalizer_conflict_is_retried(world: World) -> None:
+    world.api.gpu["metadata"]["resourceVersion"] = "999"  # the store's copy is older
+    asyncio.run(world.loop.run_pass())
+    assert world.last_phase is Phase.FAILED
+    assert world.loop.failures["gpu"].permanent is False
+
+
+def test_deletion_waits_for_gpu_pods_then_uninstalls_then_releases(world: World) -> None:
+    installed(world)
+    world.edit(deletionTimestamp="2026-11-30T10:00:00Z")
+    assert world.run() is Phase.WAITING_FOR_WORKLOADS
+    assert world.pods_wanted[-1] is True
+    assert world.api.calls == []
+    world.store.replace(PODS, {"ml/train": Entry(None, "ml/train")}, None)
+    assert world.run() is Phase.WAITING_FOR_WORKLOADS
+    ready = next(c for c in world.api.gpu["status"]["conditions"] if c["type"] == "Ready")
+    assert "ml/train" in ready["message"]
+    world.store.put(PODS, "ml/train", None)
+    assert world.run() is Phase.UNINSTALLING
+    assert world.api.calls == ["delete HelmRelease", "delete HelmRepository", "status"]
+    for plural in FLUX:
+        world.store.replace(plural, {}, version_of(world.api.next_version()))
+    assert world.run() is Phase.RELEASED
+    assert world.api.calls == ["finalizers"]
+    assert world.api.gpu["metadata"]["finalizers"] == []
+    world.sync_gpu()
+    assert world.run() is Phase.RELEASED
+    assert world.api.calls == []
+
+
+def test_other_names_are_refused_once(catalog: Catalog) -> None:
+    world = new_world(catalog, name="other")
+    assert world.run() is Phase.REFUSED
+    assert world.api.gpu["status"]["conditions"][0]["reason"] == "NotTheSingleton"
+    assert "finalizers" not in world.api.gpu["metadata"]
+    world.run()
+    assert world.api.calls == []
+
+
+def test_an_invalid_spec_is_reported(catalog: Catalog) -> None:
+    world = new_world(catalog, spec={"driver": {"mode": "Foo"}})
+    assert world.run() is Phase.INVALID
+    assert world.api.gpu["status"]["conditions"][0]["reason"] == "InvalidSpec"
