@@ -80,7 +80,8 @@ def new_world(catalog: Catalog, name: str = "gpu", spec: Mapping[str, Any] | Non
     api.gpu = {"apiVersion": "gpu.kyma-project.io/v1beta1", "kind": "Gpu", "metadata": meta,
                "spec": dict(spec or {})}  # fmt: skip
     wanted: list[bool] = []
-    world = World(Loop(store, api, catalog, watch_pods=wanted.append), api, store, wanted)
+    loop = Loop(store, api, catalog, watch_pods=wanted.append, status_seconds=0.0)
+    world = World(loop, api, store, wanted)
     world.sync_gpu()
     return world
 
@@ -217,3 +218,25 @@ def test_an_invalid_spec_is_reported(catalog: Catalog) -> None:
     world = new_world(catalog, spec={"driver": {"mode": "Foo"}})
     assert world.run() is Phase.INVALID
     assert world.api.gpu["status"]["conditions"][0]["reason"] == "InvalidSpec"
+
+
+def test_status_writes_are_coalesced_while_the_state_stays(world: World) -> None:
+    world.loop.status_seconds = 30.0
+    installed(world)
+    world.run()  # Processing -> Processing with new release facts: within the interval
+    assert world.api.calls == []
+    requeue = asyncio.run(world.loop.run_pass())
+    assert requeue is not None
+    assert 25 < requeue <= 30
+    world.loop.status_written.clear()  # the interval is over
+    world.run()
+    assert world.api.calls == ["status"]
+
+
+def test_a_change_of_state_is_written_at_once(world: World) -> None:
+    world.loop.status_seconds = 30.0
+    world.run()
+    world.api.fail = [403]
+    world.change_spec({"components": {"migManager": True}})
+    world.run()
+    assert world.api.calls == ["apply HelmRelease", "status"]  # Processing -> Error

@@ -60,7 +60,11 @@ RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 MAX_STEPS = 8
 """Steps in one pass: finalizer, apply, status make three; more means something fights us."""
 BURST_SECONDS = 0.05
-"""After a wake-up, let a burst of events (DaemonSets appearing one by one) arrive first."""
+"""After a wake-up, let the events of one burst arrive before the pass."""
+STATUS_SECONDS = 1.0
+"""At most one status write per this interval while the state stays the same: a rollout
+changes DaemonSet counts every few dozen milliseconds. A change of state (Processing to
+Ready, say) is written at once; the coalesced one follows when the interval is over."""
 SYNC_REPORT_SECONDS = 5.0
 _FLUX_PLURAL = {kind: plural for (_, kind), plural in PLURALS.items()}
 
@@ -118,6 +122,11 @@ class Loop:
     )
     passes: int = 0
     last_phase: dict[str, Phase] = field(default_factory=dict)
+    status_seconds: float = STATUS_SECONDS
+    status_written: dict[str, float] = field(default_factory=dict)
+    """When each Gpu's status was last written (monotonic)."""
+    status_due: dict[str, float] = field(default_factory=dict)
+    """A coalesced status write waits until then."""
 
     def plan(self, spec: GpuSpec, facts: ClusterFacts, owner: Owner) -> Plan:
         key = (spec.model_dump_json(), facts, owner)
@@ -161,6 +170,8 @@ class Loop:
             if step.requeue_after is not None:
                 requeues.append(step.requeue_after)
         self.watch_pods(want_pods)
+        clock = time.monotonic()
+        requeues += [max(due - clock, 0.0) for due in self.status_due.values()]
         return min(requeues, default=None)
 
     async def reconcile(self, gpu: GpuObject) -> Step:
@@ -226,13 +237,21 @@ class Loop:
 
     async def _write_status(self, gpu: GpuObject, status: GpuStatus) -> bool:
         wanted = normalized(status)
-        if wanted == normalized(gpu.status):
+        live = normalized(gpu.status)
+        self.status_due.pop(gpu.name, None)
+        if wanted == live:
+            return False
+        due = self.status_written.get(gpu.name, -self.status_seconds) + self.status_seconds
+        if wanted.get("state") == live.get("state") and time.monotonic() < due:
+            self.status_due[gpu.name] = due
             return False
         try:
             self._put_gpu(await self.writer.apply_status(gpu.name, wanted))
         except ApiError as err:
             log.warning("writing the status of Gpu %s failed: %s", gpu.name, err)
+            self.status_due[gpu.name] = time.monotonic() + RETRY_SECONDS[0]
             return False
+        self.status_written[gpu.name] = time.monotonic()
         return True
 
     # -- what the API answered is the new live state --
