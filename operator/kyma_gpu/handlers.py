@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 from typing import Any
 
 import kopf
@@ -55,8 +57,11 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
 
 
 def _loop_ended(task: asyncio.Task[None]) -> None:
+    """The loop ends only on shutdown. If it died, stop the process: a restart beats a
+    manager that answers its liveness probe but reconciles nothing."""
     if not task.cancelled() and task.exception() is not None:
-        log.error("the reconcile loop died", exc_info=task.exception())
+        log.error("the reconcile loop died; stopping", exc_info=task.exception())
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 @kopf.on.cleanup()
