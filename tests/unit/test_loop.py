@@ -240,3 +240,18 @@ def test_a_change_of_state_is_written_at_once(world: World) -> None:
     world.change_spec({"components": {"migManager": True}})
     world.run()
     assert world.api.calls == ["apply HelmRelease", "status"]  # Processing -> Error
+
+
+def test_flux_being_installed_retries_a_failed_write_at_once(catalog: Catalog) -> None:
+    world = new_world(catalog)
+    for plural in FLUX:
+        world.store.replace(plural, {}, None, absent=True)
+    world.edit(finalizers=[FINALIZER])
+    world.api.fail = [404]  # the apply: no Flux CRDs
+    assert world.run() is Phase.FAILED
+    assert world.run() is Phase.FAILED
+    assert world.api.calls == []  # waits for the retry time
+    for plural in FLUX:  # the CRD observer saw Flux's CRDs appear; its observers listed
+        world.store.replace(plural, {}, None)
+    assert world.run() is Phase.PROGRESSING
+    assert world.api.calls == ["apply HelmRepository", "apply HelmRelease", "status"]

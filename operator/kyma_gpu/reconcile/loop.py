@@ -121,6 +121,9 @@ class Loop:
         default_factory=lambda: cachetools.LRUCache(maxsize=16)
     )
     passes: int = 0
+    flux_served: tuple[bool, ...] = ()
+    """Which Flux kinds are served: when that changes (Flux installed), failed writes are
+    retried at once instead of at their retry time."""
     last_phase: dict[str, Phase] = field(default_factory=dict)
     status_seconds: float = STATUS_SECONDS
     status_written: dict[str, float] = field(default_factory=dict)
@@ -164,6 +167,10 @@ class Loop:
         """Reconcile every Gpu once. Returns the seconds until a retry is due, if any."""
         requeues: list[float] = []
         want_pods = False
+        served = tuple(not self.store.collection(plural).absent for plural in FLUX)
+        if served != self.flux_served:
+            self.flux_served = served
+            self.failures.clear()
         for gpu in list(self.store.facts(GPUS)):
             step = await self.reconcile(gpu)
             want_pods = want_pods or step.watch_pods
