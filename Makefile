@@ -90,6 +90,10 @@ image: setup ## check the Dockerfile (lint + its install steps in a clean venv);
 bench: setup ## benchmarks: print numbers (planning, status, node facts)
 	$(BIN)/python benchmarks/bench_core.py
 
+.PHONY: bench-scale
+bench-scale: setup tools ## scale benchmark on the local cluster: 1,000 and 5,000 nodes (~1 h)
+	$(BIN)/python benchmarks/bench_scale.py $(BENCH_SCALE_ARGS)
+
 .PHONY: lock
 lock: ## re-resolve requirements*.lock from pyproject.toml (needs network)
 	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock

@@ -1,0 +1,277 @@
+"""Scale benchmark: the operator on a local cluster of 1,000 and 5,000 kwok nodes.
+
+    make bench-scale
+    .venv/bin/python benchmarks/bench_scale.py [--nodes 1000,5000] [--json out.json]
+    .venv/bin/python benchmarks/bench_scale.py --operator-root /work/baseline --label before
+    .venv/bin/python benchmarks/bench_scale.py --compare before.json after.json
+
+Per size: a fresh local cluster (tests/harness: etcd, kube-apiserver, controller-manager,
+scheduler, kwok; no Flux, nobody reconciles the HelmRelease), Gardener-AWS-shaped Nodes
+(10 % GPU, 40 status.images each, about 12 kB), one ordinary pod per node, the Gpu `gpu`
+from config/samples/gpu.yaml; then the operator as a process, measured from outside:
+start to first reconcile, RSS, CPU and writes at 17 Node heartbeats/s, spec change to
+HelmRelease update, writes per change, GPU node join, restart. docs/performance.md explains
+each row. Prints a table (one column per size) and optionally saves the raw numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.harness.cluster import LocalCluster  # noqa: E402
+from tests.harness.scale import (  # noqa: E402
+    Metric,
+    Rest,
+    ScaleConfig,
+    build_fleet,
+    measure_operator,
+)
+
+Check = Callable[[float], bool] | None
+
+
+def below(limit: float) -> Check:
+    return lambda value: value < limit
+
+
+def at_most(limit: float) -> Check:
+    return lambda value: value <= limit
+
+
+ROWS: tuple[tuple[str, str, str, Check], ...] = (
+    ("start_first_reconcile_s", "start -> first reconcile (s)", "< 15", below(15)),
+    ("start_helmrelease_s", "start -> first HelmRelease write (s)", "", None),
+    ("start_cpu_s", "operator CPU until then (s)", "", None),
+    ("start_peak_rss_mib", "peak RSS (MiB)", "< 150", below(150)),
+    ("start_settled_rss_mib", "settled RSS (MiB)", "< 150", below(150)),
+    ("heartbeat_rate", "Node heartbeats sent (/s)", "17", None),
+    ("heartbeat_cpu_pct", "CPU during heartbeats (% of a core)", "< 5", below(5)),
+    ("heartbeat_writes", "writes during heartbeats", "0", at_most(0)),
+    ("spec_p50_ms", "spec change -> HelmRelease update p50 (ms)", "", None),
+    ("spec_p99_ms", "spec change -> HelmRelease update p99 (ms)", "< 250", below(250)),
+    ("spec_writes_mean", "writes per spec change (mean)", "<= 2", at_most(2)),
+    ("spec_writes_max", "writes per spec change (max)", "<= 2", at_most(2)),
+    ("node_join_s", "GPU node join -> Gpu.status (s)", "< 1", below(1)),
+    ("restart_first_reconcile_s", "restart -> first reconcile (s)", "< 15", below(15)),
+    ("restart_helmrelease_s", "restart -> HelmRelease updated (s)", "", None),
+    ("restart_peak_rss_mib", "restart: peak RSS (MiB)", "< 150", below(150)),
+    ("restart_settled_rss_mib", "restart: settled RSS (MiB)", "< 150", below(150)),
+    ("restart_spec_p50_ms", "restart: spec change p50 (ms)", "", None),
+    ("restart_spec_p99_ms", "restart: spec change p99 (ms)", "< 250", below(250)),
+    ("restart_spec_writes_mean", "restart: writes per spec change (mean)", "<= 2", at_most(2)),
+    ("node_json_kb", "setup: Node size (kB of JSON)", "", None),
+    ("nodes_create_s", "setup: Nodes created in (s)", "", None),
+    ("nodes_ready", "setup: Nodes Ready", "", None),
+    ("pods_running", "setup: pods Running", "", None),
+)
+
+
+def show(value: Metric, check: Check) -> str:
+    """A cell: the number, `timeout` or `-`; ` !` when it misses the target."""
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        return value
+    text = f"{value:.2f}".rstrip("0").rstrip(".") if isinstance(value, float) else str(value)
+    return f"{text} !" if check is not None and not check(float(value)) else text
+
+
+def table(runs: Sequence[dict[str, Any]]) -> str:
+    """One row per metric, one column per run (label and size), then the target."""
+    header = ["metric", *(f"{run['label']} {run['nodes']}" for run in runs), "target"]
+    rows = [header]
+    for key, title, target, check in ROWS:
+        cells = [show(run["metrics"].get(key), check) for run in runs]
+        if all(cell == "-" for cell in cells):
+            continue
+        rows.append([title, *cells, target])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+
+    def line(row: Sequence[str]) -> str:
+        first = row[0].ljust(widths[0])
+        rest = [cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True)]
+        return "| " + " | ".join([first, *rest]) + " |"
+
+    rule = "|" + "|".join("-" * (w + 1) + (":" if i else "-") for i, w in enumerate(widths)) + "|"
+    return "\n".join([line(header), rule, *(line(row) for row in rows[1:])])
+
+
+def breakdowns(runs: Sequence[dict[str, Any]]) -> str:
+    lines = []
+    for run in runs:
+        counts = run.get("writes_breakdown") or {}
+        listed = ", ".join(f"{kind} x{n}" for kind, n in sorted(counts.items())) or "none"
+        lines.append(f"writes during the spec changes, {run['label']} {run['nodes']}: {listed}")
+        if run.get("error"):
+            lines.append(f"  error in {run['label']} {run['nodes']}: {run['error']}")
+    return "\n".join(lines)
+
+
+def machine() -> dict[str, Any]:
+    mem_kib = 0
+    model = ""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            mem_kib = int(line.split()[1])
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    return {
+        "nproc": os.cpu_count(),
+        "memory_gib": round(mem_kib / 1048576, 1),
+        "cpu": model,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "date": datetime.now().astimezone().isoformat(timespec="seconds"),
+    }
+
+
+def commit_of(root: Path) -> str:
+    """Short commit of the tree under test, with +dirty if its operator/ has changes."""
+
+    def git(*args: str) -> str:
+        result = subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, check=False
+        )
+        return result.stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    return commit + ("+dirty" if git("status", "--porcelain", "--", "operator") else "")
+
+
+class Clock:
+    """Progress lines with the seconds since the benchmark started."""
+
+    def __init__(self) -> None:
+        self.began = time.monotonic()
+        self.context = ""
+
+    def __call__(self, message: str) -> None:
+        print(f"[{time.monotonic() - self.began:7.1f}s] {self.context}{message}", flush=True)
+
+
+def run_size(cfg: ScaleConfig, label: str, clock: Clock, keep: bool) -> dict[str, Any]:
+    """One fresh cluster, one fleet, every measurement; the cluster is always stopped."""
+    clock.context = f"{label} {cfg.nodes} | "
+    result: dict[str, Any] = {"label": label, "nodes": cfg.nodes, "pods": cfg.pods}
+    result["gpu_nodes"] = sum(cfg.gpu_node(i) for i in range(cfg.nodes))
+    cluster = LocalCluster(progress=clock, keep_workdir=keep)
+    try:
+        cluster.start()
+        rest = Rest(cluster)
+        fleet = build_fleet(cluster, rest, cfg, clock)
+        metrics, breakdown, _ = measure_operator(cluster, rest, cfg, fleet, clock)
+        result["metrics"], result["writes_breakdown"] = metrics, dict(breakdown)
+        result["error"] = metrics.pop("error", None)
+    except Exception as error:  # report it in the table, go on with the next size
+        clock(f"failed: {error!r}")
+        result.setdefault("metrics", {})
+        result["error"] = repr(error)
+    finally:
+        clock(f"stopping the cluster{f' (kept: {cluster.workdir})' if keep else ''}")
+        cluster.stop()
+    return result
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    add = parser.add_argument
+    add("--nodes", default="1000,5000", help="comma-separated fleet sizes (default 1000,5000)")
+    add("--gpu-fraction", type=float, default=0.1, help="share of GPU nodes (default 0.1)")
+    add("--pods-per-node", type=float, default=1.0, help="ordinary pods per node (default 1)")
+    add("--operator-root", type=Path, default=ROOT, help="source tree whose operator/ to run")
+    add("--label", default=None, help="column label (default: the tree's commit)")
+    add("--heartbeat-seconds", type=float, default=60.0, help="heartbeat window (default 60)")
+    add("--heartbeat-rate", type=float, default=17.0, help="heartbeats per second (default 17)")
+    add("--spec-changes", type=int, default=20, help="spec changes to time (default 20)")
+    add("--restart-spec-changes", type=int, default=5, help="spec changes after the restart")
+    add("--no-restart", action="store_true", help="skip the restart measurements")
+    add("--start-timeout", type=float, default=1200.0, help="start/restart timeout (s)")
+    add("--step-timeout", type=float, default=120.0, help="timeout of the other steps (s)")
+    add("--json", type=Path, default=None, help="save the raw results here")
+    add("--keep-workdir", action="store_true", help="keep each cluster's workdir and logs")
+    add("--compare", nargs="+", type=Path, default=None, help="print saved results side by side")
+    return parser.parse_args(argv)
+
+
+def config(args: argparse.Namespace, nodes: int) -> ScaleConfig:
+    return ScaleConfig(
+        nodes=nodes,
+        gpu_fraction=args.gpu_fraction,
+        pods_per_node=args.pods_per_node,
+        heartbeat_seconds=args.heartbeat_seconds,
+        heartbeat_rate=args.heartbeat_rate,
+        spec_changes=args.spec_changes,
+        restart_spec_changes=args.restart_spec_changes,
+        restart=not args.no_restart,
+        start_timeout=args.start_timeout,
+        step_timeout=args.step_timeout,
+        operator_root=args.operator_root.resolve(),
+    )
+
+
+def compare(paths: Sequence[Path]) -> None:
+    runs = []
+    for path in paths:
+        saved = json.loads(path.read_text())
+        runs.extend(saved["runs"])
+        info = saved.get("machine", {})
+        print(
+            f"{path}: {saved.get('label')} at {saved.get('commit')}, {info.get('date')}, "
+            f"{info.get('nproc')} cores, {info.get('memory_gib')} GiB"
+        )
+    print(table(runs))
+    print(breakdowns(runs))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.compare:
+        compare(args.compare)
+        return 0
+    root = args.operator_root.resolve()
+    label = args.label or commit_of(root)
+    sizes = [int(size) for size in str(args.nodes).split(",") if size.strip()]
+    saved: dict[str, Any] = {
+        "label": label,
+        "operator_root": str(root),
+        "commit": commit_of(root),
+        "machine": machine(),
+        "runs": [],
+        "args": {k: str(v) for k, v in vars(args).items()},
+    }
+    clock = Clock()
+    clock(f"benchmarking {root}/operator ({saved['commit']}) as {label!r} at {sizes} nodes")
+    for nodes in sizes:
+        saved["runs"].append(run_size(config(args, nodes), label, clock, args.keep_workdir))
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(saved, indent=2) + "\n")
+    clock.context = ""
+    info = saved["machine"]
+    print(
+        f"\n{label} ({saved['commit']}), {info['nproc']} cores, {info['memory_gib']} GiB, "
+        f"{info['date']}; ! = misses the target\n"
+    )
+    print(table(saved["runs"]))
+    print(breakdowns(saved["runs"]))
+    failed = [run for run in saved["runs"] if run.get("error")]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
