@@ -459,7 +459,11 @@ def _matrix_findings(
     for pool in pools:
         if pool.mode is not DriverMode.PRECOMPILED or pool.os is not OsFamily.GARDENLINUX:
             continue
-        problems = {n.name: installer.problem(n.os_version, branch, n.arch) for n in pool.nodes}
+        # Once per distinct (version, arch): a pool of 500 nodes has a handful of them.
+        answers: dict[tuple[str | None, str], str | None] = {}
+        for key in {(n.os_version, n.arch) for n in pool.nodes}:
+            answers[key] = installer.problem(key[0], branch, key[1])
+        problems = {n.name: answers[(n.os_version, n.arch)] for n in pool.nodes}
         bad = {name: why for name, why in problems.items() if why}
         if not bad:
             continue
