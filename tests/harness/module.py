@@ -106,6 +106,18 @@ def install_crds(cluster: LocalCluster) -> None:
         cluster.create_namespace(MODULE_NAMESPACE)
 
 
+def stop_gracefully(process: subprocess.Popen[bytes] | None, timeout: float) -> None:
+    """SIGINT (kopf's graceful stop), SIGKILL after ``timeout`` seconds."""
+    if process is None or process.poll() is not None:
+        return
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
+
+
 class OperatorProcess:
     """`kyma-gpu run --standalone` with the cluster's admin kubeconfig."""
 
@@ -133,14 +145,7 @@ class OperatorProcess:
         return self
 
     def stop(self, timeout: float = 15.0) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGINT)
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(5)
+        stop_gracefully(self.process, timeout)
 
     def kill(self) -> None:
         """A crash, not a shutdown: no cleanup runs."""

@@ -49,6 +49,7 @@ from urllib.parse import quote, urlencode
 
 from .cluster import LocalCluster
 from .flux import flux_crd_files
+from .module import stop_gracefully
 from .nodes import prepare_node
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -722,15 +723,7 @@ class Operator:
             self.process.send_signal(signum)
 
     def stop(self, timeout: float = 30.0) -> None:
-        """SIGINT (kopf's graceful stop), SIGKILL after ``timeout`` seconds."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGINT)
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(10)
+        stop_gracefully(self.process, timeout)
 
 
 class ObjectWatch:
