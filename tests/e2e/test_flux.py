@@ -129,9 +129,11 @@ def test_install(
     )
     assert nfd["status"]["desiredNumberScheduled"] == 3
 
-    release = condition(gpu(local_cluster), "ReleaseReady")
-    assert release is not None
-    assert release["status"] == "True"
+    def release_ready() -> dict[str, Any] | None:
+        cond = condition(gpu(local_cluster), "ReleaseReady")
+        return cond if cond and cond["status"] == "True" else None
+
+    release = wait_until(release_ready, 30, "ReleaseReady=True mirrored from the HelmRelease")
     assert "HelmRelease kyma-system/gpu-operator" in release["message"]
 
     stand_in_for_the_gpu_operator(local_cluster)

@@ -220,10 +220,19 @@ def test_an_invalid_spec_is_reported(catalog: Catalog) -> None:
     assert world.api.gpu["status"]["conditions"][0]["reason"] == "InvalidSpec"
 
 
-def test_status_writes_are_coalesced_while_the_state_stays(world: World) -> None:
+def test_status_writes_are_coalesced_while_only_messages_change(world: World) -> None:
     world.loop.status_seconds = 30.0
     installed(world)
-    world.run()  # Processing -> Processing with new release facts: within the interval
+    world.run()  # ReleaseReady turned True: a transition, written at once
+    assert world.api.calls == ["status"]
+    facts = daemonset_facts({
+        "metadata": {"name": "nvidia-device-plugin-daemonset", "generation": 1},
+        "status": {"desiredNumberScheduled": 2, "numberAvailable": 1, "observedGeneration": 1},
+    })  # fmt: skip
+    world.store.put(DAEMONSETS, facts.name, Entry(5, facts))
+    world.run()  # ComponentsNotReady -> ComponentsNotReady with new counts: within the interval
+    world.store.put(DAEMONSETS, facts.name, Entry(6, dataclasses.replace(facts, available=0)))
+    world.run()
     assert world.api.calls == []
     requeue = asyncio.run(world.loop.run_pass())
     assert requeue is not None

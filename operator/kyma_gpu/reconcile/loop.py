@@ -62,9 +62,10 @@ MAX_STEPS = 8
 BURST_SECONDS = 0.05
 """After a wake-up, let the events of one burst arrive before the pass."""
 STATUS_SECONDS = 1.0
-"""At most one status write per this interval while the state stays the same: a rollout
-changes DaemonSet counts every few dozen milliseconds. A change of state (Processing to
-Ready, say) is written at once; the coalesced one follows when the interval is over."""
+"""At most one status write per this interval while only messages and counts change: a
+rollout changes DaemonSet counts every few dozen milliseconds. A transition (the state, or a
+condition's status or reason) is written at once; the coalesced write follows when the
+interval is over."""
 SYNC_REPORT_SECONDS = 5.0
 _FLUX_PLURAL = {kind: plural for (_, kind), plural in PLURALS.items()}
 
@@ -249,7 +250,7 @@ class Loop:
         if wanted == live:
             return False
         due = self.status_written.get(gpu.name, -self.status_seconds) + self.status_seconds
-        if wanted.get("state") == live.get("state") and time.monotonic() < due:
+        if _transition(wanted) == _transition(live) and time.monotonic() < due:
             self.status_due[gpu.name] = due
             return False
         try:
@@ -279,6 +280,15 @@ class Loop:
             self._put_flux(live.kind, answer)
         else:  # gone at once, or already gone
             self.store.put(_FLUX_PLURAL[live.kind], live.name, None)
+
+
+def _transition(status: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What makes a status change a transition: the state, the generation it speaks of, and
+    each condition's status and reason (not messages, counts or node lists)."""
+    conditions = tuple(
+        (c.get("type"), c.get("status"), c.get("reason")) for c in status.get("conditions") or ()
+    )
+    return (status.get("state"), status.get("observedGeneration"), conditions)
 
 
 def _finalizers(gpu: GpuObject, change: FinalizerChange) -> list[str]:
