@@ -35,7 +35,11 @@ BACKOFF = (0.25, 0.5, 1.0, 2.0, 4.0, 5.0)
 whose storage reinitializes answers 429 for a moment only."""
 ABSENT_RECHECK = 300.0
 """A safety net only: an absent resource is listed again when its CRD appears."""
-WATCH_SECONDS = 300
+WATCH_SECONDS = 60
+"""The server ends each watch after this long and the observer resumes it from the last
+resourceVersion. Short on purpose: the client's read timeout is this plus 30 s, so a
+connection that went silent (an overloaded or restarted API server) is noticed within
+90 s, not after many minutes."""
 
 
 class Reader(Protocol):

@@ -111,7 +111,7 @@ def pod_source() -> Source:
         return f"{meta.get('namespace')}/{meta.get('name')}" if requests_gpu(body) else None
 
     running = "status.phase!=Succeeded,status.phase!=Failed"
-    return Source(PODS, ListQuery("/api/v1/pods", field_selector=running), fold, watch_seconds=60)
+    return Source(PODS, ListQuery("/api/v1/pods", field_selector=running), fold)
 
 
 def _name(body: Mapping[str, Any]) -> str:
