@@ -85,7 +85,6 @@ class Informer:
         self._thread = threading.Thread(
             target=self._run, name=f"observe-{source.resource}", daemon=True
         )
-        self.errors = 0
         self._said_absent = False
         self._crd_present = False
 
@@ -135,7 +134,6 @@ class Informer:
                 attempt = self._backoff(attempt, err)
 
     def _backoff(self, attempt: int, err: Exception) -> int:
-        self.errors += 1
         delay = BACKOFF[min(attempt, len(BACKOFF) - 1)] * random.uniform(0.8, 1.2)
         level = logging.INFO if isinstance(err, TransientError) and attempt < 3 else logging.WARNING
         log.log(level, "observe %s: %s; again in %.1fs", self.source.resource, err, delay)

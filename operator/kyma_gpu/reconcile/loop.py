@@ -121,7 +121,6 @@ class Loop:
     plans: cachetools.LRUCache[tuple[str, ClusterFacts, Owner], Plan] = field(
         default_factory=lambda: cachetools.LRUCache(maxsize=16)
     )
-    passes: int = 0
     flux_served: tuple[bool, ...] = ()
     """Which Flux kinds are served: when that changes (Flux installed), failed writes are
     retried at once instead of at their retry time."""
@@ -185,7 +184,6 @@ class Loop:
     async def reconcile(self, gpu: GpuObject) -> Step:
         """Steps until one has nothing left to write; logs the pass."""
         began, writes = time.monotonic(), 0
-        self.passes += 1
         for _ in range(MAX_STEPS):
             step = decide(Inputs(gpu, snapshot(self.store), self.plan,
                                  self.failures.get(gpu.name), time.monotonic(), now()))  # fmt: skip
