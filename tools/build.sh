@@ -4,6 +4,13 @@
 # Go modules into a user-level cache keyed by version and go.sum, and links
 # them into tools/bin. Idempotent: a cached binary is reused, not rebuilt.
 #
+# The NVIDIA GPU Operator controller (one per chart version in
+# GPU_OPERATOR_VERSIONS) is built from the source tarballs in
+# ../shared/vendor/gpu-operator (the Go proxy does not serve it) with
+# -mod=vendor, keyed by the tarball's sha256. Its cache directory also holds
+# the tree's assets/ and manifests/, which the controller reads from
+# /opt/gpu-operator (the harness bind-mounts them in a private mount namespace).
+#
 #   tools/build.sh            build whatever is missing
 #   tools/build.sh --print    print the cache directory and exit
 #
@@ -69,4 +76,44 @@ for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
 done
 want source-controller && build source-controller source-controller "$SOURCE_CONTROLLER_VERSION" github.com/fluxcd/source-controller
 want helm-controller && build helm-controller helm-controller "$HELM_CONTROLLER_VERSION" github.com/fluxcd/helm-controller
+
+GPU_OPERATOR_SOURCES=${GPU_OPERATOR_SOURCES:-$(cd "$here/../.." && pwd)/shared/vendor/gpu-operator}
+# build_gpu_operator VERSION: cmd/gpu-operator from the vendored source tarball.
+build_gpu_operator() {
+  local version=$1 tarball key dest src start
+  tarball="$GPU_OPERATOR_SOURCES/gpu-operator-$version-src.tar.gz"
+  if [[ ! -f "$tarball" ]]; then
+    echo "tools: $tarball is missing; the NVIDIA controller cannot be built" >&2
+    exit 1
+  fi
+  key=$(sha256sum "$tarball" | cut -c1-12)
+  dest="$cache_root/gpu-operator-$version-$key"
+  if [[ -x "$dest/gpu-operator" && -d "$dest/opt/manifests" ]]; then
+    reused=$((reused + 1))
+  else
+    start=$SECONDS
+    echo "tools: building gpu-operator $version from its vendored sources (about 2-3 minutes) ..." >&2
+    rm -rf "$dest.tmp" && mkdir -p "$dest.tmp/src" "$dest.tmp/opt"
+    tar -xzf "$tarball" -C "$dest.tmp/src" --strip-components=1
+    if ! (cd "$dest.tmp/src" && GOFLAGS=-mod=vendor go build -trimpath \
+        -ldflags "-s -w -X github.com/NVIDIA/gpu-operator/internal/info.version=$version" \
+        -o "$dest.tmp/gpu-operator" ./cmd/gpu-operator); then
+      rm -rf "$dest.tmp"
+      echo "tools: building gpu-operator $version failed (see above)" >&2
+      exit 1
+    fi
+    # The image layout: assets/* at /opt/gpu-operator, manifests/ below it.
+    cp -r "$dest.tmp/src/assets/." "$dest.tmp/opt/"
+    cp -r "$dest.tmp/src/manifests" "$dest.tmp/opt/manifests"
+    cp "$dest.tmp/src/LICENSE" "$dest.tmp/LICENSE"
+    rm -rf "$dest.tmp/src"
+    rm -rf "$dest" && mv "$dest.tmp" "$dest"
+    echo "tools: built gpu-operator $version in $((SECONDS - start))s" >&2
+    built=$((built + 1))
+  fi
+  ln -sfn "$dest" "$bin_dir/gpu-operator-$version"
+}
+for v in $GPU_OPERATOR_VERSIONS; do
+  want "gpu-operator" && build_gpu_operator "$v"
+done
 echo "tools: $built built, $reused reused from $cache_root" >&2
