@@ -1,21 +1,23 @@
-"""Flux end to end: the real source-controller and helm-controller install, upgrade,
-drift-correct and uninstall the NVIDIA GPU Operator chart (served from a local Helm
-repository) as the operator asks. Tests run in file order and build on each other.
-
-The NVIDIA GPU operator controller itself cannot be built here (its Go module at the chart's
-versions is not served by the module proxy), so the operand DaemonSets it would create are
-created by the test with the upstream names and labels, and the ClusterPolicy status it would
-write is written by the test.
+"""Flux end to end on Garden Linux: the real source-controller and helm-controller install,
+upgrade, drift-correct and uninstall the NVIDIA GPU Operator chart (served from a local Helm
+repository) as the operator asks, and the real NVIDIA GPU Operator controller (run by the
+harness while the chart is installed, at the chart's version, as the chart's ServiceAccount;
+see tests/harness/nvidia.py) creates the operands from the module's values. Nothing here
+creates an operand DaemonSet or writes a ClusterPolicy status. Tests run in file order and
+build on each other.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.harness.cluster import LocalCluster
 from tests.harness.flux import FluxStack
@@ -28,10 +30,11 @@ from tests.harness.module import (
     helm_release,
     module_on,
     operator_writes,
-    remove_stand_in,
-    stand_in_for_the_gpu_operator,
     wait_until,
 )
+from tests.harness.nodes import DEMO_FLEET
+from tests.harness.nvidia import NAMESPACE as NVIDIA_SA_NAMESPACE
+from tests.harness.nvidia import SERVICE_ACCOUNT as NVIDIA_SA
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
@@ -136,12 +139,163 @@ def test_install(
     release = wait_until(release_ready, 30, "ReleaseReady=True mirrored from the HelmRelease")
     assert "HelmRelease kyma-system/gpu-operator" in release["message"]
 
-    stand_in_for_the_gpu_operator(local_cluster)
-    wait_until(lambda: _state(local_cluster) == "Ready", 180, "Gpu Ready")
+    # The real controller's ClusterPolicy state, mirrored: notReady while the operand pods
+    # start (kwok makes them Ready after OPERAND_READY_DELAY_MS), then ready.
+    seen = _watch_components(local_cluster, 180)
     TIMINGS["apply_to_gpu_ready"] = round(time.monotonic() - began, 1)
+    assert any("ClusterPolicy cluster-policy is notReady" in m for _, m in seen), seen
+    assert seen[-1][0] == "True", seen
+    assert _cluster_policy(local_cluster)["status"]["state"] == "ready"
     status = (gpu(local_cluster) or {})["status"]
     assert status["installedChartVersion"] == "v26.3.3"
+    assert flux_stack.nvidia.starts == ["v26.3.3"]
     WRITES["install"] = len(operator_writes(local_cluster)) - writes_before
+    # The controller ran as the chart's ServiceAccount, within the chart's RBAC.
+    writers = _daemonset_creators(local_cluster)
+    assert writers == {f"system:serviceaccount:{NVIDIA_SA_NAMESPACE}:{NVIDIA_SA}"}, writers
+
+
+def _watch_components(cluster: LocalCluster, timeout: float) -> list[tuple[str, str]]:
+    """The distinct (status, message) of ComponentsReady until the Gpu is Ready."""
+    seen: list[tuple[str, str]] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        obj = gpu(cluster)
+        cond = condition(obj, "ComponentsReady")
+        if cond and (not seen or seen[-1] != (cond["status"], cond["message"])):
+            seen.append((cond["status"], cond["message"]))
+        if ((obj or {}).get("status") or {}).get("state") == "Ready":
+            return seen
+        time.sleep(0.2)
+    raise AssertionError(f"the Gpu did not become Ready; ComponentsReady seen: {seen}")
+
+
+def _daemonset_creators(cluster: LocalCluster) -> set[str]:
+    """Who created DaemonSets in the target namespace (from the audit log), Helm excepted."""
+    users = set()
+    for line in (cluster.log_dir / "audit.log").read_text().splitlines():
+        event = json.loads(line)
+        ref = event.get("objectRef") or {}
+        if (event.get("verb"), ref.get("resource"), ref.get("namespace")) != (
+            "create",
+            "daemonsets",
+            TARGET_NAMESPACE,
+        ) or event.get("stage") != "ResponseComplete":
+            continue
+        name = str(ref.get("name") or "")
+        if "node-feature-discovery" not in name:  # NFD's DaemonSet is the chart's, via Helm
+            users.add(str((event.get("user") or {}).get("username")))
+    return users
+
+
+def _daemonsets(cluster: LocalCluster) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in cluster.list_objects("daemonsets", TARGET_NAMESPACE)}
+
+
+def _container(ds: dict[str, Any]) -> dict[str, Any]:
+    return dict(ds["spec"]["template"]["spec"]["containers"][0])
+
+
+def _env(container: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: str(e.get("value", "")) for e in container.get("env") or []}
+
+
+def _installer_image(cluster: LocalCluster, node: dict[str, Any], branch: str) -> tuple[str, str]:
+    """(DaemonSet name, image) the gardenlinux-nvidia-installer naming gives a node: its kernel,
+    and the VERSION_ID that NFD put on it from the module's labelsTemplate (tag
+    ``<branch>-<kernel>-gardenlinux<VERSION_ID>``; the installer publishes VERSION_ID 0)."""
+    labels = node["metadata"]["labels"]
+    kernel = node["status"]["nodeInfo"]["kernelVersion"]
+    version_id = labels["feature.node.kubernetes.io/system-os_release.VERSION_ID"]
+    policy = _cluster_policy(cluster)["spec"]["driver"]
+    suffix = f"{kernel}-gardenlinux{version_id}"
+    return (
+        f"nvidia-driver-daemonset-{suffix}",
+        f"{policy['repository']}/driver:{branch}-{suffix}",
+    )
+
+
+def _gpu_nodes(cluster: LocalCluster) -> list[dict[str, Any]]:
+    return [
+        n
+        for n in cluster.list_objects("nodes")
+        if n["metadata"]["labels"].get("nvidia.com/gpu.present") == "true"
+    ]
+
+
+def test_garden_linux_precompiled_driver_per_kernel(
+    local_cluster: LocalCluster, flux_stack: FluxStack, stack: OperatorProcess, tmp_path: Path
+) -> None:
+    sets = _daemonsets(local_cluster)
+    node = _gpu_nodes(local_cluster)[0]  # the demo's GPU nodes share one kernel
+    name, image = _installer_image(local_cluster, node, "590")
+    assert image.endswith("-gardenlinux0"), image  # the module's NFD rule set VERSION_ID 0
+    assert name in sets, sorted(sets)
+    assert _container(sets[name])["image"] == image
+    assert image.startswith("ghcr.io/gardenlinux/gardenlinux-nvidia-installer/1.17.0/driver:")
+
+    # A node with another kernel gets its own driver DaemonSet.
+    extra = _node_with_kernel(tmp_path, "6.12.44-cloud-amd64")
+    (extra_node,) = local_cluster.add_nodes(extra)
+    try:
+        new = wait_until(
+            lambda: next((n for n in _gpu_nodes(local_cluster)
+                          if n["status"]["nodeInfo"]["kernelVersion"] == "6.12.44-cloud-amd64"
+                          and "feature.node.kubernetes.io/system-os_release.VERSION_ID"
+                          in n["metadata"]["labels"]), None),
+            60, "the new node labelled by NFD and the NVIDIA operator",
+        )  # fmt: skip
+        name2, image2 = _installer_image(local_cluster, new, "590")
+        ds = wait_until(lambda: _daemonsets(local_cluster).get(name2), 120, name2)
+        assert _container(ds)["image"] == image2
+        assert (
+            ds["spec"]["template"]["spec"]["nodeSelector"][
+                "feature.node.kubernetes.io/kernel-version.full"
+            ]
+            == "6.12.44-cloud-amd64"
+        )
+        wait_until(lambda: _state(local_cluster) == "Ready", 120, "Ready with two kernels")
+    finally:
+        local_cluster.delete_node(extra_node)
+    wait_until(lambda: _state(local_cluster) == "Ready", 120, "Ready after the node left")
+
+
+def _node_with_kernel(tmp_path: Path, kernel: str) -> Path:
+    """One more demo GPU node, with another kernel."""
+    demo = yaml.safe_load(DEMO_FLEET.read_text())
+    node = next(n for n in demo["items"] if "nvidia.com/gpu" in n["status"].get("capacity", {}))
+    node = copy.deepcopy(node)
+    name = "ip-10-250-0-13.eu-central-1.compute.internal"
+    node["metadata"]["name"] = name
+    node["metadata"]["labels"]["kubernetes.io/hostname"] = name
+    node["status"]["nodeInfo"]["kernelVersion"] = kernel
+    for drop in ("resourceVersion", "uid", "creationTimestamp"):
+        node["metadata"].pop(drop, None)
+    path = tmp_path / "extra-node.yaml"
+    path.write_text(yaml.safe_dump(node))
+    return path
+
+
+def test_toolkit_and_components(
+    local_cluster: LocalCluster, flux_stack: FluxStack, stack: OperatorProcess
+) -> None:
+    sets = _daemonsets(local_cluster)
+    toolkit = _env(_container(sets["nvidia-container-toolkit-daemonset"]))
+    assert toolkit.get("ROOT") == "/opt/nvidia", toolkit
+    assert toolkit.get("CDI_ENABLED") == "true", toolkit
+    for present in ("nvidia-dcgm-exporter", "gpu-feature-discovery",
+                    "nvidia-device-plugin-daemonset", "nvidia-operator-validator"):  # fmt: skip
+        assert present in sets, sorted(sets)
+    assert "nvidia-mig-manager" not in sets  # off by default
+
+    _patch_spec(local_cluster, {"components": {"dcgmExporter": False}})
+    wait_until(lambda: "nvidia-dcgm-exporter" not in _daemonsets(local_cluster), 180,
+               "the DCGM exporter DaemonSet removed by the NVIDIA operator")  # fmt: skip
+    wait_until(lambda: _state(local_cluster) == "Ready", 120, "Ready without the DCGM exporter")
+    _patch_spec(local_cluster, {"components": {"dcgmExporter": None}})
+    wait_until(lambda: "nvidia-dcgm-exporter" in _daemonsets(local_cluster), 180,
+               "the DCGM exporter DaemonSet back")  # fmt: skip
+    wait_until(lambda: _state(local_cluster) == "Ready", 120, "Ready with the DCGM exporter")
 
 
 def test_upgrade_on_values_change(
@@ -162,6 +316,9 @@ def test_upgrade_on_values_change(
     states += _watch_states(local_cluster, "Ready", 120, "Ready after the upgrade")
     assert "Processing" in states, states
     assert states[-1] == "Ready", states
+    node = _gpu_nodes(local_cluster)[0]  # the demo's GPU nodes share one kernel
+    name, image = _installer_image(local_cluster, node, "580")
+    assert _container(_daemonsets(local_cluster)[name])["image"] == image
     TIMINGS["values_upgrade_to_ready"] = round(time.monotonic() - began, 1)
     hr = helm_release(local_cluster) or {}
     assert (hr.get("status") or {}).get("history", [{}])[0].get("version", 0) >= 2
@@ -184,9 +341,13 @@ def test_upgrade_on_chart_bump_replaces_crds(
         60,
         "status installedChartVersion",
     )
-    stand_in_for_the_gpu_operator(local_cluster)  # the upgrade re-rendered the ClusterPolicy
-    wait_until(lambda: _state(local_cluster) == "Ready", 120, "Ready on v26.7.0")
+    wait_until(lambda: _state(local_cluster) == "Ready", 180, "Ready on v26.7.0")
     TIMINGS["chart_bump_to_ready"] = round(time.monotonic() - began, 1)
+    # The controller followed the chart, and it rolled its operands to v26.7.0.
+    assert flux_stack.nvidia.version == "v26.7.0"
+    assert flux_stack.nvidia.starts[-1] == "v26.7.0"
+    validator = _container(_daemonsets(local_cluster)["nvidia-operator-validator"])
+    assert validator["image"].endswith(":v26.7.0"), validator["image"]
 
 
 def _request_reconcile(cluster: LocalCluster) -> None:
@@ -215,8 +376,7 @@ def test_drift_is_corrected(
         "Flux restoring the deleted Deployment",
     )
     wait_until(lambda: _cluster_policy(local_cluster), 60, "Flux restoring the ClusterPolicy")
-    stand_in_for_the_gpu_operator(local_cluster)
-    wait_until(lambda: _state(local_cluster) == "Ready", 120, "Ready after drift correction")
+    wait_until(lambda: _state(local_cluster) == "Ready", 180, "Ready after drift correction")
 
 
 def _error_message(cluster: LocalCluster) -> str:
@@ -257,7 +417,6 @@ def test_uninstall(
     local_cluster: LocalCluster, flux_stack: FluxStack, stack: OperatorProcess
 ) -> None:
     writes_before = len(operator_writes(local_cluster))
-    remove_stand_in(local_cluster)  # not part of the release: the NVIDIA operator's own
     began = time.monotonic()
     local_cluster.kubectl("delete", "gpus.gpu.kyma-project.io", "gpu", "--wait=false")
     wait_until(lambda: gpu(local_cluster) is None, 300, "the Gpu gone after Flux uninstalled")
@@ -268,10 +427,25 @@ def test_uninstall(
         == []
     )
     assert local_cluster.list_objects("deployments", TARGET_NAMESPACE) == []
-    assert local_cluster.list_objects("daemonsets", TARGET_NAMESPACE) == []
+    # The operand DaemonSets go with the ClusterPolicy that owns them (garbage collector).
+    wait_until(lambda: local_cluster.list_objects("daemonsets", TARGET_NAMESPACE) == [], 60,
+               "the operand DaemonSets gone")  # fmt: skip
+    assert flux_stack.nvidia.version is None  # the controller stopped with its Deployment
     secrets = local_cluster.list_objects("secrets", TARGET_NAMESPACE, selector="owner=helm")
     assert secrets == [], "Helm release records left behind"
     assert _cluster_policy(local_cluster) == {}
-    # What the docs say stays: the chart's CRDs.
+    # What the docs say stays (docs/operations.md): the chart's CRDs, and the node labels the
+    # NVIDIA controller set. NFD's labels go (its post-delete prune).
     assert local_cluster.get_object("crd", "clusterpolicies.nvidia.com") is not None
+    os_label = "feature.node.kubernetes.io/system-os_release.ID"
+    wait_until(
+        lambda: all(os_label not in n["metadata"]["labels"]
+                    for n in local_cluster.list_objects("nodes")),
+        30, "NFD labels pruned",
+    )  # fmt: skip
+    gpu_nodes = _gpu_nodes(local_cluster)
+    assert len(gpu_nodes) == 2
+    assert all(n["metadata"]["labels"].get("nvidia.com/gpu.deploy.driver") == "true"
+               for n in gpu_nodes)  # fmt: skip
+    flux_stack.nvidia.check_alive()
     WRITES["uninstall"] = len(operator_writes(local_cluster)) - writes_before

@@ -53,6 +53,35 @@ if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
 KWOK_STAGES_DIR = Path(__file__).resolve().parent / "kwok"
+OPERAND_LABEL = "app.kubernetes.io/managed-by"
+OPERAND_MANAGER = "gpu-operator"
+OPERAND_READY_DELAY_MS = 3000
+"""How long the NVIDIA operand pods (label app.kubernetes.io/managed-by=gpu-operator)
+take to become Ready: long enough that the ClusterPolicy is seen notReady first, as
+on a real node where the driver takes minutes."""
+
+
+def kwok_stage_files(out_dir: Path) -> list[Path]:
+    """The Stage files of tests/harness/kwok, plus one written to ``out_dir``: the
+    pod-ready stage for the NVIDIA operand pods, delayed by OPERAND_READY_DELAY_MS.
+    The stock pod-ready stage excludes those pods, so exactly one stage matches."""
+    files = sorted(KWOK_STAGES_DIR.glob("*.yaml"))
+    stage = yaml.safe_load((KWOK_STAGES_DIR / "pod-ready.yaml").read_text(encoding="utf-8"))
+    stage["metadata"]["name"] = "kyma-gpu-operand-pod-ready"
+    key = f'.metadata.labels["{OPERAND_LABEL}"]'
+    expressions = stage["spec"]["selector"]["matchExpressions"]
+    stock = [e for e in expressions if e["key"] == key and e["operator"] == "NotIn"]
+    if stock != [{"key": key, "operator": "NotIn", "values": [OPERAND_MANAGER]}]:
+        raise ValueError(f"pod-ready.yaml must exclude the operand pods with {key} NotIn")
+    expressions.remove(stock[0])
+    expressions.append({"key": key, "operator": "In", "values": [OPERAND_MANAGER]})
+    stage["spec"]["delay"] = {"durationMilliseconds": OPERAND_READY_DELAY_MS}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    generated = out_dir / "operand-pod-ready.yaml"
+    generated.write_text(yaml.safe_dump(stage, sort_keys=False), encoding="utf-8")
+    return [*files, generated]
+
+
 CLUSTER_NAME = "kyma-gpu-local"
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 POD_CIDR = "10.244.0.0/16"
@@ -308,7 +337,7 @@ class LocalCluster:
             [
                 str(self._bins["kwok"]),
                 f"--kubeconfig={self.kubeconfig}",
-                *(f"--config={stage}" for stage in sorted(KWOK_STAGES_DIR.glob("*.yaml"))),
+                *(f"--config={stage}" for stage in kwok_stage_files(self.workdir / "kwok")),
                 f"--manage-nodes-with-label-selector={nodes_module.KWOK_SELECTOR}",
                 f"--cidr={POD_CIDR}",
                 f"--server-address=127.0.0.1:{kwok_port}",

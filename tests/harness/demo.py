@@ -27,7 +27,6 @@ from .module import (
     gpu,
     helm_release,
     install_crds,
-    stand_in_for_the_gpu_operator,
 )
 from .nodes import DEMO_FLEET
 
@@ -71,6 +70,26 @@ def _status_line(obj: dict[str, Any] | None) -> str:
     return f"Gpu state {status.get('state', '-')}: {status.get('message', '')}"
 
 
+def _show_new_operands(
+    cluster: LocalCluster, shown: set[str], flux: FluxStack, progress: Progress
+) -> set[str]:
+    """Print each DaemonSet the real NVIDIA controller creates, once, with its image."""
+    if flux.nvidia.version is None:
+        return shown
+    if not shown:
+        progress(f"chart installed by Flux; the NVIDIA GPU Operator controller "
+                 f"{flux.nvidia.version} runs (as the chart's ServiceAccount) and deploys "
+                 "the operands")  # fmt: skip
+        shown = {""}
+    for ds in cluster.list_objects("daemonsets", "gpu-operator"):
+        name = ds["metadata"]["name"]
+        if name not in shown and "node-feature-discovery" not in name:
+            image = ds["spec"]["template"]["spec"]["containers"][0]["image"]
+            progress(f"  DaemonSet {name}: {image}")
+            shown = shown | {name}
+    return shown
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -97,23 +116,20 @@ def run_demo(exit_when_ready: bool = False, timeout: float = 300.0) -> int:
         )
         cluster.apply(sample)
 
-        last, stood_in, deadline = "", False, time.monotonic() + timeout
+        last, deadline = "", time.monotonic() + timeout
+        operands: set[str] = set()
         while time.monotonic() < deadline:
             obj = gpu(cluster)
             line = _status_line(obj)
             if line != last:
                 progress(line)
                 last = line
-            release = condition(obj, "ReleaseReady") or {}
-            if release.get("status") == "True" and not stood_in:
-                progress("chart installed by Flux; no GPUs here, so the demo plays the NVIDIA "
-                         "operator's part: operand DaemonSets, ClusterPolicy ready")  # fmt: skip
-                stand_in_for_the_gpu_operator(cluster)
-                stood_in = True
+            operands = _show_new_operands(cluster, operands, flux, progress)
             if ((obj or {}).get("status") or {}).get("state") == "Ready":
                 break
             if operator is not None and not operator.alive():
                 raise RuntimeError(f"the operator exited:\n{operator.log()}")
+            flux.check_alive()
             time.sleep(0.5)
         else:
             raise RuntimeError(f"the Gpu did not become Ready within {timeout:.0f}s: {last}")
@@ -130,7 +146,8 @@ def run_demo(exit_when_ready: bool = False, timeout: float = 300.0) -> int:
         for command in (
             "get gpu", "describe gpu gpu", f"get helmrelease,helmrepository -n {MODULE_NAMESPACE}",
             f"get helmrelease gpu-operator -n {MODULE_NAMESPACE} -o yaml",
-            "get daemonsets,pods -n gpu-operator", "get nodes -L node.kubernetes.io/instance-type",
+            "get daemonsets,pods -n gpu-operator", "get clusterpolicy",
+            "get nodes -L node.kubernetes.io/instance-type",
         ):  # fmt: skip
             print(f"  tools/bin/kubectl {command}")
         print(f"Logs (operator, Flux, control plane): {cluster.log_dir}")

@@ -17,6 +17,10 @@
    logs a fatal setup error (FLUX_FATAL_PATTERNS) fails the start at once,
    with its log tail.
 
+4. starts the NVIDIA operator harness (nvidia.NvidiaOperator): while the chart
+   is installed, the real NVIDIA GPU Operator controller runs as a process and
+   the Nodes get the labels the chart's NFD would publish.
+
 helm-controller >= 1.5 uses Helm 4 with kstatus waiting: a HelmRelease is
 Ready only once its Deployments, DaemonSets, Jobs ... are really ready, which
 kwok, the scheduler and the controller manager of the LocalCluster provide.
@@ -37,6 +41,7 @@ from typing import Any, cast
 from .binaries import FLUX_BINARIES, MissingBinaryError, host_tool, require, tool_versions
 from .cluster import LocalCluster
 from .helm_repo import LocalHelmRepository
+from .nvidia import NvidiaOperator
 from .procs import ManagedProcess, free_port, http_ok, stop_all
 
 HELM_CONTROLLER_MODULE = "github.com/fluxcd/helm-controller"
@@ -133,6 +138,8 @@ class FluxStack:
         self.storage_dir = cluster.workdir / "flux" / "source-storage"
         self.storage_url = ""
         """source-controller's artifact server, http://127.0.0.1:<port>."""
+        self.nvidia = NvidiaOperator(cluster)
+        """The real NVIDIA controller, run while Flux has the chart installed."""
         self._started = False
 
     @property
@@ -184,6 +191,7 @@ class FluxStack:
         for process, probe in ((source, source_ready), (helm, helm_ready)):
             took = process.wait_healthy(probe, timeout=self.start_timeout, what="ready")
             self.timings[process.name] = took
+        self.nvidia.start()
 
     def _source_controller(self, binary: Path) -> tuple[ManagedProcess, Callable[[], bool]]:
         """The source-controller process (not started) and its readiness probe.
@@ -249,13 +257,16 @@ class FluxStack:
         self.cluster.wait_crds_established(*names, timeout=timeout)
 
     def stop(self) -> None:
+        self.nvidia.stop()
         stop_all(list(reversed(self.processes.values())))
         self.helm_repo.stop()
 
     def check_alive(self) -> None:
-        """Raise ProcessFailedError if a controller exited or logged a fatal error."""
+        """Raise ProcessFailedError if a controller exited or logged a fatal error, and
+        AssertionError if the NVIDIA controller ever crashed."""
         for process in self.processes.values():
             process.check_alive()
+        self.nvidia.check_alive()
 
     def rss_kib(self) -> dict[str, int]:
         result: dict[str, int] = {}

@@ -1,7 +1,8 @@
 """The module on the local cluster: the operator as a real process (`kyma-gpu run`), its
-CRDs, and what the operator tests and the demo share: waiting on conditions, counting the
-operator's API writes (from the API server's audit log), standing in for the NVIDIA GPU
-operator controller (which cannot run here).
+CRDs, and what the operator tests and the demo share: waiting on conditions and counting the
+operator's API writes (from the API server's audit log). The NVIDIA GPU Operator controller
+runs for real while Flux has the chart installed (tests/harness/nvidia.py, started by
+FluxStack).
 """
 
 from __future__ import annotations
@@ -26,55 +27,6 @@ CRD = ROOT / "config" / "crd" / "bases" / "gpu.kyma-project.io_gpus.yaml"
 MODULE_NAMESPACE = "kyma-system"
 TARGET_NAMESPACE = "gpu-operator"
 T = TypeVar("T")
-
-
-OPERAND_DAEMONSETS = (
-    "nvidia-driver-daemonset-6.12.44-cloud-amd64-gardenlinux0",
-    "nvidia-container-toolkit-daemonset",
-    "nvidia-device-plugin-daemonset",
-    "gpu-feature-discovery",
-    "nvidia-dcgm-exporter",
-    "nvidia-operator-validator",
-)
-
-
-def operand_daemonset(name: str) -> dict[str, Any]:
-    """A DaemonSet with the name and labels the NVIDIA operator gives this operand.
-
-    Upstream, the ClusterPolicy owns them; here they carry no owner reference, because the
-    garbage collector of a control plane that learned of the ClusterPolicy CRD seconds ago
-    sometimes took the owner for gone and deleted them (seen once in the Flux e2e run).
-    remove_stand_in() does the cleanup the NVIDIA operator would do."""
-    labels = {"app": name, "app.kubernetes.io/part-of": "gpu-operator"}
-    strategy = "OnDelete" if name.startswith("nvidia-driver-daemonset") else "RollingUpdate"
-    meta: dict[str, Any] = {"name": name, "namespace": TARGET_NAMESPACE, "labels": labels}
-    return {
-        "apiVersion": "apps/v1", "kind": "DaemonSet",
-        "metadata": meta,
-        "spec": {"selector": {"matchLabels": {"app": name}}, "updateStrategy": {"type": strategy},
-                 "template": {"metadata": {"labels": labels}, "spec": {
-                     "nodeSelector": {"feature.node.kubernetes.io/pci-10de.present": "true"},
-                     "containers": [{"name": "main", "image": f"nvcr.io/nvidia/{name}:test"}]}}},
-    }  # fmt: skip
-
-
-def stand_in_for_the_gpu_operator(cluster: LocalCluster) -> None:
-    """What the NVIDIA GPU operator controller would do once the chart is installed: create the
-    operand DaemonSets (the real DaemonSet controller schedules them onto the kwok GPU nodes)
-    and report the ClusterPolicy ready. Its Go module at the chart's versions is not served by
-    the module proxy, so it cannot be built and run here."""
-    cluster.apply(*[operand_daemonset(name) for name in OPERAND_DAEMONSETS])
-    cluster.kubectl(
-        "patch", "clusterpolicies.nvidia.com", "cluster-policy", "--subresource=status",
-        "--type=merge", "-p", json.dumps({"status": {"state": "ready"}}),
-    )  # fmt: skip
-
-
-def remove_stand_in(cluster: LocalCluster) -> None:
-    """The operand DaemonSets go, as when the NVIDIA operator's ClusterPolicy is deleted."""
-    for name in OPERAND_DAEMONSETS:
-        cluster.kubectl("delete", "daemonset", name, "-n", TARGET_NAMESPACE, "--wait=false",
-                        "--ignore-not-found")  # fmt: skip
 
 
 def wait_until(
@@ -168,10 +120,12 @@ def module_on(
     name: str = "operator",
     kubeconfig: Path | None = None,
     args: tuple[str, ...] = ("--standalone",),
+    fleet: Path | None = DEMO_FLEET,
 ) -> Iterator[OperatorProcess]:
-    """The CRDs, the demo fleet and a running operator; afterwards the Gpu and nodes go."""
+    """The CRDs, a fleet (the demo's unless told; None: no nodes) and a running operator;
+    afterwards the Gpu and the nodes go."""
     install_crds(cluster)
-    nodes = cluster.add_nodes(DEMO_FLEET)
+    nodes = cluster.add_nodes(fleet) if fleet is not None else []
     process = OperatorProcess(cluster, name=name, kubeconfig=kubeconfig, args=args).start()
     try:
         yield process

@@ -22,9 +22,17 @@ def node(
     pool: str | None = "gpu",
     labels: Mapping[str, str] | None = None,
     capacity: Mapping[str, str] | None = None,
+    nfd: bool = True,
 ) -> dict[str, Any]:
-    """A Node body as the API returns it, with only the fields detection reads (and a few more)."""
+    """A Node body as the API returns it, with only the fields detection reads (and a few more).
+
+    ``nfd``: with the OS and kernel labels that node-feature-discovery publishes."""
     all_labels: dict[str, str] = {"kubernetes.io/os": "linux"}
+    if nfd and isinstance(kernel, str) and kernel:
+        all_labels["feature.node.kubernetes.io/kernel-version.full"] = kernel
+    if nfd and isinstance(os_image, str) and os_image.split():
+        os_id = os_image.split()[0].lower()
+        all_labels["feature.node.kubernetes.io/system-os_release.ID"] = os_id
     if instance_type is not None:
         all_labels["node.kubernetes.io/instance-type"] = instance_type
     if pool is not None:

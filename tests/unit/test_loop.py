@@ -130,7 +130,8 @@ def test_a_spec_change_is_one_release_write_and_one_status_write(world: World) -
 def test_ready_when_flux_and_components_are(world: World) -> None:
     installed(world)
     facts = daemonset_facts({
-        "metadata": {"name": "nvidia-driver-daemonset-x", "generation": 1},
+        "metadata": {"name": "nvidia-driver-daemonset-x", "generation": 1,
+                     "labels": {"app.kubernetes.io/component": "nvidia-driver"}},
         "spec": {"updateStrategy": {"type": "OnDelete"}},
         "status": {"desiredNumberScheduled": 2, "numberAvailable": 2, "observedGeneration": 1},
     })  # fmt: skip

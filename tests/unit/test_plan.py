@@ -609,3 +609,33 @@ def test_garden_linux_upstream_does_not_adopt_the_installer(catalog: Catalog) ->
     assert plan.installer_release is None
     assert reasons(plan) == [("warning", "UpstreamOnGardenLinux")]
     assert {d["repository"] for d in _drivers(plan).values()} == {"nvcr.io/nvidia"}
+
+
+def test_preinstalled_node_in_a_driven_os_pool_must_be_excluded(catalog: Catalog) -> None:
+    """A per-pool NVIDIADriver selects by OS ID, so a Garden Linux node with its own driver is
+    selected by the Garden Linux NVIDIADriver unless the NVIDIA operator's own switch is off."""
+    own = {"gpu.kyma-project.io/driver-preinstalled": "true"}
+    plan = plan_for(catalog, node("gl"), node("own", labels=own), ubuntu_node("ub"))
+    assert plan.driver_mode == "PerPool"
+    assert reasons(plan) == [("warning", "PreinstalledNodeNotExcluded")]
+    message = plan.preflight.findings[0].message
+    assert "nodes own have their own driver" in message
+    assert "nvidia.com/gpu.deploy.driver=false" in message
+
+    excluded = {**own, "nvidia.com/gpu.deploy.driver": "false"}
+    plan = plan_for(catalog, node("gl"), node("own", labels=excluded), ubuntu_node("ub"))
+    assert reasons(plan) == []
+    # The NVIDIA operator's label alone marks a node Preinstalled too.
+    only_nvidia = {"nvidia.com/gpu.deploy.driver": "false"}
+    plan = plan_for(catalog, node("gl"), node("own", labels=only_nvidia), ubuntu_node("ub"))
+    modes = {n.name: n.driver_mode for n in plan.nodes}
+    assert modes["own"] == "Preinstalled"
+    assert reasons(plan) == []
+
+
+def test_preinstalled_pool_of_an_os_without_a_driver_pool_needs_nothing(catalog: Catalog) -> None:
+    own = {"gpu.kyma-project.io/driver-preinstalled": "true"}
+    plan = plan_for(
+        catalog, node("gl"), ubuntu_node("ub-own", labels=own), ubuntu_node("x", labels=own)
+    )
+    assert reasons(plan) == []

@@ -110,9 +110,12 @@ def ds(
         status["numberUnavailable"] = unavailable
     if observed is not None:
         status["observedGeneration"] = observed
+    # As the NVIDIA operator labels its driver DaemonSets (both naming schemes).
+    driver = name.startswith(("nvidia-driver-daemonset", "nvidia-gpu-driver-"))
+    labels = {"app.kubernetes.io/component": "nvidia-driver"} if driver else {}
     return daemonset_facts(
         {
-            "metadata": {"name": name, "generation": generation},
+            "metadata": {"name": name, "generation": generation, "labels": labels},
             "spec": {"updateStrategy": {"type": strategy}},
             "status": status,
         }
@@ -285,6 +288,27 @@ CASES: list[Any] = [
             "DriverReady": ("True", "DriverDaemonSetsReady"),
         },
         id="clusterpolicy-not-ready",
+    ),
+    pytest.param(
+        "gl",
+        world(cluster_policy=ClusterPolicyFacts(state="notReady"), nodes_without_features=("n1",)),
+        GpuState.PROCESSING,
+        {"ComponentsReady": ("False", "NodeFeaturesMissing")},
+        id="nfd-labels-missing",
+    ),
+    pytest.param(
+        "gl",
+        world(nodes_without_features=("n1",)),
+        GpuState.PROCESSING,
+        {"ComponentsReady": ("False", "NodeFeaturesMissing")},
+        id="nfd-labels-missing-policy-ready",
+    ),
+    pytest.param(
+        "gl",
+        world(cluster_policy=None, daemonsets=(), nodes_without_features=("n1",)),
+        GpuState.PROCESSING,
+        {"ComponentsReady": ("Unknown", "WaitingForComponents")},
+        id="nfd-labels-missing-before-the-chart",
     ),
     pytest.param(
         "gl",
@@ -500,6 +524,18 @@ def test_daemonset_readiness(facts: DaemonSetFacts, ready: bool) -> None:
     assert facts.ready is ready
 
 
+def test_driver_daemonsets_are_known_by_their_component_label(plans: dict[str, Plan]) -> None:
+    """Per-pool NVIDIADriver DaemonSets are named nvidia-gpu-driver-<os>-<hash>, not
+    nvidia-driver-daemonset*; the component label is what both share."""
+    per_pool = ds("nvidia-gpu-driver-ubuntu22.04-7c9f8d6b5", desired=1, available=0)
+    assert per_pool.driver
+    assert not ds("nvidia-device-plugin-daemonset").driver
+    observed = world(daemonsets=(per_pool, *OPERANDS))
+    status = aggregate(plans["gl"], observed, generation=1)
+    driver = next(c for c in status.conditions if c.type == "DriverReady")
+    assert (driver.status, driver.reason) == ("False", "DriverNotReady")
+
+
 def test_daemonset_facts_of_a_fresh_body() -> None:
     facts = daemonset_facts({"metadata": {"name": "fresh"}})
     assert facts == DaemonSetFacts(
@@ -512,6 +548,17 @@ def test_daemonset_facts_of_a_fresh_body() -> None:
         updated=0,
         strategy="RollingUpdate",
     )
+
+
+def test_missing_node_features_are_named_with_the_next_step(plans: dict[str, Plan]) -> None:
+    nodes = tuple(f"node-{i}" for i in range(7))
+    observed = world(cluster_policy=ClusterPolicyFacts("notReady"), nodes_without_features=nodes)
+    status = aggregate(plans["gl"], observed, generation=1)
+    components = next(c for c in status.conditions if c.type == "ComponentsReady")
+    assert "node-0, node-1, node-2, node-3, node-4 and 2 more" in components.message
+    assert "system-os_release.ID" in components.message
+    assert "-l role=worker" in components.message
+    assert status.message == f"ComponentsReady: {components.message}"
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,10 @@ LABEL_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 LABEL_INSTANCE_TYPE_BETA = "beta.kubernetes.io/instance-type"
 LABEL_POOL = "worker.gardener.cloud/pool"
 LABEL_NFD_NVIDIA_PCI = "feature.node.kubernetes.io/pci-10de.present"
+LABEL_NFD_OS_ID = "feature.node.kubernetes.io/system-os_release.ID"
+LABEL_NFD_KERNEL = "feature.node.kubernetes.io/kernel-version.full"
+NFD_LABELS_NEEDED = (LABEL_NFD_OS_ID, LABEL_NFD_KERNEL)
+"""What the NVIDIA operator reads to pick a driver image; NFD publishes them."""
 LABEL_GPU_PRESENT = "nvidia.com/gpu.present"
 LABEL_GFD_PRODUCT = "nvidia.com/gpu.product"
 LABEL_GFD_COUNT = "nvidia.com/gpu.count"
@@ -26,6 +30,8 @@ LABEL_OPT_IN = "gpu.kyma-project.io/gpu"
 LABEL_MODEL = "gpu.kyma-project.io/gpu-model"
 LABEL_COUNT = "gpu.kyma-project.io/gpu-count"
 LABEL_PREINSTALLED = "gpu.kyma-project.io/driver-preinstalled"
+LABEL_DEPLOY_DRIVER = "nvidia.com/gpu.deploy.driver"
+"""The NVIDIA operator's own switch: "false" keeps its driver DaemonSets off the node."""
 LABEL_ARCH = "kubernetes.io/arch"
 RESOURCE_GPU = "nvidia.com/gpu"
 
@@ -112,6 +118,10 @@ class NodeFacts:
     """Why the node counts as a GPU node: registry, nfd-pci, gpu-present, capacity, opt-in."""
     preinstalled_driver: bool
     opted_out: bool = False
+    nfd_missing: bool = False
+    """NFD has not (yet) published NFD_LABELS_NEEDED on this node."""
+    driver_excluded: bool = False
+    """Labelled nvidia.com/gpu.deploy.driver=false: no NVIDIA driver DaemonSet runs here."""
 
     @property
     def is_gpu(self) -> bool:
@@ -193,7 +203,8 @@ def node_facts(node: Mapping[str, Any], registry: MachineTypeRegistry) -> NodeFa
     count = (
         _int(labels.get(LABEL_COUNT)) or count or capacity_gpus or _int(labels.get(LABEL_GFD_COUNT))
     )
-    preinstalled = labels.get(LABEL_PREINSTALLED) == "true" or family in (
+    excluded = labels.get(LABEL_DEPLOY_DRIVER) == "false"
+    preinstalled = labels.get(LABEL_PREINSTALLED) == "true" or excluded or family in (
         OsFamily.FLATCAR,
         OsFamily.BOTTLEROCKET,
         OsFamily.TALOS,
@@ -213,4 +224,6 @@ def node_facts(node: Mapping[str, Any], registry: MachineTypeRegistry) -> NodeFa
         evidence=tuple(evidence),
         preinstalled_driver=preinstalled,
         opted_out=opt_in == "false",
+        nfd_missing=not all(labels.get(key) for key in NFD_LABELS_NEEDED),
+        driver_excluded=excluded,
     )

@@ -6,7 +6,7 @@ Pure. The same function serves the operator and the offline `kyma-gpu plan` comm
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -161,6 +161,35 @@ def _cluster_mode(pools: tuple[DriverPool, ...], fallback: DriverMode) -> str:
     return PER_POOL
 
 
+def _exposed_preinstalled_findings(pools: Sequence[DriverPool], mode: str) -> list[Finding]:
+    """Preinstalled nodes that a per-pool NVIDIADriver of their OS would also select.
+
+    An NVIDIADriver selects by OS ID only; the NVIDIA operator keeps its driver off a node
+    only when the node is labelled nvidia.com/gpu.deploy.driver=false."""
+    if mode != PER_POOL:
+        return []
+    driven = {p.os for p in pools if p.mode is not DriverMode.PREINSTALLED}
+    exposed = [
+        n.name
+        for p in pools
+        if p.mode is DriverMode.PREINSTALLED and p.os in driven
+        for n in p.nodes
+        if not n.driver_excluded
+    ]
+    if not exposed:
+        return []
+    return [
+        Finding(
+            Severity.WARNING,
+            "PreinstalledNodeNotExcluded",
+            f"nodes {', '.join(exposed)} have their own driver, but the per-pool NVIDIADriver of "
+            "their OS selects them too and would deploy a second one; label them "
+            "nvidia.com/gpu.deploy.driver=false (a worker pool label), which the NVIDIA "
+            "operator honours",
+        )
+    ]
+
+
 def make_plan(
     spec: GpuSpec,
     facts: ClusterFacts,
@@ -310,6 +339,7 @@ def make_plan(
         for p in pools
         if p.mode is not DriverMode.PREINSTALLED
     ]
+    findings.extend(_exposed_preinstalled_findings(pools, mode))
     if mode == PER_POOL:
         stranded = [
             n.name

@@ -248,6 +248,7 @@ def _status(inputs: Inputs, plan: Plan, error: str = "") -> GpuStatus:
         daemonsets=snap.daemonsets,
         cluster_policy=snap.cluster_policy,
         gpu_workloads=snap.gpu_workloads or (),
+        nodes_without_features=tuple(n.name for n in snap.nodes if n.is_gpu and n.nfd_missing),
         deleting=inputs.gpu.deleting,
         applied=not error,
         apply_error=error,

@@ -20,8 +20,6 @@ from kyma_gpu.status.observed import (
     HelmReleaseFacts,
 )
 
-DRIVER_DAEMONSET_PREFIX = "nvidia-driver-daemonset"
-
 
 class ConditionType(StrEnum):
     """The conditions on Gpu.status, with the reasons each may carry."""
@@ -40,7 +38,7 @@ class ConditionType(StrEnum):
     """DriverDaemonSetsReady | DriverPreinstalled | DriverNotReady | WaitingForDriver |
     NoGpuNodes."""
     COMPONENTS_READY = "ComponentsReady"
-    """ComponentsReady | ComponentsNotReady | WaitingForComponents."""
+    """ComponentsReady | ComponentsNotReady | NodeFeaturesMissing | WaitingForComponents."""
     SOURCE_READY = "SourceReady"
     """Mirrors the chart source's Ready condition (Succeeded, FetchFailed, ...) or
     WaitingForSource | Progressing. False with a healthy release: installed, no upgrades."""
@@ -76,6 +74,8 @@ class Observed:
     cluster_policy: ClusterPolicyFacts | None = None
     gpu_workloads: tuple[str, ...] = ()
     """namespace/name of running pods that request nvidia.com/gpu."""
+    nodes_without_features: tuple[str, ...] = ()
+    """GPU nodes without the NFD labels the NVIDIA operator needs (facts.node.NFD_LABELS_NEEDED)."""
     deleting: bool = False
     applied: bool = True
     """False when the Flux objects could not be written (the error is in apply_error)."""
@@ -92,6 +92,17 @@ def _cond(
         reason=reason,
         message=message,
         observed_generation=generation,
+    )
+
+
+def _features_missing_message(nodes: Sequence[str], policy: ClusterPolicyFacts | None) -> str:
+    shown = ", ".join(nodes[:5]) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
+    state = policy.state if policy and policy.state else "not reported"
+    return (
+        f"ClusterPolicy cluster-policy is {state}, and GPU nodes lack the node-feature-discovery "
+        f"labels system-os_release.ID and kernel-version.full, which the NVIDIA operator needs "
+        f"to pick a driver: {shown}. Check that an NFD worker pod runs on each (kubectl get pods "
+        f"-n gpu-operator -l role=worker -o wide); a taint it does not tolerate keeps it off"
     )
 
 
@@ -280,8 +291,8 @@ def aggregate(
     if source.status == "False" and not release_failed:
         (warnings if release.status == "True" else errors).append(source.message)
 
-    driver_sets = [d for d in observed.daemonsets if d.name.startswith(DRIVER_DAEMONSET_PREFIX)]
-    other_sets = [d for d in observed.daemonsets if not d.name.startswith(DRIVER_DAEMONSET_PREFIX)]
+    driver_sets = [d for d in observed.daemonsets if d.driver]
+    other_sets = [d for d in observed.daemonsets if not d.driver]
     if plan.driver_mode == "Preinstalled":
         driver = _cond(
             ConditionType.DRIVER_READY,
@@ -318,7 +329,16 @@ def aggregate(
 
     policy = observed.cluster_policy
     not_ready = [d for d in other_sets if not d.ready]
-    if policy is not None and policy.state == "ready" and not not_ready:
+    if observed.nodes_without_features and policy is not None:
+        # The NVIDIA operator skips such nodes: they get no driver, even with the policy ready.
+        components = _cond(
+            ConditionType.COMPONENTS_READY,
+            "False",
+            "NodeFeaturesMissing",
+            _features_missing_message(observed.nodes_without_features, policy),
+            generation,
+        )
+    elif policy is not None and policy.state == "ready" and not not_ready:
         components = _cond(
             ConditionType.COMPONENTS_READY,
             "True",

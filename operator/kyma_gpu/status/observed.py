@@ -81,6 +81,9 @@ class DaemonSetFacts:
     unavailable: int
     updated: int
     strategy: str
+    driver: bool = False
+    """A driver DaemonSet: of the ClusterPolicy (nvidia-driver-daemonset[-<kernel>-<os>]) or
+    of an NVIDIADriver (nvidia-gpu-driver-<os>-<hash>); both carry DRIVER_COMPONENT."""
 
     @property
     def ready(self) -> bool:
@@ -98,8 +101,14 @@ class DaemonSetFacts:
         )
 
 
+DRIVER_COMPONENT = ("app.kubernetes.io/component", "nvidia-driver")
+"""The label the NVIDIA operator puts on every driver DaemonSet it renders."""
+
+
 def daemonset_facts(body: Mapping[str, Any]) -> DaemonSetFacts:
     meta = body.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    key, value = DRIVER_COMPONENT
     spec = body.get("spec") or {}
     status = body.get("status") or {}
     desired = _int(status.get("desiredNumberScheduled")) or 0
@@ -114,6 +123,7 @@ def daemonset_facts(body: Mapping[str, Any]) -> DaemonSetFacts:
         unavailable=unavailable if unavailable is not None else max(desired - available, 0),
         updated=_int(status.get("updatedNumberScheduled")) or 0,
         strategy=str((spec.get("updateStrategy") or {}).get("type", "RollingUpdate")),
+        driver=isinstance(labels, Mapping) and labels.get(key) == value,
     )
 
 
