@@ -204,10 +204,15 @@ def node_facts(node: Mapping[str, Any], registry: MachineTypeRegistry) -> NodeFa
         _int(labels.get(LABEL_COUNT)) or count or capacity_gpus or _int(labels.get(LABEL_GFD_COUNT))
     )
     excluded = labels.get(LABEL_DEPLOY_DRIVER) == "false"
-    preinstalled = labels.get(LABEL_PREINSTALLED) == "true" or excluded or family in (
-        OsFamily.FLATCAR,
-        OsFamily.BOTTLEROCKET,
-        OsFamily.TALOS,
+    preinstalled = (
+        labels.get(LABEL_PREINSTALLED) == "true"
+        or excluded
+        or family
+        in (
+            OsFamily.FLATCAR,
+            OsFamily.BOTTLEROCKET,
+            OsFamily.TALOS,
+        )
     )
     return NodeFacts(
         name=name,
