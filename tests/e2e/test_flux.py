@@ -343,11 +343,16 @@ def test_upgrade_on_chart_bump_replaces_crds(
     )
     wait_until(lambda: _state(local_cluster) == "Ready", 180, "Ready on v26.7.0")
     TIMINGS["chart_bump_to_ready"] = round(time.monotonic() - began, 1)
-    # The controller followed the chart, and it rolled its operands to v26.7.0.
-    assert flux_stack.nvidia.version == "v26.7.0"
+    # The controller followed the chart (the harness polls each second, so wait), and it
+    # rolled its operands to v26.7.0.
+    wait_until(lambda: flux_stack.nvidia.version == "v26.7.0", 60, "the controller at v26.7.0")
     assert flux_stack.nvidia.starts[-1] == "v26.7.0"
-    validator = _container(_daemonsets(local_cluster)["nvidia-operator-validator"])
-    assert validator["image"].endswith(":v26.7.0"), validator["image"]
+    wait_until(
+        lambda: _container(_daemonsets(local_cluster)["nvidia-operator-validator"])["image"]
+        .endswith(":v26.7.0"),
+        180, "the validator rolled to v26.7.0",
+    )  # fmt: skip
+    wait_until(lambda: _state(local_cluster) == "Ready", 180, "Ready after the operands rolled")
 
 
 def _request_reconcile(cluster: LocalCluster) -> None:
