@@ -19,8 +19,9 @@ from typing import Any, TextIO
 import yaml
 from pydantic import ValidationError
 
+from kyma_gpu.api.admission import admission_message
 from kyma_gpu.api.crd import crd_yaml
-from kyma_gpu.api.models import SINGLETON_NAME, Gpu, GpuSpec
+from kyma_gpu.api.models import SINGLETON_MESSAGE, SINGLETON_NAME, Gpu, GpuSpec
 from kyma_gpu.api.reference import reference_markdown
 from kyma_gpu.facts import NodeError, cluster_facts, node_facts
 from kyma_gpu.plan import Owner, make_plan
@@ -48,10 +49,8 @@ def _read(path: str, stdin: TextIO) -> Any:
 
 
 def _validation_message(source: str, err: ValidationError) -> str:
-    first = err.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"])
-    more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
-    return f"{source}: invalid {loc or 'object'}: {first['msg']}{more}"
+    """The API server's words for the same error (api/admission.py)."""
+    return f"{source}: {admission_message(err, root='')}"
 
 
 def load_gpu(path: str | None, stdin: TextIO) -> tuple[GpuSpec, Owner | None]:
@@ -65,10 +64,7 @@ def load_gpu(path: str | None, stdin: TextIO) -> tuple[GpuSpec, Owner | None]:
     except ValidationError as err:
         raise UsageError(_validation_message(path, err)) from err
     if gpu.metadata.name != SINGLETON_NAME:
-        raise UsageError(
-            f"{path}: metadata.name {gpu.metadata.name!r}: the module serves one Gpu named "
-            f"{SINGLETON_NAME!r} (the API server and the controller refuse other names)"
-        )
+        raise UsageError(f"{path}: metadata.name {gpu.metadata.name!r}: {SINGLETON_MESSAGE}")
     uid = gpu.metadata.uid
     return gpu.spec, Owner(uid=uid, name=gpu.metadata.name) if uid else None
 

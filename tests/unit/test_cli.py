@@ -106,31 +106,31 @@ GPU_HEAD = "apiVersion: gpu.kyma-project.io/v1beta1\nkind: Gpu\nmetadata: {name:
         pytest.param(
             "apiVersion: gpu.kyma-project.io/v1beta1\nkind: Gpu\n",
             None,
-            "invalid metadata",
+            "metadata: Required value",
             id="no-metadata",
         ),
         pytest.param(
             GPU_HEAD + "spec: {driver: {mode: Foo}}\n",
             None,
-            "invalid spec.driver.mode: Input should be 'Auto', 'Precompiled', 'Preinstalled' or",
+            'spec.driver.mode: Unsupported value: "Foo": supported values: "Auto", "Precompiled"',
             id="bad-mode",
         ),
         pytest.param(
             GPU_HEAD + "spec: {source: {chartRepository: 'http://charts.example/nvidia'}}\n",
             None,
-            "spec.source.chartRepository 'http://charts.example/nvidia' is plain http://",
+            "spec.source.chartRepository is plain http://; use https:// or oci://",
             id="http-without-insecure",
         ),
         pytest.param(
             GPU_HEAD + "spec: {driver: {version: 590}}\n",
             None,
-            "invalid spec.driver.version",
+            'spec.driver.version in body must be of type string: "integer"',
             id="version-as-number",
         ),
         pytest.param(
             GPU_HEAD + "spec: {colour: blue}\n",
             None,
-            "invalid spec.colour: Extra inputs are not permitted",
+            'unknown field "spec.colour"',
             id="unknown-field",
         ),
         pytest.param(

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from kyma_gpu.api.crd import crd, crd_yaml
+from kyma_gpu.api.models import REFUSED_VALUES, RefusedValue
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "config" / "crd" / "bases" / "gpu.kyma-project.io_gpus.yaml"
@@ -78,11 +79,10 @@ def test_crd_shape() -> None:
         "Upstream",
     ]
     assert "http://" in props["source"]["x-kubernetes-validations"][0]["rule"]
-    assert props["values"] == {
-        "type": "object",
-        "x-kubernetes-preserve-unknown-fields": True,
-        "description": props["values"]["description"],
-    }
+    values = props["values"]
+    assert values["type"] == "object"
+    assert values["x-kubernetes-preserve-unknown-fields"] is True
+    assert set(values["properties"]) == {"extraObjects", "node-feature-discovery"}
     status = schema["properties"]["status"]["properties"]
     assert status["state"]["enum"] == ["Ready", "Processing", "Warning", "Error", "Deleting"]
     for column in version["additionalPrinterColumns"]:
@@ -105,3 +105,13 @@ def test_the_committed_reference_is_the_generated_one() -> None:
     assert committed.read_text(encoding="utf-8") == reference_markdown(), (
         "docs/crd-reference.md is stale: regenerate it with `make manifests`"
     )
+
+
+@pytest.mark.parametrize("refused", REFUSED_VALUES, ids=lambda r: ".".join(r.path))
+def test_each_refused_value_has_a_cel_rule_with_the_models_message(refused: RefusedValue) -> None:
+    node = _schema()["properties"]["spec"]["properties"]["values"]
+    for key in refused.path[:-1]:
+        node = node["properties"][key]
+    assert refused.path[-1] in node["properties"]
+    rules = {r["rule"]: r["message"] for r in node["x-kubernetes-validations"]}
+    assert rules[f"!has(self.{refused.path[-1]})"] == refused.message

@@ -11,8 +11,11 @@ from typing import Any
 from kyma_gpu.api.models import (
     API_GROUP,
     API_VERSION,
+    HTTP_NEEDS_INSECURE,
     KIND,
     PLURAL,
+    REFUSED_VALUES,
+    SINGLETON_MESSAGE,
     SINGLETON_NAME,
     GpuSpec,
     GpuStatus,
@@ -25,17 +28,42 @@ _DROP = {"title", "additionalProperties", "x-kyma-raw"}
 _ROOT_RULES = [
     {
         "rule": f"self.metadata.name == '{SINGLETON_NAME}'",
-        "message": f"the Gpu resource is a singleton: metadata.name must be '{SINGLETON_NAME}'",
+        "message": SINGLETON_MESSAGE,
     }
 ]
 _SOURCE_RULES = [
     {
         "rule": "!has(self.chartRepository) || !self.chartRepository.startsWith('http://')"
         " || (has(self.insecure) && self.insecure)",
-        "message": "spec.source.chartRepository is plain http://; use https:// or oci://, "
-        "or set spec.source.insecure: true",
+        "message": HTTP_NEEDS_INSECURE,
     }
 ]
+
+
+def _refuse_values(values: dict[str, Any]) -> None:
+    """Declare each refused chart value in the raw `values` schema and refuse it by CEL.
+
+    A key of an object that preserves unknown fields is visible to CEL only when the schema
+    declares it with a type, so each refused key is declared with the chart's type for it."""
+    for refused in REFUSED_VALUES:
+        parent = values
+        for key in refused.path[:-1]:
+            props = parent.setdefault("properties", {})
+            parent = props.setdefault(
+                key,
+                {
+                    "type": "object",
+                    "x-kubernetes-preserve-unknown-fields": True,
+                    "description": f"Values of the {key} subchart.",
+                },
+            )
+        leaf = refused.path[-1]
+        declared: dict[str, Any] = {"type": refused.json_type, "description": "Refused."}
+        if refused.json_type == "array":
+            declared["items"] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+        parent.setdefault("properties", {})[leaf] = declared
+        rule = {"rule": f"!has(self.{leaf})", "message": refused.message}
+        parent.setdefault("x-kubernetes-validations", []).append(rule)
 
 
 def _structural(node: Any, defs: dict[str, Any]) -> Any:
@@ -47,7 +75,7 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
     if node.get("x-kyma-raw"):
         out: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
         if "description" in node:
-            out["description"] = node["description"]
+            out["description"] = " ".join(node["description"].split())
         return out
     if "$ref" in node:
         target = defs[node["$ref"].rsplit("/", 1)[-1]]
@@ -104,6 +132,7 @@ def crd() -> dict[str, Any]:
     """The CustomResourceDefinition as a plain dict."""
     spec = _schema(GpuSpec)
     spec["properties"]["source"]["x-kubernetes-validations"] = _SOURCE_RULES
+    _refuse_values(spec["properties"]["values"])
     status = _schema(GpuStatus)
     return {
         "apiVersion": "apiextensions.k8s.io/v1",

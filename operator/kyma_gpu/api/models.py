@@ -9,17 +9,29 @@ Python attributes are snake_case; the wire format is camelCase (aliases).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
 API_GROUP = "gpu.kyma-project.io"
 API_VERSION = "v1beta1"
 KIND = "Gpu"
 PLURAL = "gpus"
 SINGLETON_NAME = "gpu"
+SINGLETON_MESSAGE = f"the Gpu resource is a singleton: metadata.name must be '{SINGLETON_NAME}'"
+"""Said by the CEL rule on the Gpu and by `kyma-gpu plan`."""
 
 # Patterns shared by the schema (admission) and the models (offline `plan`).
 DRIVER_VERSION_PATTERN = r"^[0-9]{3}(\.[0-9]{1,3}){0,2}$"
@@ -28,6 +40,63 @@ CHART_VERSION_PATTERN = r"^v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$"
 CHART_REPOSITORY_PATTERN = r"^(https|oci|http)://[^\s/$.?#][^\s]*$"
 IMAGE_REGISTRY_PATTERN = r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9._-]+)*$"
 DNS_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
+@dataclass(frozen=True, slots=True)
+class RefusedValue:
+    """A chart value that `spec.values` may not set, and why."""
+
+    path: tuple[str, ...]
+    reason: str
+    json_type: Literal["array", "string"]
+    """The chart's type for it: the CRD declares the key with this type, since CEL sees only
+    declared, typed keys of an object that otherwise preserves unknown fields."""
+
+    @property
+    def message(self) -> str:
+        """What the API server (CEL) and `kyma-gpu plan` answer, word for word."""
+        return f"spec.values.{'.'.join(self.path)} is refused: {self.reason}"
+
+
+REFUSED_VALUES: tuple[RefusedValue, ...] = (
+    RefusedValue(
+        ("extraObjects",),
+        "it creates arbitrary objects with the rights of Flux, and the module reserves it for "
+        "the per-pool NVIDIADriver objects; create other objects yourself with kubectl",
+        "array",
+    ),
+    RefusedValue(
+        ("node-feature-discovery", "namespaceOverride"),
+        "it moves NFD out of the GPU operator's namespace, where Flux may not write and "
+        "uninstall would not find it",
+        "string",
+    ),
+)
+"""Chart values that create arbitrary objects or that the module reserves. Refused at admission
+(CEL rules generated from this list, api/crd.py) and by the model, so `kyma-gpu plan` says the
+same."""
+
+
+_ABSENT = object()
+
+
+def refused_in(values: Any) -> list[RefusedValue]:
+    """The refused values that `values` sets (an empty list or null counts as set)."""
+    found = []
+    for refused in REFUSED_VALUES:
+        node = values
+        for key in refused.path:
+            node = node.get(key, _ABSENT) if isinstance(node, dict) else _ABSENT
+        if node is not _ABSENT:
+            found.append(refused)
+    return found
+
+
+HTTP_NEEDS_INSECURE = (
+    "spec.source.chartRepository is plain http://; use https:// or oci://, "
+    "or set spec.source.insecure: true"
+)
+"""Said by the CEL rule on spec.source and by the model."""
 
 
 SecretName = Annotated[str, StringConstraints(pattern=DNS_NAME_PATTERN, max_length=253)]
@@ -86,7 +155,7 @@ class SourceSpec(_Model):
     chart_name: str = Field(default="gpu-operator", pattern=DNS_NAME_PATTERN, max_length=63)
     """Chart name in that repository."""
 
-    insecure: bool = False
+    insecure: StrictBool = False
     """Allow plain http:// chart repositories and OCI registries without TLS. For tests and
     closed networks only."""
 
@@ -105,29 +174,26 @@ class SourceSpec(_Model):
     def _http_needs_insecure(self) -> SourceSpec:
         repo = self.chart_repository
         if repo is not None and repo.startswith("http://") and not self.insecure:
-            raise ValueError(
-                f"spec.source.chartRepository {repo!r} is plain http://; use https:// or oci://, "
-                "or set spec.source.insecure: true"
-            )
+            raise ValueError(HTTP_NEEDS_INSECURE)
         return self
 
 
 class ComponentsSpec(_Model):
     """Optional parts of the GPU stack."""
 
-    dcgm_exporter: bool = True
+    dcgm_exporter: StrictBool = True
     """DCGM exporter: GPU metrics for Prometheus."""
 
-    service_monitor: bool = False
+    service_monitor: StrictBool = False
     """A ServiceMonitor for the DCGM exporter (needs the Prometheus operator's CRDs)."""
 
-    mig_manager: bool = False
+    mig_manager: StrictBool = False
     """MIG manager: partitions A100/H100 GPUs into MIG instances."""
 
-    gpu_feature_discovery: bool = True
+    gpu_feature_discovery: StrictBool = True
     """GPU feature discovery: node labels with GPU model, memory, driver and CUDA versions."""
 
-    node_status_exporter: bool = False
+    node_status_exporter: StrictBool = False
     """Node status exporter: metrics about the operator's validations."""
 
 
@@ -148,7 +214,18 @@ class GpuSpec(_Model):
 
     values: dict[str, Any] | None = Field(default=None, json_schema_extra={"x-kyma-raw": True})
     """Raw chart values, deep-merged after every rule. An escape hatch: what is set here wins,
-    and the module cannot check it. Prefer the typed fields above."""
+    and the module cannot check it. Prefer the typed fields above. Keys that create arbitrary
+    objects or that the module reserves (extraObjects, node-feature-discovery.namespaceOverride)
+    are refused."""
+
+    @field_validator("values")
+    @classmethod
+    def _no_refused_values(cls, values: dict[str, Any] | None) -> dict[str, Any] | None:
+        found = refused_in(values)
+        if found:
+            owner = ".".join(("spec.values", *found[0].path[:-1]))
+            raise PydanticCustomError("refused_value", found[0].message, {"owner": owner})
+        return values
 
 
 class GpuState(StrEnum):

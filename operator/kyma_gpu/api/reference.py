@@ -10,7 +10,7 @@ from kyma_gpu.api.crd import crd
 
 def _type(prop: dict[str, Any]) -> str:
     if prop.get("x-kubernetes-preserve-unknown-fields"):
-        return "object (free form)"
+        return "object (free form)" if prop.get("type") == "object" else "any"
     kind = str(prop.get("type", "object"))
     if kind == "array":
         return f"[]{_type(prop.get('items') or {})}"

@@ -1,0 +1,192 @@
+"""Bad Gpu specs: the real API server refuses each one at admission (OpenAPI and CEL rules of
+the generated CRD), and `kyma-gpu plan` refuses the same spec with the same message.
+
+One row per spec: the spec and the message a user sees. The API server's side is a server-side
+dry run (`kubectl create --dry-run=server`), so admission runs in full and nothing is stored.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kyma_gpu.api.models import (
+    CHART_REPOSITORY_PATTERN,
+    CHART_VERSION_PATTERN,
+    DNS_NAME_PATTERN,
+    IMAGE_REGISTRY_PATTERN,
+    INSTALLER_RELEASE_PATTERN,
+    REFUSED_VALUES,
+)
+from kyma_gpu.api.models import DRIVER_VERSION_PATTERN as DRIVER
+from kyma_gpu.cli import main
+from tests.harness.cluster import LocalCluster
+from tests.harness.module import CRD
+
+pytestmark = pytest.mark.integration
+
+MODES = 'supported values: "Auto", "Precompiled", "Preinstalled", "Upstream"'
+EXTRA_OBJECTS, NFD_NAMESPACE = (r.message for r in REFUSED_VALUES)
+HOSTILE_BINDING = {
+    "apiVersion": "rbac.authorization.k8s.io/v1",
+    "kind": "ClusterRoleBinding",
+    "metadata": {"name": "me-cluster-admin"},
+    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                "name": "cluster-admin"},
+    "subjects": [{"kind": "User", "name": "mallory"}],
+}  # fmt: skip
+
+
+def _pattern(path: str, value: str, pattern: str) -> str:
+    return f"{path}: Invalid value: {json.dumps(value)}: {path} in body should match '{pattern}'"
+
+
+def _type(path: str, got: str, want: str) -> str:
+    return f'{path}: Invalid value: "{got}": {path} in body must be of type {want}: "{got}"'
+
+
+# (id, spec, the message a user sees)
+ROWS: list[tuple[str, dict[str, Any], str]] = [
+    ("mode-unknown", {"driver": {"mode": "Foo"}},
+     f'spec.driver.mode: Unsupported value: "Foo": {MODES}'),
+    ("mode-lowercase", {"driver": {"mode": "auto"}},
+     f'spec.driver.mode: Unsupported value: "auto": {MODES}'),
+    ("mode-empty", {"driver": {"mode": ""}},
+     f'spec.driver.mode: Unsupported value: "": {MODES}'),
+    ("mode-number", {"driver": {"mode": 1}},
+     _type("spec.driver.mode", "integer", "string")),
+    ("version-number", {"driver": {"version": 590}},
+     _type("spec.driver.version", "integer", "string")),
+    ("version-short", {"driver": {"version": "5"}},
+     _pattern("spec.driver.version", "5", DRIVER)),
+    ("version-four-parts", {"driver": {"version": "590.48.01.1"}},
+     _pattern("spec.driver.version", "590.48.01.1", DRIVER)),
+    ("version-letters", {"driver": {"version": "latest"}},
+     _pattern("spec.driver.version", "latest", DRIVER)),
+    ("installer-two-parts", {"driver": {"installerRelease": "1.17"}},
+     _pattern("spec.driver.installerRelease", "1.17", INSTALLER_RELEASE_PATTERN)),
+    ("driver-not-object", {"driver": "590"},
+     _type("spec.driver", "string", "object")),
+    ("driver-unknown-field", {"driver": {"branch": "590"}},
+     'unknown field "spec.driver.branch"'),
+    ("chart-version-words", {"operatorVersion": "latest"},
+     _pattern("spec.operatorVersion", "latest", CHART_VERSION_PATTERN)),
+    ("chart-version-empty", {"operatorVersion": ""},
+     _pattern("spec.operatorVersion", "", CHART_VERSION_PATTERN)),
+    ("chart-version-too-long", {"operatorVersion": "v1.2.3-" + "a" * 64},
+     "spec.operatorVersion: Too long: may not be more than 64 bytes"),
+    ("repository-ftp", {"source": {"chartRepository": "ftp://charts.example"}},
+     _pattern("spec.source.chartRepository", "ftp://charts.example", CHART_REPOSITORY_PATTERN)),
+    ("repository-http", {"source": {"chartRepository": "http://charts.example"}},
+     'spec.source: Invalid value: spec.source.chartRepository is plain http://; '
+     "use https:// or oci://, or set spec.source.insecure: true"),
+    ("repository-http-insecure-false",
+     {"source": {"chartRepository": "http://charts.example", "insecure": False}},
+     'spec.source: Invalid value: spec.source.chartRepository is plain http://'),
+    ("insecure-string", {"source": {"insecure": "yes"}},
+     _type("spec.source.insecure", "string", "boolean")),
+    ("secret-ref-uppercase", {"source": {"secretRef": "Chart_Auth"}},
+     _pattern("spec.source.secretRef", "Chart_Auth", DNS_NAME_PATTERN)),
+    ("registry-with-scheme", {"source": {"imageRegistry": "https://mirror.example"}},
+     _pattern("spec.source.imageRegistry", "https://mirror.example", IMAGE_REGISTRY_PATTERN)),
+    ("registry-uppercase", {"source": {"imageRegistry": "Mirror.Example"}},
+     _pattern("spec.source.imageRegistry", "Mirror.Example", IMAGE_REGISTRY_PATTERN)),
+    ("pull-secrets-too-many", {"source": {"imagePullSecrets": [f"s{i}" for i in range(9)]}},
+     "spec.source.imagePullSecrets: Too many: 9: must have at most 8 items"),
+    ("pull-secret-bad-name", {"source": {"imagePullSecrets": ["pull", "Bad Name"]}},
+     _pattern("spec.source.imagePullSecrets[1]", "Bad Name", DNS_NAME_PATTERN)),
+    ("pull-secrets-not-list", {"source": {"imagePullSecrets": "pull"}},
+     _type("spec.source.imagePullSecrets", "string", "array")),
+    ("source-unknown-field", {"source": {"chart": "gpu-operator"}},
+     'unknown field "spec.source.chart"'),
+    ("dcgm-string", {"components": {"dcgmExporter": "true"}},
+     _type("spec.components.dcgmExporter", "string", "boolean")),
+    ("mig-number", {"components": {"migManager": 1}},
+     _type("spec.components.migManager", "integer", "boolean")),
+    ("components-list", {"components": ["dcgmExporter"]},
+     _type("spec.components", "array", "object")),
+    ("component-unknown", {"components": {"vgpuManager": True}},
+     'unknown field "spec.components.vgpuManager"'),
+    ("spec-unknown-field", {"colour": "blue"}, 'unknown field "spec.colour"'),
+    ("values-not-object", {"values": "driver: {}"},
+     _type("spec.values", "string", "object")),
+    ("values-extra-objects", {"values": {"extraObjects": [HOSTILE_BINDING]}},
+     f"spec.values: Invalid value: {EXTRA_OBJECTS}"),
+    ("values-extra-objects-empty", {"values": {"extraObjects": []}},
+     f"spec.values: Invalid value: {EXTRA_OBJECTS}"),
+    ("values-extra-objects-template", {"values": {"extraObjects": [{"kind": "Secret"}]}},
+     f"spec.values: Invalid value: {EXTRA_OBJECTS}"),
+    ("values-nfd-namespace", {"values": {"node-feature-discovery": {"namespaceOverride": "x"}}},
+     f"spec.values.node-feature-discovery: Invalid value: {NFD_NAMESPACE}"),
+]  # fmt: skip
+
+
+def _manifest(spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "gpu.kyma-project.io/v1beta1",
+        "kind": "Gpu",
+        "metadata": {"name": "gpu"},
+        "spec": spec,
+    }
+
+
+@pytest.fixture(scope="module")
+def gpu_crd(local_cluster: LocalCluster) -> Iterator[LocalCluster]:
+    """The generated CRD on the API server; removed again if this test brought it."""
+    existed = local_cluster.get_object("crd", "gpus.gpu.kyma-project.io") is not None
+    local_cluster.kubectl("apply", "--server-side", "-f", str(CRD))
+    local_cluster.wait_crds_established("gpus.gpu.kyma-project.io")
+    yield local_cluster
+    if not existed:
+        local_cluster.kubectl("delete", "-f", str(CRD), "--wait=true", check=False)
+
+
+def _admission(cluster: LocalCluster, spec: Any) -> tuple[int, str]:
+    result = cluster.kubectl(
+        "create", "--dry-run=server", "-o", "name", "-f", "-",
+        input=json.dumps(_manifest(spec)), check=False,
+    )  # fmt: skip
+    return result.returncode, result.stdout + result.stderr
+
+
+def _plan(tmp_path: Path, spec: Any) -> tuple[int, str]:
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps(_manifest(spec)), encoding="utf-8")
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["plan", "-f", str(path)], stdin=io.StringIO(), stdout=out, stderr=err)
+    return code, err.getvalue()
+
+
+def test_the_table_is_big_enough() -> None:
+    assert len(ROWS) >= 30
+    assert len({row[0] for row in ROWS}) == len(ROWS)
+
+
+def test_a_valid_spec_passes_both(gpu_crd: LocalCluster, tmp_path: Path) -> None:
+    """The control: the same path accepts a good spec, so a refusal below means something."""
+    spec = {
+        "driver": {"mode": "Precompiled", "version": "590"},
+        "source": {"chartRepository": "http://charts.example", "insecure": True},
+        "components": {"migManager": True},
+        "values": {"node-feature-discovery": {"worker": {"tolerations": []}}},
+    }
+    code, out = _admission(gpu_crd, spec)
+    assert code == 0, out
+    assert _plan(tmp_path, spec)[0] == 0
+
+
+@pytest.mark.parametrize(("spec", "message"), [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
+def test_refused_with_the_same_message(
+    gpu_crd: LocalCluster, tmp_path: Path, spec: dict[str, Any], message: str
+) -> None:
+    code, said = _admission(gpu_crd, spec)
+    assert code != 0, f"the API server admitted {spec}"
+    assert message in said, f"API server said:\n{said}"
+    code, said = _plan(tmp_path, spec)
+    assert code == 2, f"kyma-gpu plan accepted {spec}"
+    assert message in said, f"kyma-gpu plan said:\n{said}"
