@@ -12,8 +12,10 @@ Errors are typed by HTTP status code (kyma_gpu.errors), never by message text.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import logging
+import socket
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -32,9 +34,11 @@ from kyma_gpu.errors import (
     classify,
     message_of,
 )
+from kyma_gpu.status.events import GpuEvent, GpuRef
 
 FIELD_MANAGER = "kyma-gpu"
 USER_AGENT = f"kyma-gpu/{__version__}"
+EVENT_SOURCE = "kyma-gpu-operator"
 _APPLY = "application/apply-patch+yaml"
 _MERGE = "application/merge-patch+json"
 _METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
@@ -221,6 +225,28 @@ class KubeAdapter:
         patch = {"metadata": {"finalizers": finalizers, "resourceVersion": resource_version}}
         return await self._write(f"patch finalizers of Gpu {name}", "PATCH", f"{_GPUS}/{name}",
                                  body=patch, content_type=_MERGE)  # fmt: skip
+
+    async def post_event(self, namespace: str, gpu: GpuRef, event: GpuEvent) -> None:
+        """A core/v1 Event about the Gpu (status/events.py says in which namespace)."""
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{gpu.name}.", "namespace": namespace},
+            "involvedObject": {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": KIND,
+                               "name": gpu.name, "uid": gpu.uid},
+            "type": str(event.type),
+            "reason": event.reason,
+            "message": event.message,
+            "source": {"component": EVENT_SOURCE},
+            "reportingComponent": EVENT_SOURCE,
+            "reportingInstance": socket.gethostname(),
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }  # fmt: skip
+        await self._write(f"post Event on Gpu {gpu.name}", "POST",
+                          f"/api/v1/namespaces/{namespace}/events", body=body)  # fmt: skip
 
     async def _write(self, what: str, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         self.writes[what.split(" ", 1)[0]] += 1

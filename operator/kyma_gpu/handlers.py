@@ -18,6 +18,7 @@ import asyncio
 import logging
 import os
 import signal
+from pathlib import Path
 from typing import Any
 
 import kopf
@@ -31,6 +32,8 @@ from kyma_gpu.reconcile.machine import gpu_object
 from kyma_gpu.rules.catalog import Catalog
 
 GPU = (API_GROUP, API_VERSION, PLURAL)
+RULES_ENV = "KYMA_GPU_VALUES_RULES"
+"""A values-rules directory to use instead of the one shipped with the module."""
 log = logging.getLogger(__name__)
 
 
@@ -44,7 +47,9 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     settings.posting.level = logging.WARNING  # no Event per handler run
     settings.watching.server_timeout = 600
     settings.networking.error_backoffs = (0.5, 1, 2, 3, 5, 8, 13, 21)
-    catalog = Catalog()  # read and checked once: broken rule data stops the start here
+    # Read and checked once: broken rule data stops the start here.
+    rules = os.environ.get(RULES_ENV)
+    catalog = Catalog(Path(rules) if rules else None)
     adapter = KubeAdapter.connect()
     store = Store()
     observers = Observers(adapter, store, asyncio.get_running_loop())

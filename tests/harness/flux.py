@@ -134,6 +134,7 @@ class FluxStack:
         self.start_timeout = start_timeout
         self.helm_repo = LocalHelmRepository(charts_dir, log_path=cluster.log_dir / "helm-repo.log")
         self.processes: dict[str, ManagedProcess] = {}
+        self.probes: dict[str, Callable[[], bool]] = {}
         self.timings: dict[str, float] = {}
         self.storage_dir = cluster.workdir / "flux" / "source-storage"
         self.storage_url = ""
@@ -189,6 +190,7 @@ class FluxStack:
         source.start()
         helm.start()
         for process, probe in ((source, source_ready), (helm, helm_ready)):
+            self.probes[process.name] = probe
             took = process.wait_healthy(probe, timeout=self.start_timeout, what="ready")
             self.timings[process.name] = took
         self.nvidia.start()
@@ -260,6 +262,15 @@ class FluxStack:
         self.nvidia.stop()
         stop_all(list(reversed(self.processes.values())))
         self.helm_repo.stop()
+
+    def stop_controller(self, name: str) -> None:
+        """Stop one Flux controller (an outage); `start_controller` brings it back."""
+        self.processes[name].stop()
+
+    def start_controller(self, name: str) -> None:
+        process = self.processes[name]
+        process.restart()
+        process.wait_healthy(self.probes[name], timeout=self.start_timeout, what="ready")
 
     def check_alive(self) -> None:
         """Raise ProcessFailedError if a controller exited or logged a fatal error, and

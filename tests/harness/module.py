@@ -79,15 +79,18 @@ class OperatorProcess:
         name: str = "operator",
         kubeconfig: Path | None = None,
         args: tuple[str, ...] = ("--standalone",),
+        env: dict[str, str] | None = None,
     ) -> None:
         self.cluster = cluster
+        self.env = env or {}
         self.log_path = cluster.log_dir / f"{name}.log"
         self.kubeconfig = kubeconfig or cluster.kubeconfig
         self.args = args
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> OperatorProcess:
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1",
+               **self.env}  # fmt: skip
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "kyma_gpu.cli", "run", *self.args],
@@ -121,12 +124,14 @@ def module_on(
     kubeconfig: Path | None = None,
     args: tuple[str, ...] = ("--standalone",),
     fleet: Path | None = DEMO_FLEET,
+    env: dict[str, str] | None = None,
 ) -> Iterator[OperatorProcess]:
     """The CRDs, a fleet (the demo's unless told; None: no nodes) and a running operator;
     afterwards the Gpu and the nodes go."""
     install_crds(cluster)
     nodes = cluster.add_nodes(fleet) if fleet is not None else []
-    process = OperatorProcess(cluster, name=name, kubeconfig=kubeconfig, args=args).start()
+    process = OperatorProcess(cluster, name=name, kubeconfig=kubeconfig, args=args, env=env)
+    process.start()
     try:
         yield process
     finally:

@@ -377,6 +377,13 @@ class ManagedProcess:
             if self in _registry:
                 _registry.remove(self)
 
+    def restart(self) -> None:
+        """Stop (if running) and start again with the same argv and log."""
+        self.stop()
+        self._popen = None
+        self._stopped_by_us = False
+        self.start()
+
 
 def stop_all(processes: Sequence[ManagedProcess], timeout: float = 10.0) -> None:
     """Stop processes in the given order; SIGTERM goes to all of a batch at once.

@@ -15,6 +15,8 @@ from typing import Any
 
 from kyma_gpu.adapter import ObjectRef
 from kyma_gpu.errors import classify
+from kyma_gpu.reconcile.loop import now
+from kyma_gpu.status.events import GpuEvent, GpuRef
 
 _VERSIONS = itertools.count(100)
 
@@ -26,6 +28,7 @@ class FakeApi:
     calls: list[str] = field(default_factory=list)
     fail: list[int] = field(default_factory=list)
     """HTTP statuses the next writes fail with, in order."""
+    events: list[GpuEvent] = field(default_factory=list)
 
     def _maybe_fail(self, what: str) -> None:
         self.calls.append(what)
@@ -51,7 +54,7 @@ class FakeApi:
         obj = self.objects.get((ref.kind, ref.name))
         if obj is None:
             return None
-        obj["metadata"]["deletionTimestamp"] = "2026-11-30T00:00:00Z"
+        obj["metadata"]["deletionTimestamp"] = now()  # as the API server stamps it
         obj["metadata"]["resourceVersion"] = str(next(_VERSIONS))
         return copy.deepcopy(obj)
 
@@ -70,6 +73,9 @@ class FakeApi:
         self.gpu["metadata"]["finalizers"] = list(finalizers)
         self.gpu["metadata"]["resourceVersion"] = str(next(_VERSIONS))
         return copy.deepcopy(self.gpu)
+
+    async def post_event(self, namespace: str, gpu: GpuRef, event: GpuEvent) -> None:
+        self.events.append(event)  # not a call: Events are told apart from the writes
 
     def next_version(self) -> str:
         """The API server's next resourceVersion (one counter for every object)."""

@@ -172,6 +172,7 @@ def test_live_object() -> None:
         owner_uids=("u1", "u2"),
         spec={"interval": "10m"},
         deleting=True,
+        deleted_at="2026-11-30T08:00:00Z",
     )
     bare = live_object({})
     assert (bare.kind, bare.name, bare.labels, bare.owner_uids, bare.deleting) == (

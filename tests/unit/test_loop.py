@@ -16,6 +16,7 @@ from kyma_gpu.reconcile.loop import GPUS, Loop
 from kyma_gpu.reconcile.machine import FINALIZER, Phase, gpu_object
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status import ClusterPolicyFacts, daemonset_facts
+from kyma_gpu.status.deletion import UNINSTALL_GRACE_SECONDS, go_duration_seconds
 from tests.unit.builders import cpu_node, node
 from tests.unit.fake_api import FakeApi
 
@@ -196,6 +197,9 @@ def test_deletion_waits_for_gpu_pods_then_uninstalls_then_releases(world: World)
     world.store.put(PODS, "ml/train", None)
     assert world.run() is Phase.UNINSTALLING
     assert world.api.calls == ["delete HelmRelease", "delete HelmRepository", "status"]
+    waits = [e.message for e in world.api.events if e.reason == "Deleting"]
+    assert "ml/train" in waits[0]  # the wait began ...
+    assert waits[1].startswith("Flux is uninstalling the GPU stack")  # ... and changed
     for plural in FLUX:
         world.store.replace(plural, {}, version_of(world.api.next_version()))
     assert world.run() is Phase.RELEASED
@@ -204,6 +208,52 @@ def test_deletion_waits_for_gpu_pods_then_uninstalls_then_releases(world: World)
     world.sync_gpu()
     assert world.run() is Phase.RELEASED
     assert world.api.calls == []
+
+
+def _condition(world: World, type_: str) -> dict[str, Any]:
+    return next(c for c in world.api.gpu["status"]["conditions"] if c["type"] == type_)
+
+
+def test_the_skip_annotation_lets_a_deletion_pass_gpu_pods(world: World) -> None:
+    installed(world)
+    world.edit(
+        deletionTimestamp="2026-11-30T10:00:00Z",
+        annotations={"gpu.kyma-project.io/skip-workload-protection": "true"},
+    )
+    assert world.run() is Phase.UNINSTALLING  # pods are not even looked at
+    assert world.pods_wanted[-1] is False
+    assert world.api.calls == ["delete HelmRelease", "delete HelmRepository", "status"]
+    skipped = _condition(world, "WorkloadsProtected")
+    assert (skipped["status"], skipped["reason"]) == ("False", "ProtectionSkipped")
+    assert _condition(world, "Uninstalled")["reason"] == "UninstallInProgress"
+    assert world.api.gpu["status"]["state"] == "Deleting"
+
+
+def test_an_uninstall_past_its_timeout_turns_error_with_the_next_step(world: World) -> None:
+    installed(world)
+    world.edit(deletionTimestamp="2026-11-30T10:00:00Z")
+    world.store.replace(PODS, {}, None)
+    assert world.run() is Phase.UNINSTALLING
+    assert world.api.gpu["status"]["state"] == "Deleting"
+    requeue = asyncio.run(world.loop.run_pass())  # look again when the bound passes
+    release = next(o for (k, _), o in world.api.objects.items() if k == "HelmRelease")
+    bound = go_duration_seconds(release["spec"]["uninstall"]["timeout"])
+    assert bound is not None
+    assert requeue is not None
+    assert bound + UNINSTALL_GRACE_SECONDS - 5 < requeue <= bound + UNINSTALL_GRACE_SECONDS
+    # helm-controller never removes its finalizer: the objects stay, deleting, for years.
+    plural = {kind: plural for plural, (_, _, kind) in FLUX.items()}
+    for (kind, name), obj in world.api.objects.items():
+        obj["metadata"]["deletionTimestamp"] = "2000-01-01T00:00:00Z"
+        facts = flux_facts(plural[kind], obj)
+        world.store.put(plural[kind], name, Entry(version_of(world.api.next_version()), facts))
+    assert world.run() is Phase.UNINSTALLING
+    stalled = _condition(world, "Uninstalled")
+    assert stalled["reason"] == "UninstallStalled"
+    assert "HelmRelease/kyma-system/gpu-operator" in stalled["message"]
+    assert "remove the finalizers" in stalled["message"]
+    assert world.api.gpu["status"]["state"] == "Error"
+    assert world.api.calls == ["status"]  # nothing deleted twice
 
 
 def test_other_names_are_refused_once(catalog: Catalog) -> None:

@@ -20,6 +20,7 @@ from kyma_gpu.status import (
     cluster_policy_facts,
     daemonset_facts,
     helm_release_facts,
+    is_gpu_workload,
     requests_gpu,
 )
 from kyma_gpu.status.aggregate import _release_condition
@@ -490,11 +491,12 @@ def test_deletion_names_the_pods(plans: dict[str, Plan]) -> None:
     status = aggregate(plans["gl"], world(deleting=True, gpu_workloads=pods), generation=1)
     assert status.state is GpuState.WARNING
     assert status.message.startswith(
-        "deletion waits: pods still use GPUs: ml/train-00, ml/train-01"
+        "deletion waits for 12 pods that use GPUs: ml/train-00, ml/train-01"
     )
     assert "ml/train-09" in status.message
     assert "ml/train-10" not in status.message
-    assert status.message.endswith("and 2 more")
+    assert "and 2 more. Delete them, or annotate the Gpu with " in status.message
+    assert status.message.endswith("skip-workload-protection=true to go ahead")
 
 
 @pytest.mark.parametrize(
@@ -627,6 +629,34 @@ def test_helm_release_facts() -> None:
 )
 def test_requests_gpu(pod: dict[str, Any], uses: bool) -> None:
     assert requests_gpu(pod) is uses
+
+
+def _gpu_pod(namespace: str, phase: str = "Pending", **meta: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p", "namespace": namespace, **meta},
+        "status": {"phase": phase},
+        "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    }
+
+
+STACK = ("kyma-system", "gpu-operator")
+
+
+@pytest.mark.parametrize(
+    ("pod", "counts"),
+    [
+        (_gpu_pod("ml"), True),
+        (_gpu_pod("ml", "Running"), True),
+        (_gpu_pod("gpu-operator"), False),  # a validator Pending on a broken stack
+        (_gpu_pod("kyma-system", "Running"), False),
+        (_gpu_pod("ml", deletionTimestamp="2026-12-01T00:00:00Z"), False),
+        (_gpu_pod("ml", "Failed"), False),
+        (_gpu_pod("ml", "Succeeded"), False),
+        ({**_gpu_pod("ml"), "spec": {"containers": [{}]}}, False),
+    ],
+)
+def test_only_users_gpu_pods_hold_a_deletion(pod: dict[str, Any], counts: bool) -> None:
+    assert is_gpu_workload(pod, STACK) is counts
 
 
 def test_transition_times_move_only_on_a_change(plans: dict[str, Plan]) -> None:

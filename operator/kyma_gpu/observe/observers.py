@@ -21,9 +21,12 @@ class Observers:
     store: Store
     loop: asyncio.AbstractEventLoop
     informers: dict[str, Informer] = field(default_factory=dict)
+    stack_namespaces: tuple[str, ...] = ()
+    """The module's and the GPU operator's namespaces: their pods are not users' workloads."""
 
     def start(self, registry: MachineTypeRegistry, module_ns: str, target_ns: str) -> None:
         """Nodes, operand DaemonSets, our Flux objects, the ClusterPolicy and the CRDs."""
+        self.stack_namespaces = tuple(dict.fromkeys((module_ns, target_ns)))
         self.store.listen(sources.CRDS, self._crd_changed)
         for source in (
             sources.node_source(registry),
@@ -39,7 +42,7 @@ class Observers:
         running = sources.PODS in self.informers
         if wanted and not running:
             log.info("observing GPU pods: a deletion waits for them")
-            self._start(sources.pod_source())
+            self._start(sources.pod_source(self.stack_namespaces))
         elif not wanted and running:
             log.info("no longer observing pods")
             self.informers.pop(sources.PODS).stop()

@@ -8,7 +8,8 @@
 | clusterpolicies   | ClusterPolicies, while their CRD is installed | ClusterPolicyFacts        |
 | crds              | CRDs, metadata only: which of ours are served | the CRD's uid             |
 | pods              | only while a deletion waits: running pods     | "namespace/name" of GPU   |
-|                   | (field selector) that ask for nvidia.com/gpu  | pods only                 |
+|                   | outside the stack's namespaces (field         | pods not terminating      |
+|                   | selector) that ask for nvidia.com/gpu         |                           |
 
 The Gpu itself comes from kopf (handlers.py).
 """
@@ -31,7 +32,7 @@ from kyma_gpu.status import (
     cluster_policy_facts,
     daemonset_facts,
     helm_release_facts,
-    requests_gpu,
+    is_gpu_workload,
 )
 
 log = logging.getLogger(__name__)
@@ -105,13 +106,19 @@ def crd_source() -> Source:
     return Source(CRDS, query, fold, page_size=100, key=_name)
 
 
-def pod_source() -> Source:
+def pod_source(stack_namespaces: tuple[str, ...]) -> Source:
+    """Users' GPU pods: the stack's own namespaces are left out by the server already."""
+
     def fold(body: Mapping[str, Any]) -> Any:
         meta = body.get("metadata") or {}
-        return f"{meta.get('namespace')}/{meta.get('name')}" if requests_gpu(body) else None
+        wanted = is_gpu_workload(body, stack_namespaces)
+        return f"{meta.get('namespace')}/{meta.get('name')}" if wanted else None
 
-    running = "status.phase!=Succeeded,status.phase!=Failed"
-    return Source(PODS, ListQuery("/api/v1/pods", field_selector=running), fold)
+    selector = ",".join(
+        ["status.phase!=Succeeded", "status.phase!=Failed"]
+        + [f"metadata.namespace!={ns}" for ns in stack_namespaces]
+    )
+    return Source(PODS, ListQuery("/api/v1/pods", field_selector=selector), fold)
 
 
 def _name(body: Mapping[str, Any]) -> str:

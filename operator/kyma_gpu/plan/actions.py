@@ -25,6 +25,8 @@ class LiveObject:
     owner_uids: tuple[str, ...]
     spec: Mapping[str, Any]
     deleting: bool = False
+    deleted_at: str = ""
+    """The deletionTimestamp, when deleting."""
     applied_hash: str | None = None
     """The module's spec-hash annotation: what it last applied."""
 
@@ -40,6 +42,7 @@ def live_object(body: Mapping[str, Any]) -> LiveObject:
         owner_uids=tuple(str(o.get("uid")) for o in meta.get("ownerReferences") or []),
         spec=dict(body.get("spec") or {}),
         deleting=bool(meta.get("deletionTimestamp")),
+        deleted_at=str(meta.get("deletionTimestamp") or ""),
         applied_hash=(meta.get("annotations") or {}).get(SPEC_HASH),
     )
 

@@ -51,6 +51,7 @@ from kyma_gpu.reconcile.machine import (
     gpu_object,
 )
 from kyma_gpu.rules.catalog import Catalog
+from kyma_gpu.status.events import EVENTS_NAMESPACE, GpuEvent, GpuRef, event_for
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,8 @@ class Writer(Protocol):
     async def set_finalizers(
         self, name: str, finalizers: list[str], resource_version: str
     ) -> dict[str, Any]: ...
+
+    async def post_event(self, namespace: str, gpu: GpuRef, event: GpuEvent) -> None: ...
 
 
 def now() -> str:
@@ -258,7 +261,17 @@ class Loop:
             self.status_due[gpu.name] = time.monotonic() + RETRY_SECONDS[0]
             return False
         self.status_written[gpu.name] = time.monotonic()
+        await self._announce(gpu, event_for(live, wanted))
         return True
+
+    async def _announce(self, gpu: GpuObject, event: GpuEvent | None) -> None:
+        """An Event on the Gpu; losing one is logged, never retried (the status has it all)."""
+        if event is None:
+            return
+        try:
+            await self.writer.post_event(EVENTS_NAMESPACE, GpuRef(gpu.name, gpu.uid), event)
+        except ApiError as err:
+            log.warning("posting an Event on Gpu %s failed: %s", gpu.name, err)
 
     # -- what the API answered is the new live state --
 

@@ -10,7 +10,9 @@ step has nothing left to write. Deletion is a phase of the same machine.
     being deleted, finalizer gone ................ Released (nothing to do)
     being deleted, GPU pods not yet listed ....... WaitingForWorkloads (watch pods)
     being deleted, GPU pods running .............. WaitingForWorkloads (status names them)
-    being deleted, Flux objects left ............. Uninstalling (delete them, HelmRelease first)
+      ... unless the skip annotation is set ...... (go on without looking at pods)
+    being deleted, Flux objects left ............. Uninstalling (delete them, HelmRelease first;
+                                                   Error past the uninstall timeout + grace)
     being deleted, nothing left .................. Released (remove the finalizer)
     spec invalid ................................. Invalid
     no finalizer yet ............................. Initializing (add it)
@@ -33,6 +35,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from kyma_gpu.api.admission import admission_message
 from kyma_gpu.api.models import SINGLETON_NAME, Condition, GpuSpec, GpuState, GpuStatus
 from kyma_gpu.facts import ClusterFacts, NodeFacts, cluster_facts
 from kyma_gpu.plan import Owner, Plan
@@ -40,6 +43,12 @@ from kyma_gpu.plan.actions import LiveObject, plan_actions
 from kyma_gpu.status import ClusterPolicyFacts, DaemonSetFacts, HelmReleaseFacts, Observed
 from kyma_gpu.status import aggregate as aggregate_status
 from kyma_gpu.status.aggregate import stamp
+from kyma_gpu.status.deletion import (
+    SKIP_PROTECTION_ANNOTATION,
+    Deleting,
+    Uninstall,
+    uninstall_of,
+)
 
 FINALIZER = "gpu.kyma-project.io/finalizer"
 TRANSIENT_RETRIES_BEFORE_STATUS = 3
@@ -78,6 +87,8 @@ class GpuObject:
     status: Mapping[str, Any]
     deleting: bool
     finalizers: tuple[str, ...]
+    skip_protection: bool = False
+    """The annotation that lets a deletion go ahead while pods use GPUs."""
 
 
 def gpu_object(body: Mapping[str, Any]) -> GpuObject:
@@ -92,6 +103,7 @@ def gpu_object(body: Mapping[str, Any]) -> GpuObject:
         status=dict(body.get("status") or {}),
         deleting=bool(meta.get("deletionTimestamp")),
         finalizers=tuple(str(f) for f in meta.get("finalizers") or ()),
+        skip_protection=(meta.get("annotations") or {}).get(SKIP_PROTECTION_ANNOTATION) == "true",
     )
 
 
@@ -224,23 +236,45 @@ def _deleting(inputs: Inputs, spec: GpuSpec | None) -> Step:
     gpu, snap = inputs.gpu, inputs.snap
     if FINALIZER not in gpu.finalizers:
         return Step(Phase.RELEASED)
-    if snap.gpu_workloads is None:
+    protect = not gpu.skip_protection
+    if protect and snap.gpu_workloads is None:
         return Step(Phase.WAITING_FOR_WORKLOADS, watch_pods=True)
     plan = _plan(inputs, spec) if spec is not None else None
-    status = _status(inputs, plan) if plan is not None else None
-    if snap.gpu_workloads:
+    if protect and snap.gpu_workloads:
+        status = _status(inputs, plan) if plan is not None else None
         return Step(Phase.WAITING_FOR_WORKLOADS, status=status, watch_pods=True)
+    # HelmRelease first: Flux uninstalls the release while its source is still there.
+    doomed = tuple(
+        sorted((o for o in snap.flux if not o.deleting), key=lambda o: o.kind != "HelmRelease")
+    )
+    uninstall = uninstall_of(_deleting_flux(snap.flux, inputs.now), inputs.now)
+    status = _status(inputs, plan, uninstall=uninstall) if plan is not None else None
     if snap.flux:
-        # HelmRelease first: Flux uninstalls the release while its source is still there.
-        doomed = tuple(
-            sorted((o for o in snap.flux if not o.deleting), key=lambda o: o.kind != "HelmRelease")
-        )
-        return Step(Phase.UNINSTALLING, delete=doomed, status=status, watch_pods=True,
-                    key=_key((), doomed))  # fmt: skip
-    return Step(Phase.RELEASED, finalizer=FinalizerChange.REMOVE, watch_pods=True, key="release")
+        return Step(Phase.UNINSTALLING, delete=doomed, status=status, watch_pods=protect,
+                    key=_key((), doomed), requeue_after=uninstall.next_stall_in)  # fmt: skip
+    return Step(Phase.RELEASED, finalizer=FinalizerChange.REMOVE, watch_pods=protect,
+                key="release")  # fmt: skip
 
 
-def _status(inputs: Inputs, plan: Plan, error: str = "") -> GpuStatus:
+def _deleting_flux(flux: Sequence[LiveObject], now: str) -> tuple[Deleting, ...]:
+    """Our Flux objects as deleting: those with a deletionTimestamp, and those this step deletes
+    (since now), so that the status does not change when the deletions land."""
+
+    def timeout(obj: LiveObject) -> str | None:
+        if obj.kind != "HelmRelease":
+            return None
+        uninstall = obj.spec.get("uninstall") or {}
+        value = uninstall.get("timeout") or obj.spec.get("timeout")
+        return str(value) if value else None
+
+    return tuple(
+        Deleting(f"{o.kind}/{o.namespace}/{o.name}", o.deleted_at or now, timeout(o)) for o in flux
+    )
+
+
+def _status(
+    inputs: Inputs, plan: Plan, error: str = "", uninstall: Uninstall | None = None
+) -> GpuStatus:
     snap = inputs.snap
     observed = Observed(
         helm_release=_find(snap.flux_status, plan.helm_release),
@@ -250,6 +284,8 @@ def _status(inputs: Inputs, plan: Plan, error: str = "") -> GpuStatus:
         gpu_workloads=snap.gpu_workloads or (),
         nodes_without_features=tuple(n.name for n in snap.nodes if n.is_gpu and n.nfd_missing),
         deleting=inputs.gpu.deleting,
+        skip_protection=inputs.gpu.skip_protection,
+        uninstall=uninstall or Uninstall(),
         applied=not error,
         apply_error=error,
     )
@@ -308,6 +344,5 @@ def refused_status(gpu: GpuObject, now: str) -> GpuStatus:
 
 
 def invalid_status(gpu: GpuObject, err: ValidationError, now: str) -> GpuStatus:
-    first = err.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"])
-    return _error_status(gpu, "InvalidSpec", f"spec.{loc}: {first['msg']}", now)
+    """In the API server's words: an old Gpu may predate a rule that admission now enforces."""
+    return _error_status(gpu, "InvalidSpec", admission_message(err), now)

@@ -9,6 +9,7 @@ from kyma_gpu.status.observed import (
     cluster_policy_facts,
     daemonset_facts,
     helm_release_facts,
+    is_gpu_workload,
     requests_gpu,
 )
 
@@ -23,5 +24,6 @@ __all__ = [
     "cluster_policy_facts",
     "daemonset_facts",
     "helm_release_facts",
+    "is_gpu_workload",
     "requests_gpu",
 ]

@@ -13,6 +13,7 @@ from enum import StrEnum
 
 from kyma_gpu.api.models import ComponentStatus, Condition, ConditionStatus, GpuState, GpuStatus
 from kyma_gpu.plan.plan import Plan, Severity
+from kyma_gpu.status.deletion import Uninstall, uninstall_wait, workloads_wait
 from kyma_gpu.status.observed import (
     ClusterPolicyFacts,
     DaemonSetFacts,
@@ -43,7 +44,9 @@ class ConditionType(StrEnum):
     """Mirrors the chart source's Ready condition (Succeeded, FetchFailed, ...) or
     WaitingForSource | Progressing. False with a healthy release: installed, no upgrades."""
     WORKLOADS_PROTECTED = "WorkloadsProtected"
-    """During deletion: GpuWorkloadsRunning | NoGpuWorkloads."""
+    """During deletion: GpuWorkloadsRunning | NoGpuWorkloads | ProtectionSkipped."""
+    UNINSTALLED = "Uninstalled"
+    """During deletion, while Flux objects remain: UninstallInProgress | UninstallStalled."""
 
 
 # HelmRelease Ready=False reasons that mean "still working on it", not a failure.
@@ -77,6 +80,10 @@ class Observed:
     nodes_without_features: tuple[str, ...] = ()
     """GPU nodes without the NFD labels the NVIDIA operator needs (facts.node.NFD_LABELS_NEEDED)."""
     deleting: bool = False
+    skip_protection: bool = False
+    """The Gpu's annotation lets the deletion go ahead while pods use GPUs."""
+    uninstall: Uninstall = field(default_factory=Uninstall)
+    """Our Flux objects being deleted, and which of them are past the bound."""
     applied: bool = True
     """False when the Flux objects could not be written (the error is in apply_error)."""
     apply_error: str = ""
@@ -371,36 +378,12 @@ def aggregate(
         )
     conditions.append(components)
 
-    if observed.deleting:
-        if observed.gpu_workloads:
-            pods = ", ".join(observed.gpu_workloads[:10])
-            more = len(observed.gpu_workloads) - 10
-            tail = f" and {more} more" if more > 0 else ""
-            conditions.append(
-                _cond(
-                    ConditionType.WORKLOADS_PROTECTED,
-                    "False",
-                    "GpuWorkloadsRunning",
-                    f"deletion waits: pods still use GPUs: {pods}{tail}",
-                    generation,
-                )
-            )
-        else:
-            conditions.append(
-                _cond(
-                    ConditionType.WORKLOADS_PROTECTED,
-                    "True",
-                    "NoGpuWorkloads",
-                    "no pod uses a GPU",
-                    generation,
-                )
-            )
+    deletion = _deletion_waits(observed, generation) if observed.deleting else []
+    conditions += [cond for cond, _ in deletion]
 
     all_ready = all(c.status == "True" for c in (release, driver, components)) and not errors
     if observed.deleting:
-        blocked = bool(observed.gpu_workloads)
-        state = GpuState.WARNING if blocked else GpuState.DELETING
-        message = conditions[-1].message if blocked else "uninstalling the GPU stack"
+        state, message = _deletion_summary(deletion)
         summary = _cond(ConditionType.READY, "False", "Deleting", message, generation)
     elif errors:
         state, message = GpuState.ERROR, errors[0]
@@ -439,6 +422,30 @@ def aggregate(
             else None
         ),
     )
+
+
+def _deletion_waits(observed: Observed, generation: int | None) -> list[tuple[Condition, GpuState]]:
+    """The deletion's conditions in the order it meets them, each with the state it implies."""
+    pods = () if observed.skip_protection else observed.gpu_workloads
+    waits = [workloads_wait(pods, observed.skip_protection)]
+    uninstall = uninstall_wait(observed.uninstall) if not pods or observed.skip_protection else None
+    if uninstall is not None:
+        waits.append(uninstall)
+    return [
+        (_cond(ConditionType(w.type), w.status, str(w.reason), w.message, generation), w.state)
+        for w in waits
+    ]
+
+
+def _deletion_summary(deletion: Sequence[tuple[Condition, GpuState]]) -> tuple[GpuState, str]:
+    """The worst wait decides the state (Error, then Warning); otherwise the latest open wait
+    says what happens."""
+    rank = {GpuState.ERROR: 0, GpuState.WARNING: 1}
+    worst = min((w for w in deletion if w[1] in rank), key=lambda w: rank[w[1]], default=None)
+    if worst is not None:
+        return worst[1], worst[0].message
+    current = next((c for c, _ in reversed(deletion) if c.status != "True"), None)
+    return GpuState.DELETING, current.message if current else "uninstalling the GPU stack"
 
 
 def stamp(

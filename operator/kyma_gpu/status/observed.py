@@ -5,7 +5,7 @@ functions, so that indexes keep a few fields instead of whole objects.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,6 +150,16 @@ def requests_gpu(body: Mapping[str, Any]) -> bool:
     """A pod that still runs (not Succeeded/Failed) and asks for nvidia.com/gpu."""
     phase = (body.get("status") or {}).get("phase")
     return phase not in ("Succeeded", "Failed") and asks_for_gpu(body)
+
+
+def is_gpu_workload(body: Mapping[str, Any], stack_namespaces: Collection[str]) -> bool:
+    """A user's pod that a deletion must wait for: it asks for nvidia.com/gpu, still runs, is
+    not already terminating, and lives outside the namespaces of the GPU stack itself (the
+    operator's validator pods ask for a GPU too, and stay Pending on a broken stack)."""
+    meta = body.get("metadata") or {}
+    if meta.get("deletionTimestamp") or meta.get("namespace") in stack_namespaces:
+        return False
+    return requests_gpu(body)
 
 
 def asks_for_gpu(body: Mapping[str, Any]) -> bool:
