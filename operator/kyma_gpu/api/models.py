@@ -245,8 +245,8 @@ class Condition(_Model):
     """A Kubernetes-style condition."""
 
     type: str
-    """Ready, NodesDetected, Preflight, ReleaseReady, DriverReady, ComponentsReady,
-    WorkloadsProtected."""
+    """Ready, NodesDetected, Preflight, ReleaseReady, SourceReady, DriverReady, ComponentsReady;
+    during deletion WorkloadsProtected and Uninstalled."""
 
     status: ConditionStatus
     """True, False or Unknown."""
