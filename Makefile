@@ -51,6 +51,11 @@ check: lint tools ## lint + generated files up to date + manifests policy + Dock
 	bash hack/flux-crds.sh --check
 	bash hack/render-module-template.sh --check
 	bash hack/check-dockerfile.sh
+	$(BIN)/python hack/release_rbac.py --check
+
+.PHONY: release-rbac
+release-rbac: setup tools ## regenerate the HelmRelease ServiceAccount's RBAC from the rendered charts (review the diff!)
+	$(BIN)/python hack/release_rbac.py
 
 .PHONY: manifests
 manifests: setup ## regenerate the Gpu CRD and docs/crd-reference.md from the pydantic models

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the real test binaries (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, kwok, source-controller, helm-controller) from their
+# kube-scheduler, kubectl, kwok, source-controller, helm-controller, helm) from their
 # Go modules into a user-level cache keyed by version and go.sum, and links
 # them into tools/bin. Idempotent: a cached binary is reused, not rebuilt.
 #
@@ -76,6 +76,7 @@ for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
 done
 want source-controller && build source-controller source-controller "$SOURCE_CONTROLLER_VERSION" github.com/fluxcd/source-controller
 want helm-controller && build helm-controller helm-controller "$HELM_CONTROLLER_VERSION" github.com/fluxcd/helm-controller
+want helm && build helm helm "$HELM_VERSION" helm.sh/helm/v4/cmd/helm
 
 GPU_OPERATOR_SOURCES=${GPU_OPERATOR_SOURCES:-$(cd "$here/../.." && pwd)/shared/vendor/gpu-operator}
 # build_gpu_operator VERSION: cmd/gpu-operator from the vendored source tarball.

@@ -155,6 +155,46 @@ def test_install(
     assert writers == {f"system:serviceaccount:{NVIDIA_SA_NAMESPACE}:{NVIDIA_SA}"}, writers
 
 
+RELEASE_SA = "system:serviceaccount:kyma-system:gpu-operator-release"
+
+
+def test_the_release_runs_as_its_own_service_account(
+    local_cluster: LocalCluster, flux_stack: FluxStack, stack: OperatorProcess
+) -> None:
+    """helm-controller impersonated the release's ServiceAccount for every chart object, and
+    that ServiceAccount cannot make anyone cluster-admin (config/rbac/release_rbac.yaml)."""
+    assert (helm_release(local_cluster) or {})["spec"][
+        "serviceAccountName"
+    ] == "gpu-operator-release"
+    for resource, namespace in (
+        ("deployments", TARGET_NAMESPACE),
+        ("clusterroles", None),
+        ("clusterpolicies", None),
+        ("secrets", TARGET_NAMESPACE),
+    ):
+        writers = _writers(local_cluster, resource, namespace, ("create", "patch"))
+        chart = {n: u for n, u in writers.items() if RELEASE_SA in u}
+        assert chart, f"no {resource} written as the release's ServiceAccount: {writers}"
+    as_release = ("--as", RELEASE_SA)
+    denied = [
+        ("create", "clusterrolebinding", "mallory-admin", "--clusterrole=cluster-admin",
+         "--user=mallory"),
+        ("create", "deployment", "miner", "--image=miner", "-n", "default"),
+        ("create", "secret", "generic", "x", "-n", "kube-system"),
+    ]  # fmt: skip
+    for args in denied:
+        result = local_cluster.kubectl(*args, "--dry-run=server", *as_release, check=False)
+        assert result.returncode != 0, args
+        assert "forbidden" in result.stderr, result.stderr
+    for verb, what in (
+        ("escalate", "clusterroles/cluster-admin"),
+        ("bind", "clusterroles/cluster-admin"),
+        ("impersonate", "users"),
+    ):
+        answer = local_cluster.kubectl("auth", "can-i", verb, what, *as_release, check=False)
+        assert answer.stdout.strip() == "no", (verb, what, answer.stdout)
+
+
 def _watch_components(cluster: LocalCluster, timeout: float) -> list[tuple[str, str]]:
     """The distinct (status, message) of ComponentsReady until the Gpu is Ready."""
     seen: list[tuple[str, str]] = []
@@ -170,22 +210,36 @@ def _watch_components(cluster: LocalCluster, timeout: float) -> list[tuple[str, 
     raise AssertionError(f"the Gpu did not become Ready; ComponentsReady seen: {seen}")
 
 
-def _daemonset_creators(cluster: LocalCluster) -> set[str]:
-    """Who created DaemonSets in the target namespace (from the audit log), Helm excepted."""
-    users = set()
+def _writers(
+    cluster: LocalCluster,
+    resource: str,
+    namespace: str | None,
+    verbs: tuple[str, ...] = ("create",),
+) -> dict[str, set[str]]:
+    """object name -> who wrote it (from the audit log), for one resource in one namespace."""
+    out: dict[str, set[str]] = {}
     for line in (cluster.log_dir / "audit.log").read_text().splitlines():
         event = json.loads(line)
         ref = event.get("objectRef") or {}
-        if (event.get("verb"), ref.get("resource"), ref.get("namespace")) != (
-            "create",
-            "daemonsets",
-            TARGET_NAMESPACE,
-        ) or event.get("stage") != "ResponseComplete":
+        if (
+            event.get("stage") != "ResponseComplete"
+            or event.get("verb") not in verbs
+            or (ref.get("resource"), ref.get("namespace")) != (resource, namespace)
+            or (event.get("responseStatus") or {}).get("code", 200) >= 400
+        ):
             continue
-        name = str(ref.get("name") or "")
-        if "node-feature-discovery" not in name:  # NFD's DaemonSet is the chart's, via Helm
-            users.add(str((event.get("user") or {}).get("username")))
-    return users
+        # helm-controller impersonates the HelmRelease's ServiceAccount: that is the writer.
+        who = event.get("impersonatedUser") or event.get("user") or {}
+        user = str(who.get("username"))
+        out.setdefault(str(ref.get("name") or ""), set()).add(user)
+    return out
+
+
+def _daemonset_creators(cluster: LocalCluster) -> set[str]:
+    """Who created DaemonSets in the target namespace, Helm excepted (NFD's is the chart's)."""
+    by_name = _writers(cluster, "daemonsets", TARGET_NAMESPACE)
+    return {u for name, users in by_name.items() if "node-feature-discovery" not in name
+            for u in users}  # fmt: skip
 
 
 def _daemonsets(cluster: LocalCluster) -> dict[str, dict[str, Any]]:

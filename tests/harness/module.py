@@ -24,6 +24,8 @@ from tests.harness.nodes import DEMO_FLEET
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "config" / "crd" / "bases" / "gpu.kyma-project.io_gpus.yaml"
+NAMESPACE_MANIFEST = ROOT / "config" / "namespace" / "namespace.yaml"
+RELEASE_RBAC = ROOT / "config" / "rbac" / "release_rbac.yaml"
 MODULE_NAMESPACE = "kyma-system"
 TARGET_NAMESPACE = "gpu-operator"
 T = TypeVar("T")
@@ -56,6 +58,10 @@ def install_crds(cluster: LocalCluster) -> None:
     )  # fmt: skip
     if cluster.get_object("namespace", MODULE_NAMESPACE) is None:
         cluster.create_namespace(MODULE_NAMESPACE)
+    # The module manifest brings the target namespace and the ServiceAccount helm-controller
+    # installs the chart as; so does the harness.
+    cluster.kubectl("apply", "--server-side", "--field-manager=kyma-gpu-tests",
+                    "-f", str(NAMESPACE_MANIFEST), "-f", str(RELEASE_RBAC))  # fmt: skip
 
 
 def stop_gracefully(process: subprocess.Popen[bytes] | None, timeout: float) -> None:

@@ -77,6 +77,7 @@ class FluxSettings:
     timeout: str
     retry_interval: str
     uninstall_timeout: str
+    service_account_name: str
 
     @classmethod
     def from_defaults(cls, defaults: Defaults) -> FluxSettings:
@@ -90,6 +91,7 @@ class FluxSettings:
             timeout=flux["timeout"],
             retry_interval=flux["retryInterval"],
             uninstall_timeout=flux["uninstallTimeout"],
+            service_account_name=flux["serviceAccountName"],
         )
 
 
@@ -166,11 +168,14 @@ def flux_objects(
             **chart,
             "interval": settings.interval,
             "releaseName": settings.release_name,
+            "serviceAccountName": settings.service_account_name,
             "targetNamespace": settings.target_namespace,
             "storageNamespace": settings.target_namespace,
             "timeout": settings.timeout,
             "install": {
-                "createNamespace": True,
+                # The module manifest owns the target namespace (config/namespace/), and the
+                # release's ServiceAccount may only read it.
+                "createNamespace": False,
                 # Flux skips CRD upgrades by default; stale GPU operator CRDs prune fields.
                 "crds": "CreateReplace",
                 "strategy": retry,
