@@ -18,7 +18,7 @@ import asyncio
 import logging
 import os
 import signal
-from pathlib import Path
+import sys
 from typing import Any
 
 import kopf
@@ -30,10 +30,9 @@ from kyma_gpu.observe.store import version_of
 from kyma_gpu.reconcile.loop import GPUS, Loop
 from kyma_gpu.reconcile.machine import gpu_object
 from kyma_gpu.rules.catalog import Catalog
+from kyma_gpu.rules.engine import RuleError
 
 GPU = (API_GROUP, API_VERSION, PLURAL)
-RULES_ENV = "KYMA_GPU_VALUES_RULES"
-"""A values-rules directory to use instead of the one shipped with the module."""
 log = logging.getLogger(__name__)
 
 
@@ -47,9 +46,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     settings.posting.level = logging.WARNING  # no Event per handler run
     settings.watching.server_timeout = 600
     settings.networking.error_backoffs = (0.5, 1, 2, 3, 5, 8, 13, 21)
-    # Read and checked once: broken rule data stops the start here.
-    rules = os.environ.get(RULES_ENV)
-    catalog = Catalog(Path(rules) if rules else None)
+    catalog = Catalog()  # checked in run(): broken rule data never gets this far
     adapter = KubeAdapter.connect()
     store = Store()
     observers = Observers(adapter, store, asyncio.get_running_loop())
@@ -91,6 +88,11 @@ def gpu_changed(type: str, name: str, body: kopf.Body, memo: kopf.Memo, **_: Any
 
 def run(liveness: str | None = None, peering: str | None = None, standalone: bool = False) -> None:
     """`kyma-gpu run`: the operator process."""
+    try:
+        Catalog().check()
+    except RuleError as err:  # the operator does not half-start on broken rule data
+        print(f"kyma-gpu run: broken rule data: {err}", file=sys.stderr)
+        sys.exit(2)
     kopf.configure(verbose=False)
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     kopf.run(

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kyma_gpu.handlers import RULES_ENV
+from kyma_gpu.rules.catalog import ENV_RULES_DIR
 from kyma_gpu.status.deletion import SKIP_PROTECTION_ANNOTATION, UNINSTALL_GRACE_SECONDS
 from tests.harness.cluster import LocalCluster
 from tests.harness.flux import FluxStack
@@ -48,7 +48,7 @@ def stack(
     defaults["flux"]["uninstallTimeout"] = f"{UNINSTALL_TIMEOUT_SECONDS}s"
     (rules / "defaults.yaml").write_text(yaml.safe_dump(defaults))
     local_cluster.create_namespace(USERS)
-    env = {RULES_ENV: str(rules)}
+    env = {ENV_RULES_DIR: str(rules)}
     with module_on(local_cluster, name="operator-deletion", env=env) as process:
         yield process
     local_cluster.kubectl("delete", "namespace", USERS, "--wait=false", check=False)

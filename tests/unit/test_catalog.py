@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kyma_gpu.facts import MachineType, MachineTypeRegistry
-from kyma_gpu.rules.catalog import Catalog
+from kyma_gpu.rules.catalog import ENV_RULES_DIR, Catalog
 from kyma_gpu.rules.engine import RuleError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -188,3 +192,66 @@ def test_chart_facts_are_generated_from_the_charts(catalog: Catalog, version: st
     assert committed.read_text(encoding="utf-8") == out.getvalue(), (
         f"{committed} is stale: run `make chart-facts`"
     )
+
+
+REPO_RULES = Path(__file__).resolve().parents[2] / "values-rules"
+
+
+def _broken(tmp_path: Path, relative: str, edit: Any) -> Catalog:
+    root = tmp_path / "values-rules"
+    shutil.copytree(REPO_RULES, root)
+    path = root / relative
+    path.write_text(edit(path.read_text(encoding="utf-8")), encoding="utf-8")
+    return Catalog(root)
+
+
+def test_the_shipped_rule_data_passes_the_start_check() -> None:
+    Catalog(REPO_RULES).check()
+
+
+def _line_of(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+@pytest.mark.parametrize(
+    ("relative", "edit", "message", "needle"),
+    [
+        pytest.param("rules.yaml", lambda t: t + "\n  - {name: [broken\n",
+                     "is not valid YAML", None, id="yaml-syntax"),
+        pytest.param("rules.yaml", lambda t: t.replace("    valuesFile:", "    valuesFiel:", 1),
+                     "unknown keys ['valuesFiel']", "valuesFiel:", id="rule-typo"),
+        pytest.param("machine-types.yaml", lambda t: t.replace("count: 1", "count: one", 1),
+                     "count must be a positive integer", "count: one", id="machine-count"),
+        pytest.param("installer/1.17.0/versions.yaml",
+                     lambda t: t.replace("os_versions:", "os_version:", 1),
+                     "needs lists os_versions", None, id="installer-matrix"),
+        pytest.param("charts/v26.7.0.yaml", lambda t: t.replace("images:", "imgs:", 1),
+                     "KeyError: 'images'", None, id="chart-facts"),
+    ],
+)  # fmt: skip
+def test_broken_rule_data_is_refused_with_file_and_line(
+    tmp_path: Path, relative: str, edit: Any, message: str, needle: str | None
+) -> None:
+    catalog = _broken(tmp_path, relative, edit)
+    with pytest.raises(RuleError) as caught:
+        catalog.check()
+    text = str(caught.value)
+    assert message in text
+    path = catalog.root / relative
+    assert str(path) in text
+    if needle is not None:  # the line points into the broken entry, at or before the needle
+        line = int(text.split(f"{path}:", 1)[1].split(":", 1)[0])
+        assert 1 < line <= _line_of(path.read_text(encoding="utf-8"), needle)
+
+
+def test_the_operator_does_not_start_on_broken_rule_data(tmp_path: Path) -> None:
+    catalog = _broken(tmp_path, "machine-types.yaml", lambda t: t.replace("count: 1", "count: 0"))
+    env = {**os.environ, ENV_RULES_DIR: str(catalog.root), "KUBECONFIG": "/nonexistent"}
+    result = subprocess.run(
+        [sys.executable, "-m", "kyma_gpu.cli", "run", "--standalone"],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "broken rule data" in result.stderr
+    assert f"{catalog.root / 'machine-types.yaml'}:" in result.stderr
+    assert "kopf" not in result.stderr.lower()  # stopped before the operator framework ran

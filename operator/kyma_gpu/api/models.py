@@ -30,6 +30,8 @@ API_VERSION = "v1beta1"
 KIND = "Gpu"
 PLURAL = "gpus"
 SINGLETON_NAME = "gpu"
+STATUS_NODES_LIMIT = 100
+"""status.nodes lists at most this many GPU nodes."""
 SINGLETON_MESSAGE = f"the Gpu resource is a singleton: metadata.name must be '{SINGLETON_NAME}'"
 """Said by the CEL rule on the Gpu and by `kyma-gpu plan`."""
 
@@ -329,8 +331,9 @@ class GpuStatus(_Model):
     gpu_node_count: int = 0
     """GPU nodes detected."""
 
-    nodes: list[GpuNodeStatus] = Field(default_factory=list)
-    """The detected GPU nodes."""
+    nodes: list[GpuNodeStatus] = Field(default_factory=list, max_length=STATUS_NODES_LIMIT)
+    """The detected GPU nodes, the first 100 by name (gpuNodeCount counts them all): the whole
+    Gpu must stay far below the API server's object size limit on clusters of any size."""
 
     components: list[ComponentStatus] = Field(default_factory=list)
     """GPU operand DaemonSets and their readiness."""

@@ -149,6 +149,16 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
     return value
 
 
+FIELD_LIMIT = 256
+"""nodeInfo strings are kept to this length: the API server does not bound them, and the facts
+(and the findings that quote them) must stay small whatever a Node says."""
+
+
+def _bounded(value: Any) -> str:
+    text = str(value or "")
+    return text if len(text) <= FIELD_LIMIT else text[: FIELD_LIMIT - 3] + "..."
+
+
 def node_facts(node: Mapping[str, Any], registry: MachineTypeRegistry) -> NodeFacts:
     """Compact facts of one Node body (as the API or `kubectl get node -o yaml` gives it).
 
@@ -174,12 +184,12 @@ def node_facts(node: Mapping[str, Any], registry: MachineTypeRegistry) -> NodeFa
     info = _mapping(status.get("nodeInfo"), f"{where}: status.nodeInfo")
     capacity = _mapping(status.get("capacity"), f"{where}: status.capacity")
 
-    os_image = str(info.get("osImage") or "")
+    os_image = _bounded(info.get("osImage"))
     family, version = parse_os_image(os_image)
     provider_id = spec.get("providerID")
     provider = parse_provider(provider_id if isinstance(provider_id, str) else None)
     machine_type = labels.get(LABEL_INSTANCE_TYPE) or labels.get(LABEL_INSTANCE_TYPE_BETA)
-    arch = str(info.get("architecture") or labels.get(LABEL_ARCH) or "unknown")
+    arch = _bounded(info.get("architecture") or labels.get(LABEL_ARCH)) or "unknown"
 
     evidence: list[str] = []
     model: str | None = None
@@ -224,7 +234,7 @@ def node_facts(node: Mapping[str, Any], registry: MachineTypeRegistry) -> NodeFa
         os_version=version,
         os_image=os_image,
         arch=arch,
-        kernel=str(info.get("kernelVersion") or "") or None,
+        kernel=_bounded(info.get("kernelVersion")) or None,
         pool=labels.get(LABEL_POOL),
         evidence=tuple(evidence),
         preinstalled_driver=preinstalled,

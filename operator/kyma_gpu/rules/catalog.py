@@ -5,9 +5,10 @@ installer release matrices and chart facts. File reading only; no API I/O.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +111,52 @@ def _load(path: Path) -> Any:
         raise RuleError(f"{path} is not valid YAML: {err}") from err
 
 
+def locate(path: Path, keys: Sequence[str | int]) -> int:
+    """The 1-based line of the node at `keys` in a YAML file, or of the deepest key found
+    (1 when the file cannot be composed)."""
+    try:
+        node = yaml.compose(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return 1
+    line = node.start_mark.line + 1 if node is not None else 1
+    for key in keys:
+        child = _child(node, key)
+        if child is None:
+            break
+        node, line = child, child.start_mark.line + 1
+    return line
+
+
+def _child(node: yaml.Node | None, key: str | int) -> yaml.Node | None:
+    if isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+        child: yaml.Node = node.value[key]
+        return child
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            if k.value == str(key):
+                found: yaml.Node = v
+                return found
+    return None
+
+
+_WHERE: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], list[str | int]]], ...] = (
+    (re.compile(r"rule #(\d+)"), lambda m: ["rules", int(m.group(1)) - 1]),
+    (re.compile(r"machine types: (?:provider )?'?([\w.-]+)'?(?:/([\w.-]+))?"),
+     lambda m: [m.group(1), m.group(2)] if m.group(2) else [m.group(1)]),
+    (re.compile(r"(os_versions|nvidia_drivers|driver\.version|imageMirror)"),
+     lambda m: [m.group(1).split(".")[0]]),
+)  # fmt: skip
+
+
+def keys_in(message: str) -> list[str | int]:
+    """Where in its file an error message points, as YAML keys (best effort)."""
+    for pattern, keys in _WHERE:
+        match = pattern.search(message)
+        if match:
+            return keys(match)
+    return []
+
+
 class Catalog:
     """All of values-rules/, loaded lazily and kept (the files do not change at run time)."""
 
@@ -142,6 +189,38 @@ class Catalog:
                 raise RuleError(f"values file {path} must be a mapping")
             self._files[relative] = data
         return self._files[relative]
+
+    def check(self) -> None:
+        """Load and check every file now, so that broken rule data stops the start (with the
+        file and the line) instead of failing the first reconcile."""
+        steps: list[tuple[str, Callable[[], object]]] = [
+            ("defaults.yaml", lambda: self.defaults.flux),
+            ("machine-types.yaml", lambda: self.machine_types),
+            ("rules.yaml", lambda: self.rules),
+        ]
+        for tag in self.installer_releases():
+            steps.append((f"installer/{tag}/versions.yaml", partial(self.installer, tag)))
+        for chart in sorted((self.root / "charts").glob("*.yaml")):
+            steps.append((f"charts/{chart.name}", partial(self.chart, chart.stem)))
+        for relative, load in steps:
+            self._checked(relative, load)
+        for rule in self.rules.rules:
+            if rule.values_file and "{" not in rule.values_file:  # templated: per context
+                self._checked(rule.values_file, partial(self.values_file, rule.values_file))
+
+    def _checked(self, relative: str, load: Callable[[], object]) -> None:
+        try:
+            load()
+        except RuleError as err:
+            if str(self.root) in str(err):  # a YAML error already names the file and line
+                raise
+            raise self._located(relative, str(err)) from err
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            raise self._located(relative, f"{type(err).__name__}: {err}") from err
+
+    def _located(self, relative: str, message: str) -> RuleError:
+        path = self.root / relative
+        return RuleError(f"{path}:{locate(path, keys_in(message))}: {message}")
 
     def installer_releases(self) -> tuple[str, ...]:
         base = self.root / "installer"

@@ -11,7 +11,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from kyma_gpu.api.models import ComponentStatus, Condition, ConditionStatus, GpuState, GpuStatus
+from kyma_gpu.api.models import (
+    STATUS_NODES_LIMIT,
+    ComponentStatus,
+    Condition,
+    ConditionStatus,
+    GpuState,
+    GpuStatus,
+)
 from kyma_gpu.plan.plan import Plan, Severity
 from kyma_gpu.status.deletion import Uninstall, uninstall_wait, workloads_wait
 from kyma_gpu.status.observed import (
@@ -269,14 +276,14 @@ def aggregate(
 
     worst = plan.preflight.worst()
     if worst is None or worst.severity is Severity.INFO:
-        info = "; ".join(f.message for f in plan.preflight.findings)
+        info = _joined([f.message for f in plan.preflight.findings])
         conditions.append(
             _cond(ConditionType.PREFLIGHT, "True", "PreflightPassed", info, generation)
         )
     else:
         notes = [f.message for f in plan.preflight.findings if f.severity is worst.severity]
         conditions.append(
-            _cond(ConditionType.PREFLIGHT, "False", worst.reason, "; ".join(notes), generation)
+            _cond(ConditionType.PREFLIGHT, "False", worst.reason, _joined(notes), generation)
         )
         (errors if worst.severity is Severity.ERROR else warnings).append(worst.message)
 
@@ -406,7 +413,7 @@ def aggregate(
         observed_generation=generation,
         conditions=stamp(conditions, previous, now),
         gpu_node_count=gpu_nodes,
-        nodes=list(plan.nodes),
+        nodes=list(plan.nodes[:STATUS_NODES_LIMIT]),
         components=[
             ComponentStatus(name=d.name, ready=d.ready, desired=d.desired, available=d.available)
             for d in sorted(observed.daemonsets, key=lambda d: d.name)
@@ -435,6 +442,19 @@ def _deletion_waits(observed: Observed, generation: int | None) -> list[tuple[Co
         (_cond(ConditionType(w.type), w.status, str(w.reason), w.message, generation), w.state)
         for w in waits
     ]
+
+
+FINDINGS_SHOWN = 10
+"""A condition message names at most this many findings: one per node on a big cluster would
+outgrow the API server's object size limit (`kyma-gpu plan` lists them all)."""
+
+
+def _joined(messages: Sequence[str]) -> str:
+    shown = "; ".join(messages[:FINDINGS_SHOWN])
+    more = len(messages) - FINDINGS_SHOWN
+    return (
+        f"{shown}; and {more} more findings (kyma-gpu plan lists them all)" if more > 0 else shown
+    )
 
 
 def _deletion_summary(deletion: Sequence[tuple[Condition, GpuState]]) -> tuple[GpuState, str]:
