@@ -88,6 +88,7 @@ def cmd_plan(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
         raise UsageError("only one of -f and --nodes can read standard input")
     spec, owner = load_gpu(args.file, stdin)
     catalog = Catalog(Path(args.rules) if args.rules else None)
+    catalog.check()  # broken rule data: the file and the line, before anything else
     nodes = load_nodes(args.nodes, stdin) if args.nodes else []
     facts = []
     for index, node in enumerate(nodes):
@@ -157,6 +158,7 @@ def cmd_chart_facts(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> 
 
 def cmd_images(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     catalog = Catalog(Path(args.rules) if args.rules else None)
+    catalog.check()  # broken rule data: the file and the line, before anything else
     version = args.chart_version or catalog.defaults.chart_version
     chart = catalog.chart(version)
     if chart is None:
