@@ -303,6 +303,19 @@ class LocalCluster:
         self._healthy(apiserver, lambda: http_ok(f"{self.server}/readyz", context=api_tls))
         apiserver.wait_healthy(lambda: http_ok(f"{self.server}/livez", context=api_tls), 10)
 
+    def restart_apiserver(self, down_seconds: float) -> float:
+        """An outage: stop kube-apiserver, wait, start it again (same port, same etcd).
+        Returns the seconds from the restart until it was ready."""
+        apiserver = self.processes["kube-apiserver"]
+        self.progress(f"stopping kube-apiserver for {down_seconds:.0f}s")
+        apiserver.stop()
+        time.sleep(down_seconds)
+        apiserver.restart()
+        api_tls = self._api_tls()
+        return apiserver.wait_healthy(
+            lambda: http_ok(f"{self.server}/readyz", context=api_tls), self.start_timeout
+        )
+
     def _start_controllers(self) -> None:
         pki = self.pki
         kcm_port, scheduler_port, kwok_port = free_port(), free_port(), free_port()
