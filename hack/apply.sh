@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Apply a kustomize base server-side, in the order the API server needs:
 # CRDs and Namespaces first, wait until the CRDs are Established, then
-# everything else (the ClusterKopfPeering object needs its CRD; Roles and
-# Deployments need their namespaces).
+# everything else (Roles and Deployments need their namespaces; Flux objects
+# need their CRDs).
 #
 #   hack/apply.sh [DIR] [-- extra kubectl apply flags]
 #

@@ -14,11 +14,11 @@ Checked (each failure names the object and the rule):
             manager's roles never mention Secrets; the only binding to a
             built-in role is helm-controller -> cluster-admin (documented in
             flux/helm-controller/rbac.yaml).
-  manager   one replica, Recreate, non-root, read-only root filesystem, no
-            privilege escalation, all capabilities dropped, seccomp
-            RuntimeDefault, requests and limits, liveness GET /healthz on
-            8080, `--peering kyma-gpu`; the ClusterKopfPeering `kyma-gpu` and
-            its CRD are rendered; a NetworkPolicy selects the manager.
+  manager   two replicas, RollingUpdate with maxUnavailable 0, a
+            PodDisruptionBudget, `--leader-election` and a Lease Role, non-root,
+            read-only root filesystem, no privilege escalation, all
+            capabilities dropped, seccomp RuntimeDefault, requests and limits,
+            liveness GET /healthz on 8080; a NetworkPolicy selects the manager.
   optional  no ServiceMonitor in config/default (GPU metrics: spec.components.serviceMonitor).
   flux      images match tools/versions.env; containers hardened like the
             manager's.
@@ -163,17 +163,23 @@ def check_manager(base: str, objs: list[dict[str, Any]]) -> None:
         return
     check_hardening(base, dep)
     spec = dep["spec"]
-    if spec.get("replicas") != 1:
-        fail(base, "manager", f"replicas {spec.get('replicas')}, want 1")
-    if (spec.get("strategy") or {}).get("type") != "Recreate":
-        fail(base, "manager", "strategy is not Recreate")
+    if spec.get("replicas") != 2:
+        fail(base, "manager", f"replicas {spec.get('replicas')}, want 2 (one leads, one waits)")
+    strategy = spec.get("strategy") or {}
+    if (
+        strategy.get("type") != "RollingUpdate"
+        or (strategy.get("rollingUpdate") or {}).get("maxUnavailable") != 0
+    ):
+        fail(base, "manager", "strategy is not RollingUpdate with maxUnavailable 0")
+    if f"PodDisruptionBudget/{MANAGER_NAMESPACE}/gpu-manager" not in by_id:
+        fail(base, "manager", "no PodDisruptionBudget for the manager")
     pod = spec["template"]["spec"]
     if pod.get("serviceAccountName") != "gpu-manager":
         fail(base, "manager", "serviceAccountName is not gpu-manager")
     c = pod["containers"][0]
     args = (c.get("command") or []) + (c.get("args") or [])
     joined = " ".join(args)
-    for needle in ("kyma-gpu run", "--peering kyma-gpu", "--liveness http://0.0.0.0:8080/healthz"):
+    for needle in ("kyma-gpu run", "--leader-election", "--liveness http://0.0.0.0:8080/healthz"):
         if needle not in joined:
             fail(base, "manager", f"command/args lack {needle!r}: {joined}")
     probe = (c.get("livenessProbe") or {}).get("httpGet") or {}
@@ -185,10 +191,9 @@ def check_manager(base: str, objs: list[dict[str, Any]]) -> None:
         "europe-docker.pkg.dev/kyma-project/prod/gpu-manager:"
     ):
         fail(base, "manager", f"unexpected image {c.get('image')}")
-    if "ClusterKopfPeering/kyma-gpu" not in by_id:
-        fail(base, "manager", "ClusterKopfPeering kyma-gpu not rendered")
-    if "CustomResourceDefinition/clusterkopfpeerings.kopf.dev" not in by_id:
-        fail(base, "manager", "the ClusterKopfPeering CRD is not rendered")
+    role = by_id.get(f"Role/{MANAGER_NAMESPACE}/gpu-manager") or {}
+    if not any("leases" in (r.get("resources") or []) for r in role.get("rules") or []):
+        fail(base, "manager", "the manager's Role does not grant its Lease")
     if "CustomResourceDefinition/gpus.gpu.kyma-project.io" not in by_id:
         fail(base, "manager", "the Gpu CRD is not rendered")
     pod_labels = spec["template"]["metadata"]["labels"]

@@ -39,6 +39,8 @@ from kyma_gpu.status.events import GpuEvent, GpuRef
 FIELD_MANAGER = "kyma-gpu"
 USER_AGENT = f"kyma-gpu/{__version__}"
 EVENT_SOURCE = "kyma-gpu-operator"
+_LEASE_TIMEOUT = (3.0, 5.0)
+"""Connect and read timeouts of Lease requests: a renewal must fail well within the deadline."""
 _APPLY = "application/apply-patch+yaml"
 _MERGE = "application/merge-patch+json"
 _METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
@@ -104,8 +106,9 @@ class KubeAdapter:
     writes: Counter[str] = field(default_factory=Counter)
 
     @classmethod
-    def connect(cls) -> KubeAdapter:
-        """In-cluster config, else $KUBECONFIG / ~/.kube/config."""
+    def connect(cls, identity: str = "") -> KubeAdapter:
+        """In-cluster config, else $KUBECONFIG / ~/.kube/config. The identity (the pod name)
+        goes into the User-Agent, so the audit log tells the replicas apart."""
         configuration = client.Configuration()
         try:
             config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
@@ -113,7 +116,7 @@ class KubeAdapter:
             config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         configuration.connection_pool_maxsize = _POOL_SIZE
         api = client.ApiClient(configuration)
-        api.user_agent = USER_AGENT
+        api.user_agent = f"{USER_AGENT} ({identity})" if identity else USER_AGENT
         return cls(api=api)
 
     # -- one request --
@@ -225,6 +228,32 @@ class KubeAdapter:
         patch = {"metadata": {"finalizers": finalizers, "resourceVersion": resource_version}}
         return await self._write(f"patch finalizers of Gpu {name}", "PATCH", f"{_GPUS}/{name}",
                                  body=patch, content_type=_MERGE)  # fmt: skip
+
+    async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Lease, or None when there is none yet."""
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
+        try:
+            return await asyncio.to_thread(self._json, f"get Lease {namespace}/{name}", "GET", path,
+                                           timeout=_LEASE_TIMEOUT)  # fmt: skip
+        except NotFound:
+            return None
+
+    async def write_lease(
+        self, namespace: str, name: str, spec: Mapping[str, Any], resource_version: str | None
+    ) -> dict[str, Any]:
+        """Create the Lease (resource_version None), or replace it if it is still at
+        resource_version (else 409: another replica wrote first)."""
+        base = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+        meta: dict[str, Any] = {"name": name, "namespace": namespace}
+        if resource_version is not None:
+            meta["resourceVersion"] = resource_version
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta,
+                "spec": dict(spec)}  # fmt: skip
+        if resource_version is None:
+            return await self._write(f"create Lease {namespace}/{name}", "POST", base, body=body,
+                                     timeout=_LEASE_TIMEOUT)  # fmt: skip
+        return await self._write(f"update Lease {namespace}/{name}", "PUT", f"{base}/{name}",
+                                 body=body, timeout=_LEASE_TIMEOUT)  # fmt: skip
 
     async def post_event(self, namespace: str, gpu: GpuRef, event: GpuEvent) -> None:
         """A core/v1 Event about the Gpu (status/events.py says in which namespace)."""

@@ -186,7 +186,7 @@ def cmd_images(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
 def cmd_run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     from kyma_gpu.handlers import run
 
-    run(liveness=args.liveness, peering=args.peering, standalone=args.standalone)
+    run(liveness=args.liveness, leader_election=args.leader_election and not args.standalone)
     return 0
 
 
@@ -213,8 +213,12 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--liveness", default=None, help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz"
     )
-    r.add_argument("--peering", default=None, help="kopf peering name for a single active replica")
-    r.add_argument("--standalone", action="store_true", help="no peering (one replica only)")
+    r.add_argument(
+        "--leader-election",
+        action="store_true",
+        help="hold the Lease kyma-system/kyma-gpu-manager to write (several replicas)",
+    )
+    r.add_argument("--standalone", action="store_true", help="no leader election (one replica)")
     r.set_defaults(func=cmd_run)
     return top
 

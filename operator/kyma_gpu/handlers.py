@@ -1,6 +1,7 @@
 """kopf wiring, for the Gpu only.
 
-kopf watches the Gpu and runs the process (startup, cleanup, liveness, peering). It has no
+kopf watches the Gpu and runs the process (startup, cleanup, liveness); a Lease picks the
+replica that writes (reconcile/election.py). It has no
 change-detecting handler and no daemon, so it writes nothing to the Gpu: no annotations,
 no finalizer of its own. The finalizer `gpu.kyma-project.io/finalizer` belongs to the
 reconcile loop, which adds it before the first apply and removes it when Flux has
@@ -15,10 +16,13 @@ facts change.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import signal
+import socket
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import kopf
@@ -27,6 +31,7 @@ from kyma_gpu.adapter import KubeAdapter
 from kyma_gpu.api.models import API_GROUP, API_VERSION, PLURAL
 from kyma_gpu.observe import Entry, Observers, Store
 from kyma_gpu.observe.store import version_of
+from kyma_gpu.reconcile.election import Elector
 from kyma_gpu.reconcile.loop import GPUS, Loop
 from kyma_gpu.reconcile.machine import gpu_object
 from kyma_gpu.rules.catalog import Catalog
@@ -41,19 +46,37 @@ def _store(memo: Any) -> Store:
     return store
 
 
+LEASE_NAME = "kyma-gpu-manager"
+
+
+class _Forever:
+    """kopf's request retries: 0.5, 1, 2, 3, 5, 8 s, then every 10 s for as long as it takes.
+    A finite list (kopf's default) ends the operator after about a minute without an API
+    server; an outage of minutes must be waited out (tests/e2e/test_outage.py)."""
+
+    def __iter__(self) -> Iterator[float]:
+        return itertools.chain((0.5, 1.0, 2.0, 3.0, 5.0, 8.0), itertools.repeat(10.0))
+
+
 @kopf.on.startup()
 async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.posting.level = logging.WARNING  # no Event per handler run
     settings.watching.server_timeout = 600
-    settings.networking.error_backoffs = (0.5, 1, 2, 3, 5, 8, 13, 21)
+    settings.networking.error_backoffs = _Forever()
     catalog = Catalog()  # checked in run(): broken rule data never gets this far
-    adapter = KubeAdapter.connect()
+    identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+    adapter = KubeAdapter.connect(identity)
     store = Store()
     observers = Observers(adapter, store, asyncio.get_running_loop())
     defaults = catalog.defaults
     observers.start(catalog.machine_types, defaults.module_namespace, defaults.target_namespace)
+    memo.stopped, memo.elector = asyncio.Event(), None
     loop = Loop(store, adapter, catalog, watch_pods=observers.watch_pods)
-    memo.store, memo.observers, memo.stopped = store, observers, asyncio.Event()
+    if memo.leader_election:
+        memo.elector = Elector(adapter, defaults.module_namespace, LEASE_NAME, identity)
+        memo.elector_task = asyncio.create_task(memo.elector.run(memo.stopped), name="election")
+        loop.may_write = memo.elector.may_write
+    memo.store, memo.observers = store, observers
     memo.loop_task = asyncio.create_task(loop.run(memo.stopped), name="reconcile-loop")
     memo.loop_task.add_done_callback(_loop_ended)
 
@@ -74,6 +97,8 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
         await asyncio.wait_for(memo.loop_task, timeout=10)
     except TimeoutError:
         memo.loop_task.cancel()
+    if memo.elector is not None:  # after the last write: hand over at once
+        await memo.elector.release()
 
 
 @kopf.on.event(*GPU)
@@ -86,7 +111,7 @@ def gpu_changed(type: str, name: str, body: kopf.Body, memo: kopf.Memo, **_: Any
     _store(memo).put(GPUS, name, Entry(version_of(obj.resource_version), obj))
 
 
-def run(liveness: str | None = None, peering: str | None = None, standalone: bool = False) -> None:
+def run(liveness: str | None = None, leader_election: bool = False) -> None:
     """`kyma-gpu run`: the operator process."""
     try:
         Catalog().check()
@@ -95,9 +120,11 @@ def run(liveness: str | None = None, peering: str | None = None, standalone: boo
         sys.exit(2)
     kopf.configure(verbose=False)
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    # kopf only watches the Gpu and runs the process: no peering (it would pause every replica
+    # of equal priority); the Lease picks the one that writes.
     kopf.run(
         clusterwide=True,
         liveness_endpoint=liveness,
-        peering_name=peering,
-        standalone=standalone or peering is None,
+        standalone=True,
+        memo=kopf.Memo(leader_election=leader_election),
     )

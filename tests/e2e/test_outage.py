@@ -37,9 +37,12 @@ def _driver_version(cluster: LocalCluster) -> Any:
 def test_the_manager_survives_an_api_server_outage_and_loses_no_change(
     local_cluster: LocalCluster, stack: OperatorProcess
 ) -> None:
+    assert gpu(local_cluster) is None, "a Gpu left over by an earlier test"
     local_cluster.apply({"apiVersion": "gpu.kyma-project.io/v1beta1", "kind": "Gpu",
                          "metadata": {"name": "gpu"}, "spec": {}})  # fmt: skip
     wait_until(lambda: helm_release(local_cluster), 60, "the HelmRelease")
+    wait_until(lambda: ((gpu(local_cluster) or {}).get("status") or {}).get("state"), 30,
+               "the status of this manager")  # fmt: skip
     before = _driver_version(local_cluster)
     assert before is not None
 

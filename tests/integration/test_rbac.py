@@ -1,5 +1,5 @@
 """The shipped RBAC is sufficient and no wider than needed: the operator runs with the
-gpu-manager ServiceAccount's token only (kopf peering on, as in the Deployment) through a
+gpu-manager ServiceAccount's token only (leader election on, as in the Deployment) through a
 create/status/delete cycle, and `kubectl auth can-i` refuses what it must not do.
 """
 
@@ -61,7 +61,7 @@ def sa_operator(local_cluster: LocalCluster) -> Iterator[OperatorProcess]:
     _install_module(local_cluster)
     with module_on(
         local_cluster, name="operator-rbac", kubeconfig=_service_account_kubeconfig(local_cluster),
-        args=("--peering", "kyma-gpu", "--liveness", "http://127.0.0.1:18181/healthz"),
+        args=("--leader-election", "--liveness", "http://127.0.0.1:18181/healthz"),
     ) as process:  # fmt: skip
         yield process
 
@@ -88,6 +88,7 @@ ALLOWED = [
     ("patch", "gpus.gpu.kyma-project.io/status", None),
     ("create", "helmreleases.helm.toolkit.fluxcd.io", MODULE_NAMESPACE),
     ("delete", "helmrepositories.source.toolkit.fluxcd.io", MODULE_NAMESPACE),
+    ("update", "leases.coordination.k8s.io/kyma-gpu-manager", MODULE_NAMESPACE),
 ]
 DENIED = [
     ("get", "secrets", MODULE_NAMESPACE),
@@ -105,6 +106,8 @@ DENIED = [
     ("create", "clusterrolebindings.rbac.authorization.k8s.io", None),
     ("delete", "gpus.gpu.kyma-project.io", None),
     ("impersonate", "serviceaccounts", MODULE_NAMESPACE),
+    ("update", "leases.coordination.k8s.io/kube-scheduler", "kube-system"),
+    ("update", "leases.coordination.k8s.io/other", MODULE_NAMESPACE),
     ("*", "*", None),
 ]
 

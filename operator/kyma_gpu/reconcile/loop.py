@@ -68,6 +68,8 @@ rollout changes DaemonSet counts every few dozen milliseconds. A transition (the
 condition's status or reason) is written at once; the coalesced write follows when the
 interval is over."""
 SYNC_REPORT_SECONDS = 5.0
+FOLLOWER_SECONDS = 0.25
+"""How often a follower checks whether it leads now."""
 _FLUX_PLURAL = {kind: plural for (_, kind), plural in PLURALS.items()}
 
 
@@ -119,6 +121,8 @@ class Loop:
     writer: Writer
     catalog: Catalog
     watch_pods: Callable[[bool], None] = lambda _: None
+    may_write: Callable[[], bool] = lambda: True
+    """False while another replica leads (reconcile/election.py): then nothing is written."""
     """Starts (True) or stops (False) the pod observer."""
     failures: dict[str, Failure] = field(default_factory=dict)
     plans: cachetools.LRUCache[tuple[str, ClusterFacts, Owner], Plan] = field(
@@ -146,6 +150,9 @@ class Loop:
     async def run(self, stopped: asyncio.Event) -> None:
         await self._wait_synced(stopped)
         while not stopped.is_set():
+            if not self.may_write():  # a follower (leader election): observe, never write
+                await _first_of(stopped, stopped, FOLLOWER_SECONDS)
+                continue
             self.store.changed.clear()
             try:
                 requeue = await self.run_pass()
@@ -204,6 +211,8 @@ class Loop:
 
     async def perform(self, gpu: GpuObject, step: Step) -> int:
         """The step's writes, then its status. Returns how many writes were made."""
+        if not self.may_write():
+            return 0
         done = 0
         if step.writes:
             try:

@@ -1,0 +1,147 @@
+"""Two replicas, one writer: leader election on the Lease kyma-system/kyma-gpu-manager.
+
+Two manager processes run as in the Deployment (`--leader-election`, POD_NAME as identity).
+The test kills the leader (SIGKILL), measures how long until the other takes over, stops the
+new leader gracefully, and reads the API server's audit log: the managers' writes (told apart
+by the identity in their User-Agent) never interleave.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.harness.cluster import LocalCluster
+from tests.harness.module import (
+    MODULE_NAMESPACE,
+    OperatorProcess,
+    gpu,
+    helm_release,
+    install_crds,
+    wait_until,
+)
+from tests.harness.nodes import DEMO_FLEET
+
+pytestmark = pytest.mark.integration
+
+LEASE = "kyma-gpu-manager"
+FAILOVER_BOUND_SECONDS = 20.0
+HANDOVER_BOUND_SECONDS = 5.0
+WRITE_VERBS = {"create", "update", "patch", "delete"}
+AGENT = re.compile(r"^kyma-gpu/\S+ \((?P<identity>manager-[ab])\)")
+"""This test's two managers (other tests' managers have other identities)."""
+
+
+def _manager(cluster: LocalCluster, identity: str) -> OperatorProcess:
+    return OperatorProcess(cluster, name=f"operator-{identity}", args=("--leader-election",),
+                           env={"POD_NAME": identity}).start()  # fmt: skip
+
+
+@pytest.fixture
+def fleet_and_crds(local_cluster: LocalCluster) -> Iterator[None]:
+    install_crds(local_cluster)
+    nodes = local_cluster.add_nodes(DEMO_FLEET)
+    yield
+    local_cluster.kubectl("delete", "gpus.gpu.kyma-project.io", "--all", "--wait=false",
+                          check=False)  # fmt: skip
+    for node in nodes:
+        local_cluster.delete_node(node)
+    local_cluster.kubectl("delete", "lease", LEASE, "-n", MODULE_NAMESPACE, "--ignore-not-found")
+
+
+def _holder(cluster: LocalCluster) -> str:
+    lease = cluster.get_object("lease", LEASE, MODULE_NAMESPACE) or {}
+    return str((lease.get("spec") or {}).get("holderIdentity") or "")
+
+
+def _driver_version(cluster: LocalCluster) -> str:
+    values = ((helm_release(cluster) or {}).get("spec") or {}).get("values") or {}
+    return str((values.get("driver") or {}).get("version"))
+
+
+def _set_version(cluster: LocalCluster, version: str) -> None:
+    cluster.kubectl("patch", "gpus.gpu.kyma-project.io", "gpu", "--type=merge",
+                    "-p", json.dumps({"spec": {"driver": {"version": version}}}))  # fmt: skip
+    wait_until(lambda: _driver_version(cluster) == version, 30, f"driver {version} applied")
+
+
+def _writers_in_order(cluster: LocalCluster) -> list[tuple[str, str, str]]:
+    """(time, identity, what) of every successful write by a manager, by completion time."""
+    out = []
+    for line in (cluster.log_dir / "audit.log").read_text().splitlines():
+        event: dict[str, Any] = json.loads(line)
+        match = AGENT.match(str(event.get("userAgent", "")))
+        code = (event.get("responseStatus") or {}).get("code", 200)
+        if (
+            match is None
+            or event.get("stage") != "ResponseComplete"
+            or event.get("verb") not in WRITE_VERBS
+            or code >= 400
+        ):
+            continue
+        ref = event.get("objectRef") or {}
+        what = f"{event['verb']} {ref.get('resource')}/{ref.get('name')}"
+        out.append((str(event["stageTimestamp"]), match["identity"], what))
+    return sorted(out)
+
+
+def _runs(writers: list[tuple[str, str, str]]) -> list[str]:
+    """The identities in order, consecutive repeats folded: a a b b a -> [a, b, a]."""
+    runs: list[str] = []
+    for _, identity, _ in writers:
+        if not runs or runs[-1] != identity:
+            runs.append(identity)
+    return runs
+
+
+def test_one_writer_failover_and_graceful_handover(
+    local_cluster: LocalCluster, fleet_and_crds: None
+) -> None:
+    a = _manager(local_cluster, "manager-a")
+    b: OperatorProcess | None = None
+    try:
+        wait_until(lambda: _holder(local_cluster) == "manager-a", 30, "manager-a leading")
+        b = _manager(local_cluster, "manager-b")
+        local_cluster.apply({"apiVersion": "gpu.kyma-project.io/v1beta1", "kind": "Gpu",
+                             "metadata": {"name": "gpu"}, "spec": {}})  # fmt: skip
+        wait_until(lambda: helm_release(local_cluster), 60, "the HelmRelease")
+        time.sleep(3)  # b is up and observing
+        assert _holder(local_cluster) == "manager-a"
+
+        a.kill()
+        killed = time.monotonic()
+        wait_until(lambda: _holder(local_cluster) == "manager-b", 40, "manager-b taking over")
+        failover = time.monotonic() - killed
+        _set_version(local_cluster, "580")
+
+        a = _manager(local_cluster, "manager-a")  # back, as a follower
+        time.sleep(3)
+        assert _holder(local_cluster) == "manager-b"
+        stopped = time.monotonic()  # from the SIGINT on: b's shutdown counts
+        b.stop()
+        wait_until(lambda: _holder(local_cluster) == "manager-a", 15, "manager-a taking over")
+        handover = time.monotonic() - stopped
+        _set_version(local_cluster, "590")
+    finally:
+        # Delete the Gpu while a manager runs to release it: a Gpu left with its finalizer
+        # would hold up the next test's manager.
+        local_cluster.kubectl("delete", "gpus.gpu.kyma-project.io", "gpu", "--wait=false",
+                              "--ignore-not-found")  # fmt: skip
+        if a.alive() or (b is not None and b.alive()):
+            wait_until(lambda: gpu(local_cluster) is None, 60, "the Gpu released")
+        for process in (a, b):
+            if process is not None:
+                print(f"--- {process.log_path.name} (tail) ---\n{process.log(30)}")
+                process.stop()
+
+    print(f"failover after SIGKILL {failover:.1f}s; graceful handover {handover:.1f}s")
+    assert failover < FAILOVER_BOUND_SECONDS
+    assert handover < HANDOVER_BOUND_SECONDS
+    writers = _writers_in_order(local_cluster)
+    runs = _runs(writers)
+    assert runs == ["manager-a", "manager-b", "manager-a"], "\n".join(map(str, writers))
