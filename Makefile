@@ -99,6 +99,10 @@ bench: setup ## benchmarks: print numbers (planning, status, node facts)
 bench-scale: setup tools ## scale benchmark on the local cluster: 1,000 and 5,000 nodes (~1 h)
 	$(BIN)/python benchmarks/bench_scale.py $(BENCH_SCALE_ARGS)
 
+.PHONY: bench-faults
+bench-faults: setup tools ## fault injection: 24 manager kills + controller and API server restarts (~10 min)
+	$(BIN)/python benchmarks/fault_injection.py
+
 .PHONY: lock
 lock: ## re-resolve requirements*.lock from pyproject.toml (needs network)
 	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
