@@ -187,7 +187,7 @@ def node_facts(node: Mapping[str, Any], registry: MachineTypeRegistry) -> NodeFa
     os_image = _bounded(info.get("osImage"))
     family, version = parse_os_image(os_image)
     provider_id = spec.get("providerID")
-    provider = parse_provider(provider_id if isinstance(provider_id, str) else None)
+    provider = _bounded(parse_provider(provider_id if isinstance(provider_id, str) else None))
     machine_type = labels.get(LABEL_INSTANCE_TYPE) or labels.get(LABEL_INSTANCE_TYPE_BETA)
     arch = _bounded(info.get("architecture") or labels.get(LABEL_ARCH)) or "unknown"
 
