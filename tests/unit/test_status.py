@@ -639,6 +639,16 @@ def _gpu_pod(namespace: str, phase: str = "Pending", **meta: Any) -> dict[str, A
     }
 
 
+def _dra_pod(namespace: str, phase: str) -> dict[str, Any]:
+    claim = {"name": "gpu", "resourceClaimTemplateName": "single-gpu"}
+    return {
+        "metadata": {"name": "p", "namespace": namespace},
+        "status": {"phase": phase},
+        "spec": {"containers": [{"resources": {"claims": [{"name": "gpu"}]}}],
+                 "resourceClaims": [claim]},
+    }  # fmt: skip
+
+
 STACK = ("kyma-system", "gpu-operator")
 
 
@@ -653,6 +663,9 @@ STACK = ("kyma-system", "gpu-operator")
         (_gpu_pod("ml", "Failed"), False),
         (_gpu_pod("ml", "Succeeded"), False),
         ({**_gpu_pod("ml"), "spec": {"containers": [{}]}}, False),
+        (_dra_pod("ml", "Running"), True),  # a DRA claim (the GPU stack of issue 12)
+        (_dra_pod("ml", "Succeeded"), False),
+        (_dra_pod("gpu-operator", "Running"), False),
     ],
 )
 def test_only_users_gpu_pods_hold_a_deletion(pod: dict[str, Any], counts: bool) -> None:

@@ -153,13 +153,20 @@ def requests_gpu(body: Mapping[str, Any]) -> bool:
 
 
 def is_gpu_workload(body: Mapping[str, Any], stack_namespaces: Collection[str]) -> bool:
-    """A user's pod that a deletion must wait for: it asks for nvidia.com/gpu, still runs, is
-    not already terminating, and lives outside the namespaces of the GPU stack itself (the
-    operator's validator pods ask for a GPU too, and stay Pending on a broken stack)."""
+    """A user's pod that a deletion must wait for: it asks for nvidia.com/gpu or claims a
+    device through DRA, still runs, is not already terminating, and lives outside the
+    namespaces of the GPU stack itself (the operator's validator pods ask for a GPU too, and
+    stay Pending on a broken stack).
+
+    A DRA claim counts whatever its device: telling a GPU claim from another needs the
+    ResourceClaim's allocation, which the manager does not read. Waiting for a pod that holds
+    some other device is the safe mistake; the skip annotation ends it."""
     meta = body.get("metadata") or {}
     if meta.get("deletionTimestamp") or meta.get("namespace") in stack_namespaces:
         return False
-    return requests_gpu(body)
+    phase = (body.get("status") or {}).get("phase")
+    claims = bool((body.get("spec") or {}).get("resourceClaims"))
+    return requests_gpu(body) or (claims and phase not in ("Succeeded", "Failed"))
 
 
 def asks_for_gpu(body: Mapping[str, Any]) -> bool:
