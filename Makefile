@@ -49,9 +49,14 @@ lint: setup ## ruff, ruff format, mypy --strict, import layering
 check: lint tools ## lint + generated files up to date + manifests policy + Dockerfile
 	$(BIN)/python hack/check_manifests.py
 	bash hack/flux-crds.sh --check
+	bash hack/flux-bundle.sh --check
 	bash hack/render-module-template.sh --check
 	bash hack/check-dockerfile.sh
 	$(BIN)/python hack/release_rbac.py --check
+
+.PHONY: flux-bundle
+flux-bundle: tools ## render flux/ into the Flux bundle the manager installs on clusters without Flux
+	bash hack/flux-bundle.sh
 
 .PHONY: release-rbac
 release-rbac: setup tools ## regenerate the HelmRelease ServiceAccount's RBAC from the rendered charts (review the diff!)

@@ -1,39 +1,50 @@
 #!/usr/bin/env python3
-"""Render the module manifest and wrap it into KLM's ModuleTemplate.
+"""Render the module manifest and wrap it into KLM's ModuleTemplate and ModuleReleaseMeta.
 
-    hack/render-module-template.sh [--source DIR] [--image IMAGE] [--check]
+    hack/render-module-template.sh [--source DIR] [--image IMAGE] [--channel C]... [--release]
+                                   [--check]
 
-Reads config/module/module-config.yaml and writes, deterministically (no
-timestamps, so the files can be committed and checked):
+Reads config/module/module-config.yaml (modulectl's module config format, see its header)
+and writes, deterministically (no timestamps, so the files can be committed and checked):
 
-  config/module/manifest.yaml            `kubectl kustomize <source>` verbatim
-                                         (module-config `manifest`)
+  config/module/manifest.yaml            `kubectl kustomize <source>` verbatim: the release
+                                         asset behind module-config `manifest`
   config/module/moduletemplate.yaml      ModuleTemplate operator.kyma-project.io/v1beta2
   config/module/modulereleasemeta.yaml   ModuleReleaseMeta: channel -> version
 
---source DIR   kustomize directory of the module manifest (default
-               config/module-bundle: the module and the Flux controllers it brings;
-               config/default for clusters that run Flux already, see flux/README.md)
---image IMAGE  override the manager image (an `images:` entry in a temporary
-               overlay), e.g. a locally built tag
+--source DIR   kustomize directory of the module manifest (default config/module-bundle:
+               the module without Flux; the manager provides Flux itself)
+--image IMAGE  the manager image, NAME:TAG or NAME:TAG@sha256:DIGEST (an `images:` entry in
+               a temporary overlay): a locally built tag, or the release's pushed image
+--channel C    a channel the version is released to (repeatable; default: regular)
+--release      the release pipeline's render: the manager image must be pinned by digest
 --check        render into memory and fail if the committed files differ
 
 What the ModuleTemplate carries, and what is assumed:
-  spec.moduleName, spec.version, spec.mandatory, spec.info (repository,
-  documentation, icons), spec.manager, spec.associatedResources,
-  spec.resources (the raw manifest link) and spec.data (the default Gpu) map
-  one-to-one from module-config fields to the v1beta2 API fields.
-  spec.descriptor is an OCM component descriptor (schema v2) STUB written
-  here in the shape Kyma's templates have: component name/version, the
-  repository context, the `raw-manifest` resource (type yaml) as a localBlob
-  whose localReference is the sha256 of the manifest rendered next to it (so
-  the template is bound to exactly that manifest; the real blob digest is
-  computed by the OCM tooling), and one ociArtifact resource per container
-  image in the manifest. A release does not use this stub:
-  modulectl builds and pushes the real component version, and current KLM
-  resolves the descriptor from the OCI registry (the in-template descriptor
-  is deprecated there). Metadata name `<module>-<version>` in kcp-system
-  follows modulectl's naming for versioned templates.
+  Its shape is what `modulectl create` writes for a module config: name
+  `<module>-<version>` in kcp-system, the module-name label and the is-cluster-scoped
+  annotation (from the scope of the default CR's CRD in the manifest), spec.moduleName,
+  version, mandatory (false), requiresDowntime, info (repository, documentation, icons),
+  associatedResources, data (the default Gpu), manager, and resources with the rawManifest
+  link (module-config `manifest`, a URL). No spec.channel: channels are the
+  ModuleReleaseMeta's.
+  spec.descriptor is an OCM component descriptor (schema v2) written here in the shape of
+  Kyma's templates: component name and version, the repository context, the sources, the
+  `raw-manifest` resource as a localBlob whose localReference is the sha256 of the manifest
+  rendered next to it (so the template is bound to exactly that manifest), and one
+  ociArtifact resource per image the module runs: the manifest's images and the third-party
+  images of the security config (the Flux controllers the manager installs). A release does
+  not publish this descriptor: modulectl builds and pushes the real component version, and
+  current KLM resolves the descriptor from the OCI registry.
+
+Placeholders. Every render (and --check) fails on an obvious placeholder in the two KLM
+objects or in the manifest's images: an all-zero or one-character digest, example.* or local
+hosts, TODO/CHANGEME-style words, <angle-bracket> slots, a link that is not https. The image
+digest of the manager cannot exist offline (it is the pushed image's), so the committed
+render names the image by tag, and the release pipeline renders again with
+`--release --image <registry>/gpu-manager:<version>@sha256:<digest of the pushed image>`:
+the Deployment is then pinned by digest and the descriptor carries it, and a placeholder
+digest fails the render.
 """
 
 from __future__ import annotations
@@ -41,6 +52,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -53,12 +65,32 @@ ROOT = Path(__file__).resolve().parent.parent
 KUBECTL = os.environ.get("KUBECTL", str(ROOT / "tools" / "bin" / "kubectl"))
 MODULE_DIR = ROOT / "config" / "module"
 CONFIG = MODULE_DIR / "module-config.yaml"
+MANIFEST = MODULE_DIR / "manifest.yaml"
+TEMPLATE = MODULE_DIR / "moduletemplate.yaml"
+RELEASE_META = MODULE_DIR / "modulereleasemeta.yaml"
 NAMESPACE = "kcp-system"
 REGISTRY_CONTEXT = "europe-docker.pkg.dev/kyma-project/prod/unsigned"
+MANAGER_IMAGE = "europe-docker.pkg.dev/kyma-project/prod/gpu-manager"
+# Release assets (module-config `manifest`, `defaultCR`) and the files they are made of.
+RELEASE_ASSETS = {
+    "manifest": ("gpu-manifest.yaml", MANIFEST),
+    "defaultCR": ("gpu-default-cr.yaml", ROOT / "config" / "samples" / "gpu.yaml"),
+}
+SEMVER = re.compile(r"^v?\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$")
+DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 HEADER = (
     "# GENERATED by hack/render-module-template.sh from config/module/module-config.yaml\n"
     "# and `kubectl kustomize {source}`; do not edit. Regenerate after changing config/.\n"
+)
+
+PLACEHOLDERS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"sha256:(?:([0-9a-f])\1{63})\b"), "placeholder digest"),
+    (re.compile(r"\b(?:[\w-]+\.)*example\.(?:com|org|net)\b", re.I), "example host"),
+    (re.compile(r"://(?:localhost|127\.0\.0\.1|0\.0\.0\.0)\b"), "local host"),
+    (re.compile(r"\b(?:TODO|FIXME|TBD|CHANGE_?ME|REPLACE_?ME|PLACEHOLDER)\b", re.I), "placeholder"),
+    (re.compile(r"<[A-Za-z][\w .:/-]*>"), "placeholder slot"),
+    (re.compile(r"\bhttp://"), "link that is not https"),
 )
 
 
@@ -78,13 +110,28 @@ def dump(obj: Any) -> str:
     return yaml.dump(obj, Dumper=Dumper, sort_keys=False, default_flow_style=False, width=100)
 
 
+def fail(message: str) -> SystemExit:
+    return SystemExit(f"render-module-template: {message}")
+
+
+def split_image(image: str) -> tuple[str, str, str]:
+    """NAME:TAG[@sha256:DIGEST] -> (name, tag, digest or "")."""
+    ref, _, digest = image.partition("@")
+    name, _, tag = ref.rpartition(":")
+    if not name or not tag or "/" in tag:
+        raise fail(f"image {image!r} must be NAME:TAG or NAME:TAG@sha256:DIGEST")
+    if digest and not DIGEST.match(digest):
+        raise fail(f"image {image!r}: the digest must be sha256: and 64 lowercase hex digits")
+    return name, tag, digest
+
+
 def render(source: Path, image: str | None) -> str:
     if image is None:
-        target = source
-        return _kustomize(target)
-    name, _, tag = image.rpartition(":")
-    if not name or "/" in tag:
-        raise SystemExit(f"render-module-template: --image {image!r} must be NAME:TAG")
+        return _kustomize(source)
+    name, tag, digest = split_image(image)
+    entry = {"name": MANAGER_IMAGE, "newName": name, "newTag": tag}
+    if digest:
+        entry["digest"] = digest
     with tempfile.TemporaryDirectory() as tmp:
         overlay = Path(tmp)
         (overlay / "kustomization.yaml").write_text(
@@ -93,13 +140,7 @@ def render(source: Path, image: str | None) -> str:
                     "apiVersion": "kustomize.config.k8s.io/v1beta1",
                     "kind": "Kustomization",
                     "resources": [os.path.relpath(source, overlay)],
-                    "images": [
-                        {
-                            "name": "europe-docker.pkg.dev/kyma-project/prod/gpu-manager",
-                            "newName": name,
-                            "newTag": tag,
-                        }
-                    ],
+                    "images": [entry],
                 }
             )
         )
@@ -111,9 +152,7 @@ def _kustomize(directory: Path) -> str:
         [KUBECTL, "kustomize", str(directory)], capture_output=True, text=True, check=False
     )
     if result.returncode != 0:
-        raise SystemExit(
-            f"render-module-template: kubectl kustomize {directory} failed:\n{result.stderr}"
-        )
+        raise fail(f"kubectl kustomize {directory} failed:\n{result.stderr}")
     return result.stdout
 
 
@@ -133,8 +172,61 @@ def short_module_name(full: str) -> str:
     return full.rsplit("/", 1)[-1]
 
 
+def asset_files(config: dict[str, Any]) -> dict[str, Path]:
+    """module-config `manifest`/`defaultCR` (release asset URLs) -> the files they are made of.
+
+    Fails unless each is `<repository>/releases/download/<version>/<asset>`: a URL of another
+    version or repository would make the ModuleTemplate point at a different manifest."""
+    if "channel" in config:
+        raise fail("module-config has `channel`: channels belong to the ModuleReleaseMeta")
+    base = f"{str(config['repository']).rstrip('/')}/releases/download/{config['version']}/"
+    files: dict[str, Path] = {}
+    for key, (asset, path) in RELEASE_ASSETS.items():
+        want = base + asset
+        if config.get(key) != want:
+            raise fail(f"module-config `{key}` is {config.get(key)!r}, want {want!r}")
+        files[key] = path
+    return files
+
+
+def _oci_resource(image: str) -> dict[str, Any]:
+    """An ociArtifact resource named and versioned as modulectl does: name and semver tag;
+    with a digest, name-<8 hex> and <tag>+sha256.<12 hex>."""
+    repo, tag, digest = split_image(image)
+    name = repo.rsplit("/", 1)[-1]
+    version = tag if SEMVER.match(tag) else f"0.0.0-{re.sub(r'[^0-9A-Za-z.-]', '-', tag)}"
+    if digest:
+        hexdigest = digest.removeprefix("sha256:")
+        name = f"{name}-{hexdigest[:8]}"
+        version = f"{version}+sha256.{hexdigest[:12]}"
+    return {
+        "name": name,
+        "type": "ociArtifact",
+        "version": version,
+        "relation": "external",
+        "access": {"type": "ociArtifact", "imageReference": image},
+    }
+
+
+def _cluster_scoped(objects: list[dict[str, Any]], default_cr: dict[str, Any]) -> bool:
+    group = str(default_cr["apiVersion"]).split("/", 1)[0]
+    for obj in objects:
+        spec = obj.get("spec") or {}
+        if (
+            obj.get("kind") == "CustomResourceDefinition"
+            and spec.get("group") == group
+            and (spec.get("names") or {}).get("kind") == default_cr["kind"]
+        ):
+            return bool(spec.get("scope") == "Cluster")
+    raise fail(f"the manifest has no CRD for the default CR {default_cr['kind']}")
+
+
 def build(
-    config: dict[str, Any], manifest: str, default_cr: dict[str, Any]
+    config: dict[str, Any],
+    manifest: str,
+    default_cr: dict[str, Any],
+    third_party: list[str],
+    channels: list[str],
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     module = short_module_name(config["name"])
     version = str(config["version"])
@@ -154,20 +246,15 @@ def build(
             },
         }
     ]
-    for image in images_of(objects):
-        repo, _, tag = image.rpartition(":")
-        resources.append(
-            {
-                "name": repo.rsplit("/", 1)[-1],
-                "type": "ociArtifact",
-                "version": tag,
-                "relation": "external",
-                "access": {"type": "ociArtifact", "imageReference": image},
-            }
-        )
+    for image in images_of(objects) + [i for i in third_party if i not in images_of(objects)]:
+        resources.append(_oci_resource(image))
 
-    labels = {"operator.kyma-project.io/module-name": module}
-    labels.update({str(k): str(v) for k, v in (config.get("labels") or {}).items()})
+    labels = {str(k): str(v) for k, v in (config.get("labels") or {}).items()}
+    labels["operator.kyma-project.io/module-name"] = module
+    annotations = {str(k): str(v) for k, v in (config.get("annotations") or {}).items()}
+    scoped = _cluster_scoped(objects, default_cr)
+    annotations["operator.kyma-project.io/is-cluster-scoped"] = "true" if scoped else "false"
+    manager = config["manager"]
     template: dict[str, Any] = {
         "apiVersion": "operator.kyma-project.io/v1beta2",
         "kind": "ModuleTemplate",
@@ -175,17 +262,13 @@ def build(
             "name": f"{module}-{version}",
             "namespace": NAMESPACE,
             "labels": labels,
-            "annotations": {
-                # The module's CR (spec.data, the Gpu) is cluster-scoped.
-                "operator.kyma-project.io/is-cluster-scoped": "true",
-                "operator.kyma-project.io/module-version": version,
-                **{str(k): str(v) for k, v in (config.get("annotations") or {}).items()},
-            },
+            "annotations": annotations,
         },
         "spec": {
             "moduleName": module,
             "version": version,
-            "mandatory": bool(config.get("mandatory", False)),
+            "mandatory": False,
+            "requiresDowntime": bool(config.get("requiresDowntime", False)),
             "info": {
                 "repository": config["repository"],
                 "documentation": config["documentation"],
@@ -193,19 +276,18 @@ def build(
                     {"name": i["name"], "link": i["link"]} for i in config.get("icons") or []
                 ],
             },
-            "manager": {
-                "group": config["manager"]["group"],
-                "version": config["manager"]["version"],
-                "kind": config["manager"]["kind"],
-                "namespace": config["manager"]["namespace"],
-                "name": config["manager"]["name"],
-            },
             "associatedResources": [
                 {"group": r["group"], "version": r["version"], "kind": r["kind"]}
                 for r in config.get("associatedResources") or []
             ],
-            "resources": [{"name": "rawManifest", "link": _manifest_link(config)}],
             "data": default_cr,
+            "manager": {
+                "name": manager["name"],
+                "namespace": manager["namespace"],
+                "group": manager["group"],
+                "version": manager["version"],
+                "kind": manager["kind"],
+            },
             "descriptor": {
                 "meta": {"schemaVersion": "v2"},
                 "component": {
@@ -220,7 +302,7 @@ def build(
                         }
                     ],
                     "labels": [
-                        {"name": "kyma-project.io/module-version", "value": version},
+                        {"name": "security.kyma-project.io/scan", "value": "enabled"},
                     ],
                     "componentReferences": [],
                     "sources": [
@@ -234,6 +316,7 @@ def build(
                     "resources": resources,
                 },
             },
+            "resources": [{"name": "rawManifest", "link": config["manifest"]}],
         },
     }
     release_meta = {
@@ -243,38 +326,68 @@ def build(
         "spec": {
             "moduleName": module,
             "ocmComponentName": config["name"],
-            "channels": [{"channel": str(config.get("channel", "regular")), "version": version}],
+            "channels": [{"channel": c, "version": version} for c in channels],
         },
     }
     return template, release_meta
 
 
-def _manifest_link(config: dict[str, Any]) -> str:
-    manifest = str(config["manifest"])
-    if "://" in manifest:
-        return manifest
-    # A repository path: link it inside the repository at the version's tag.
-    return f"{config['repository'].rstrip('/')}/blob/{config['version']}/{manifest}"
+def placeholders(text: str) -> list[str]:
+    """The obvious placeholders in a rendered text, one line each."""
+    found: list[str] = []
+    for pattern, what in PLACEHOLDERS:
+        for match in pattern.finditer(text):
+            line = text.count("\n", 0, match.start()) + 1
+            found.append(f"line {line}: {what} {match.group(0)!r}")
+    return found
+
+
+def image_problems(images: list[str], release: bool) -> list[str]:
+    problems = []
+    for image in images:
+        _, tag, digest = split_image(image)
+        if tag in {"latest", "main"}:
+            problems.append(f"image {image}: tag {tag!r} is not a release")
+        if release and not digest:
+            problems.append(f"image {image}: --release needs the pushed image's digest")
+    return problems + [f"image {i}: {p}" for i in images for p in placeholders(i)]
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="hack/render-module-template.sh")
     parser.add_argument("--source", default="config/module-bundle")
     parser.add_argument("--image")
+    parser.add_argument("--channel", action="append", dest="channels")
+    parser.add_argument("--release", action="store_true")
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args(argv)
 
     config = yaml.safe_load(CONFIG.read_text())
+    files = asset_files(config)
+    security = yaml.safe_load((ROOT / config["security"]).read_text())
     source = (ROOT / args.source).resolve()
     manifest = render(source, args.image)
-    default_cr = yaml.safe_load((ROOT / config["defaultCR"]).read_text())
-    template, release_meta = build(config, manifest, default_cr)
+    objects = [d for d in yaml.safe_load_all(manifest) if d]
+    default_cr = yaml.safe_load(files["defaultCR"].read_text())
+    third_party = [str(i) for i in security.get("bdba") or [] if "/prod/external/" in str(i)]
+    template, release_meta = build(
+        config, manifest, default_cr, third_party, args.channels or ["regular"]
+    )
     header = HEADER.format(source=os.path.relpath(source, ROOT))
     outputs = {
-        ROOT / config["manifest"]: header + manifest,
-        MODULE_DIR / "moduletemplate.yaml": header + dump(template),
-        MODULE_DIR / "modulereleasemeta.yaml": header + dump(release_meta),
+        files["manifest"]: header + manifest,
+        TEMPLATE: header + dump(template),
+        RELEASE_META: header + dump(release_meta),
     }
+    problems = [
+        f"{path.relative_to(ROOT)} {p}"
+        for path in (TEMPLATE, RELEASE_META)
+        for p in placeholders(outputs[path])
+    ] + image_problems(images_of(objects), args.release)
+    for problem in problems:
+        print(f"render-module-template: {problem}", file=sys.stderr)
+    if problems:
+        return 1
     if args.check:
         stale = [p for p, text in outputs.items() if not p.exists() or p.read_text() != text]
         for path in stale:
@@ -291,7 +404,6 @@ def main(argv: list[str]) -> int:
         print(
             f"render-module-template: wrote {path.relative_to(ROOT)} ({text.count(chr(10))} lines)"
         )
-    objects = [d for d in yaml.safe_load_all(manifest) if d]
     print(
         f"render-module-template: {template['metadata']['name']} wraps {len(objects)} objects "
         f"from {os.path.relpath(source, ROOT)}; images: {', '.join(images_of(objects))}"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the real test binaries (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, kwok, source-controller, helm-controller, helm) from their
+# kube-scheduler, kubectl, kwok, source-controller, helm-controller, helm, flux,
+# kubeconform) from their
 # Go modules into a user-level cache keyed by version and go.sum, and links
 # them into tools/bin. Idempotent: a cached binary is reused, not rebuilt.
 #
@@ -71,12 +72,60 @@ want() { [[ -z "$only" || " $only " == *" $1 "* ]]; }
 
 want etcd && build etcd etcd "$ETCD_VERSION" go.etcd.io/etcd/server/v3
 want kwok && build kwok kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
+# kwokctl (same kwok module and version) only on request, ONLY=kwokctl: it was
+# evaluated as a replacement for the harness's cluster (docs/performance.md), not adopted.
+[[ " $only " == *" kwokctl "* ]] && build kwokctl kwokctl "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwokctl
 for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
   want "$b" && build "$b" kubernetes "$KUBERNETES_VERSION" "k8s.io/kubernetes/cmd/$b" "$k8s_ldflags"
 done
 want source-controller && build source-controller source-controller "$SOURCE_CONTROLLER_VERSION" github.com/fluxcd/source-controller
 want helm-controller && build helm-controller helm-controller "$HELM_CONTROLLER_VERSION" github.com/fluxcd/helm-controller
 want helm && build helm helm "$HELM_VERSION" helm.sh/helm/v4/cmd/helm
+# kubeconform validates the rendered manifests in make check, against JSON schemas
+# that hack/kubeconform-schemas.py generates offline (its default source is GitHub).
+want kubeconform && build kubeconform kubeconform "$KUBECONFORM_VERSION" github.com/yannh/kubeconform/cmd/kubeconform \
+  "-s -w -X main.version=$KUBECONFORM_VERSION"
+
+# The flux CLI does not build from its module as published: cmd/flux embeds
+# manifests/*.yaml, which upstream generates at release time and which is not in
+# the module. So: copy the wrapper module (tools/flux) into a temporary directory
+# in the cache, `go mod vendor -e` there (it reports the missing embed and still
+# writes vendor/), add one placeholder YAML, build with -mod=vendor. The
+# placeholder means `flux install`/`flux bootstrap` have no embedded manifests;
+# `flux get`/`flux check`/`flux reconcile` are what the harness uses. Same cache
+# key as build() (go.mod + go.sum, which vendoring must leave unchanged); the
+# vendor tree is deleted after the build.
+build_flux() {
+  local version=$FLUX_CLI_VERSION key dest start pkg=github.com/fluxcd/flux2/v2/cmd/flux
+  key=$(cat "$here/flux/go.mod" "$here/flux/go.sum" | sha256sum | cut -c1-12)
+  dest="$cache_root/flux-$version-$key"
+  if [[ -x "$dest/flux" ]]; then
+    reused=$((reused + 1))
+  else
+    start=$SECONDS
+    echo "tools: building flux $version (cold build, this takes minutes; go mod vendor's" \
+      "'pattern manifests/*.yaml: no matching files found' is expected) ..." >&2
+    rm -rf "$dest.tmp" && mkdir -p "$dest.tmp/src"
+    cp "$here/flux/go.mod" "$here/flux/go.sum" "$here/flux/tools.go" "$dest.tmp/src/"
+    if ! (cd "$dest.tmp/src" && GOFLAGS="" go mod vendor -e \
+        && cmp -s go.mod "$here/flux/go.mod" && cmp -s go.sum "$here/flux/go.sum" \
+        && [[ -d "vendor/$pkg" ]] && mkdir -p "vendor/$pkg/manifests" \
+        && echo "# placeholder: flux install/bootstrap manifests are not embedded in this build" \
+          >"vendor/$pkg/manifests/placeholder.yaml" \
+        && GOFLAGS=-mod=vendor go build -trimpath \
+          -ldflags "-s -w -X main.VERSION=${version#v}" -o "$dest.tmp/flux" "$pkg"); then
+      rm -rf "$dest.tmp"
+      echo "tools: building flux $version failed (see above)" >&2
+      exit 1
+    fi
+    rm -rf "$dest.tmp/src"
+    rm -rf "$dest" && mv "$dest.tmp" "$dest"
+    echo "tools: built flux in $((SECONDS - start))s" >&2
+    built=$((built + 1))
+  fi
+  ln -sfn "$dest/flux" "$bin_dir/flux"
+}
+want flux && build_flux
 
 GPU_OPERATOR_SOURCES=${GPU_OPERATOR_SOURCES:-$(cd "$here/../.." && pwd)/shared/vendor/gpu-operator}
 # build_gpu_operator VERSION: cmd/gpu-operator from the vendored source tarball.

@@ -34,6 +34,7 @@ from kyma_gpu.errors import (
     classify,
     message_of,
 )
+from kyma_gpu.metrics import Metrics
 from kyma_gpu.status.events import GpuEvent, GpuRef
 
 FIELD_MANAGER = "kyma-gpu"
@@ -62,6 +63,26 @@ PLURALS = {
     ("source.toolkit.fluxcd.io/v1", "HelmRepository"): "helmrepositories",
     ("source.toolkit.fluxcd.io/v1", "OCIRepository"): "ocirepositories",
 }
+# ... and for the objects of the module's own Flux (plan/provision.py, data/flux.yaml).
+BUNDLE_PLURALS = {
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): "customresourcedefinitions",
+    ("v1", "ServiceAccount"): "serviceaccounts",
+    ("v1", "Service"): "services",
+    ("apps/v1", "Deployment"): "deployments",
+    ("rbac.authorization.k8s.io/v1", "Role"): "roles",
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
+    ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies",
+}
+FLUX_KINDS = {
+    "HelmRelease": "/apis/helm.toolkit.fluxcd.io/v2/helmreleases",
+    "HelmChart": "/apis/source.toolkit.fluxcd.io/v1/helmcharts",
+    "HelmRepository": "/apis/source.toolkit.fluxcd.io/v1/helmrepositories",
+    "OCIRepository": "/apis/source.toolkit.fluxcd.io/v1/ocirepositories",
+    "GitRepository": "/apis/source.toolkit.fluxcd.io/v1/gitrepositories",
+    "Bucket": "/apis/source.toolkit.fluxcd.io/v1/buckets",
+    "ExternalArtifact": "/apis/source.toolkit.fluxcd.io/v1/externalartifacts",
+}
+"""Every kind of the module's Flux CRDs, in all namespaces: what may still use them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,9 +125,10 @@ class KubeAdapter:
 
     api: client.ApiClient
     writes: Counter[str] = field(default_factory=Counter)
+    metrics: Metrics = field(default_factory=Metrics)
 
     @classmethod
-    def connect(cls, identity: str = "") -> KubeAdapter:
+    def connect(cls, identity: str = "", metrics: Metrics | None = None) -> KubeAdapter:
         """In-cluster config, else $KUBECONFIG / ~/.kube/config. The identity (the pod name)
         goes into the User-Agent, so the audit log tells the replicas apart."""
         configuration = client.Configuration()
@@ -117,7 +139,7 @@ class KubeAdapter:
         configuration.connection_pool_maxsize = _POOL_SIZE
         api = client.ApiClient(configuration)
         api.user_agent = f"{USER_AGENT} ({identity})" if identity else USER_AGENT
-        return cls(api=api)
+        return cls(api=api, metrics=metrics or Metrics())
 
     # -- one request --
 
@@ -194,7 +216,8 @@ class KubeAdapter:
     # -- writes (async: each runs in a thread) --
 
     async def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        """Server-side apply of a namespaced Flux object. Returns the object as now stored."""
+        """Server-side apply of a Flux object (or one of the module's own Flux). Returns the
+        object as now stored."""
         ref = ObjectRef.of(obj)
         try:
             return await self._write(f"apply {ref}", "PATCH", _path(ref), body=dict(obj),
@@ -209,6 +232,29 @@ class KubeAdapter:
             return await self._write(f"delete {ref}", "DELETE", _path(ref))
         except NotFound:
             return None
+
+    async def unlabel(self, ref: ObjectRef, label: str, annotation: str) -> dict[str, Any] | None:
+        """Remove one label and one annotation (a JSON merge patch: nothing else changes).
+        Returns the object as now stored; None when it is gone."""
+        patch = {"metadata": {"labels": {label: None}, "annotations": {annotation: None}}}
+        try:
+            return await self._write(f"unlabel {ref}", "PATCH", _path(ref), body=patch,
+                                     content_type=_MERGE)  # fmt: skip
+        except NotFound:
+            return None
+
+    async def flux_objects(self, per_kind: int) -> list[tuple[str, dict[str, Any]]]:
+        """Up to per_kind objects of each Flux kind, in all namespaces, metadata only;
+        a kind whose CRD is gone has none."""
+        found: list[tuple[str, dict[str, Any]]] = []
+        for kind, path in FLUX_KINDS.items():
+            query = ListQuery(path, metadata_only=True)
+            try:
+                page = await asyncio.to_thread(self.list_page, query, per_kind)
+            except NotFound:
+                continue
+            found += [(kind, dict(item)) for item in page.get("items") or ()]
+        return found
 
     async def apply_status(self, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
         """Server-side apply of Gpu.status (the whole status is ours). Returns the Gpu."""
@@ -279,12 +325,16 @@ class KubeAdapter:
 
     async def _write(self, what: str, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         self.writes[what.split(" ", 1)[0]] += 1
+        self.metrics.api_write(method, path, kwargs.get("content_type"))
         return await asyncio.to_thread(self._json, what, method, path, **kwargs)
 
 
 def _path(ref: ObjectRef) -> str:
-    plural = PLURALS[(ref.api_version, ref.kind)]
-    return f"/apis/{ref.api_version}/namespaces/{ref.namespace}/{plural}/{ref.name}"
+    key = (ref.api_version, ref.kind)
+    plural = PLURALS.get(key) or BUNDLE_PLURALS[key]
+    base = "/api/v1" if ref.api_version == "v1" else f"/apis/{ref.api_version}"
+    namespace = f"/namespaces/{ref.namespace}" if ref.namespace else ""
+    return f"{base}{namespace}/{plural}/{ref.name}"
 
 
 def _status_error(what: str, status: Mapping[str, Any]) -> ApiError:

@@ -185,8 +185,16 @@ def cmd_images(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
 
 def cmd_run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     from kyma_gpu.handlers import run
+    from kyma_gpu.metrics import parse_address
 
-    run(liveness=args.liveness, leader_election=args.leader_election and not args.standalone)
+    try:
+        if args.metrics_address:
+            parse_address(args.metrics_address)
+    except ValueError as err:
+        raise UsageError(f"--metrics-address: {err}") from err
+
+    run(liveness=args.liveness, leader_election=args.leader_election and not args.standalone,
+        metrics_address=args.metrics_address)  # fmt: skip
     return 0
 
 
@@ -219,6 +227,11 @@ def parser() -> argparse.ArgumentParser:
         help="hold the Lease kyma-system/kyma-gpu-manager to write (several replicas)",
     )
     r.add_argument("--standalone", action="store_true", help="no leader election (one replica)")
+    r.add_argument(
+        "--metrics-address",
+        default=None,
+        help="serve /metrics and the readiness probe /readyz on HOST:PORT, e.g. 0.0.0.0:8081",
+    )
     r.set_defaults(func=cmd_run)
     return top
 

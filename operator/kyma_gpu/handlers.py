@@ -26,9 +26,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import kopf
+from aiohttp import web
 
 from kyma_gpu.adapter import KubeAdapter
 from kyma_gpu.api.models import API_GROUP, API_VERSION, PLURAL
+from kyma_gpu.metrics import Metrics, serve
 from kyma_gpu.observe import Entry, Observers, Store
 from kyma_gpu.observe.store import version_of
 from kyma_gpu.reconcile.election import Elector
@@ -65,13 +67,17 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     settings.networking.error_backoffs = _Forever()
     catalog = Catalog()  # checked in run(): broken rule data never gets this far
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
-    adapter = KubeAdapter.connect(identity)
+    metrics = Metrics.for_process()
+    adapter = KubeAdapter.connect(identity, metrics)
     store = Store()
     observers = Observers(adapter, store, asyncio.get_running_loop())
     defaults = catalog.defaults
-    observers.start(catalog.machine_types, defaults.module_namespace, defaults.target_namespace)
     memo.stopped, memo.elector = asyncio.Event(), None
-    loop = Loop(store, adapter, catalog, watch_pods=observers.watch_pods)
+    loop = Loop(store, adapter, catalog, watch_pods=observers.watch_pods, metrics=metrics)
+    loop.module_namespace = defaults.module_namespace
+    metrics.observe(loop.observed)
+    memo.metrics_server = await _serve_metrics(memo.metrics_address, metrics, loop)
+    observers.start(catalog.machine_types, defaults.module_namespace, defaults.target_namespace)
     if memo.leader_election:
         memo.elector = Elector(adapter, defaults.module_namespace, LEASE_NAME, identity)
         memo.elector_task = asyncio.create_task(memo.elector.run(memo.stopped), name="election")
@@ -79,6 +85,17 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     memo.store, memo.observers = store, observers
     memo.loop_task = asyncio.create_task(loop.run(memo.stopped), name="reconcile-loop")
     memo.loop_task.add_done_callback(_loop_ended)
+
+
+async def _serve_metrics(address: str | None, metrics: Metrics, loop: Loop) -> web.AppRunner | None:
+    """/metrics and /readyz, on both replicas. Before anything else runs: a port that cannot
+    be bound stops the operator (kopf retries a startup handler that raises anything else)."""
+    if not address:
+        return None
+    try:
+        return await serve(address, metrics, loop.waiting_for)
+    except OSError as err:
+        raise kopf.PermanentError(f"cannot serve metrics on {address}: {err}") from err
 
 
 def _loop_ended(task: asyncio.Task[None]) -> None:
@@ -99,6 +116,8 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
         memo.loop_task.cancel()
     if memo.elector is not None:  # after the last write: hand over at once
         await memo.elector.release()
+    if memo.metrics_server is not None:
+        await memo.metrics_server.cleanup()
 
 
 @kopf.on.event(*GPU)
@@ -111,7 +130,9 @@ def gpu_changed(type: str, name: str, body: kopf.Body, memo: kopf.Memo, **_: Any
     _store(memo).put(GPUS, name, Entry(version_of(obj.resource_version), obj))
 
 
-def run(liveness: str | None = None, leader_election: bool = False) -> None:
+def run(
+    liveness: str | None = None, leader_election: bool = False, metrics_address: str | None = None
+) -> None:
     """`kyma-gpu run`: the operator process."""
     try:
         Catalog().check()
@@ -126,5 +147,5 @@ def run(liveness: str | None = None, leader_election: bool = False) -> None:
         clusterwide=True,
         liveness_endpoint=liveness,
         standalone=True,
-        memo=kopf.Memo(leader_election=leader_election),
+        memo=kopf.Memo(leader_election=leader_election, metrics_address=metrics_address),
     )

@@ -7,9 +7,17 @@ import sys
 
 import pytest
 
+from tests.harness.demo import flux_table
 from tests.harness.module import ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+
+
+def _section(output: str, command: str) -> str:
+    """What the demo printed below ``$ command``, up to the next blank line."""
+    _, found, rest = output.partition(f"$ {command}\n")
+    assert found, f"the demo did not run `{command}`:\n{output}"
+    return rest.split("\n\n", 1)[0]
 
 
 def test_demo_reaches_ready_and_stops_cleanly() -> None:
@@ -20,7 +28,18 @@ def test_demo_reaches_ready_and_stops_cleanly() -> None:
     output = result.stdout
     assert result.returncode == 0, output + result.stderr
     assert "Gpu state Ready: the GPU stack is installed and ready" in output
-    assert "NAME          REVISION  SUSPENDED  READY  MESSAGE" in output
-    assert "gpu-operator  v26.7.0   False      True   Helm install succeeded" in output
+    # The real flux CLI's table (tab-separated columns, pkg/printers.TablePrinter), not an
+    # imitation of it.
+    releases = _section(output, "flux get helmreleases -n kyma-system")
+    assert releases.splitlines()[0].split() == ["NAME", "REVISION", "SUSPENDED", "READY", "MESSAGE"]
+    assert "\t" in releases, releases
+    rows = flux_table(releases)
+    assert [(r["NAME"], r["REVISION"], r["SUSPENDED"], r["READY"]) for r in rows] == [
+        ("gpu-operator", "v26.7.0", "False", "True")
+    ], releases
+    assert rows[0]["MESSAGE"].startswith("Helm install succeeded"), releases
+    sources = flux_table(_section(output, "flux get sources helm -n kyma-system"))
+    assert [(r["NAME"], r["READY"]) for r in sources] == [("gpu-operator", "True")], output
     assert "export KUBECONFIG=" in output
+    assert "tools/bin/flux get helmreleases -n kyma-system" in output
     assert output.rstrip().endswith("stopped.")

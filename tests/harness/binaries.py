@@ -1,10 +1,10 @@
 """Where the Go-built test binaries live, and a clear error when one is missing.
 
 tools/build.sh builds etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler, kubectl, kwok, source-controller and helm-controller into a
-user-level cache and links them into ``<repo>/tools/bin``. The harness only
-ever runs binaries from there, never whatever happens to be on PATH, so the
-versions in tools/versions.env are the versions under test.
+kube-scheduler, kubectl, kwok, source-controller, helm-controller, helm and the
+flux CLI into a user-level cache and links them into ``<repo>/tools/bin``. The
+harness only ever runs binaries from there, never whatever happens to be on
+PATH, so the versions in tools/versions.env are the versions under test.
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ CLUSTER_BINARIES = (
     "kwok",
 )
 FLUX_BINARIES = ("source-controller", "helm-controller")
+FLUX_CLI = "flux"
+"""The real flux CLI (FLUX_CLI_VERSION, built from tools/flux): ``make demo`` and
+tests/e2e/test_flux_cli.py run ``flux get ...`` with it against the local cluster."""
 
 
 class MissingBinaryError(RuntimeError):

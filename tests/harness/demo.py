@@ -3,29 +3,36 @@
 Starts the local cluster (real kube-apiserver, controllers, kwok nodes: two AWS g6.xlarge
 Garden Linux GPU nodes and one CPU node), Flux source- and helm-controller with a local Helm
 repository serving ../shared/charts, the operator, and applies the sample Gpu pointed at that
-repository. Shows progress until the status settles, prints what `flux get helmreleases` would
-show and the commands to look around, then waits for Ctrl-C and stops everything.
+repository. Shows progress until the status settles, prints what the real flux CLI
+(tools/bin/flux) says about the source and the release (`flux get sources helm`, `flux get
+helmreleases`) and the commands to look around, then waits for Ctrl-C and stops everything.
 """
 
 from __future__ import annotations
 
 import signal
+import subprocess
 import sys
 import time
 from typing import Any
 
 import yaml
 
-from .binaries import MissingBinaryError
+from .binaries import (
+    CLUSTER_BINARIES,
+    FLUX_BINARIES,
+    FLUX_CLI,
+    MissingBinaryError,
+    binary,
+    require,
+)
 from .cluster import LocalCluster
 from .flux import FluxStack
 from .module import (
     MODULE_NAMESPACE,
     ROOT,
     OperatorProcess,
-    condition,
     gpu,
-    helm_release,
     install_crds,
 )
 from .nodes import DEMO_FLEET
@@ -41,26 +48,54 @@ class Progress:
         print(f"[{time.monotonic() - self.began:6.1f}s] {message}", flush=True)
 
 
-def flux_get_helmreleases(hr: dict[str, Any] | None) -> str:
-    """What `flux get helmreleases -n kyma-system` prints for our release."""
-    rows = [("NAME", "REVISION", "SUSPENDED", "READY", "MESSAGE")]
-    if hr is not None:
-        status = hr.get("status") or {}
-        history = status.get("history") or []
-        revision = (
-            history[0].get("chartVersion") if history else status.get("lastAttemptedRevision", "")
-        )
-        ready = condition(hr, "Ready") or {}
-        rows.append((
-            hr["metadata"]["name"], str(revision or ""),
-            str(bool(hr.get("spec", {}).get("suspend", False))),
-            str(ready.get("status", "Unknown")), str(ready.get("message", "")),
-        ))  # fmt: skip
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    return "\n".join(
-        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4])) + "  " + row[4]
-        for row in rows
+FLUX_GETS = (
+    ("get", "sources", "helm", "-n", MODULE_NAMESPACE),
+    ("get", "helmreleases", "-n", MODULE_NAMESPACE),
+)
+"""What the demo asks the real flux CLI once the Gpu is Ready."""
+
+
+def flux_cli(cluster: LocalCluster, *args: str, timeout: float = 60.0) -> str:
+    """Run the real flux CLI (tools/bin/flux) against ``cluster``; its stdout.
+
+    Raises MissingBinaryError if it is not built, RuntimeError (with its stderr) if it fails.
+    """
+    flux = binary(FLUX_CLI)
+    command = [str(flux), f"--kubeconfig={cluster.kubeconfig}", f"--timeout={timeout:.0f}s", *args]
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=timeout + 10, check=False
     )
+    if result.returncode != 0:
+        raise RuntimeError(
+            f"flux {' '.join(args)} failed ({result.returncode}): {result.stderr.strip()}"
+        )
+    return result.stdout
+
+
+def flux_table(output: str) -> list[dict[str, str]]:
+    """The rows of a `flux get ...` table, keyed by the upper-case column names.
+
+    flux (pkg/printers.TablePrinter) ends every cell, the last one too, with a tab; cells are
+    padded with spaces. An output without a header line (nothing found) gives no rows.
+    """
+    lines = [line for line in output.splitlines() if line.strip()]
+    if not lines:
+        return []
+    header = _flux_cells(lines[0])
+    rows = []
+    for line in lines[1:]:
+        row = _flux_cells(line)
+        if len(row) != len(header):
+            raise ValueError(f"flux table row {line!r} does not match header {header}")
+        rows.append(dict(zip(header, row, strict=True)))
+    return rows
+
+
+def _flux_cells(line: str) -> list[str]:
+    cells = line.split("\t")
+    if len(cells) > 1 and not cells[-1].strip():
+        cells.pop()  # what follows the last cell's tab
+    return [cell.strip() for cell in cells]
 
 
 def _status_line(obj: dict[str, Any] | None) -> str:
@@ -102,6 +137,7 @@ def run_demo(exit_when_ready: bool = False, timeout: float = 300.0) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
+        require(*CLUSTER_BINARIES, *FLUX_BINARIES, FLUX_CLI)  # all missing ones named at once
         progress("starting the local cluster (etcd, kube-apiserver, controllers, kwok nodes)")
         cluster.start()
         progress("starting Flux source-controller and helm-controller, and the Helm repository")
@@ -134,9 +170,10 @@ def run_demo(exit_when_ready: bool = False, timeout: float = 300.0) -> int:
         else:
             raise RuntimeError(f"the Gpu did not become Ready within {timeout:.0f}s: {last}")
 
-        print()
-        print("$ flux get helmreleases -n kyma-system")
-        print(flux_get_helmreleases(helm_release(cluster)))
+        for args in FLUX_GETS:
+            print()
+            print(f"$ flux {' '.join(args)}")
+            print(flux_cli(cluster, *args).rstrip())
         print()
         print("$ kubectl get gpu")
         print(cluster.kubectl("get", "gpu").stdout.rstrip())
@@ -150,6 +187,8 @@ def run_demo(exit_when_ready: bool = False, timeout: float = 300.0) -> int:
             "get nodes -L node.kubernetes.io/instance-type",
         ):  # fmt: skip
             print(f"  tools/bin/kubectl {command}")
+        for args in FLUX_GETS:
+            print(f"  tools/bin/flux {' '.join(args)}")
         print(f"Logs (operator, Flux, control plane): {cluster.log_dir}")
         if exit_when_ready:
             return 0

@@ -43,6 +43,7 @@ from .cluster import LocalCluster
 from .helm_repo import LocalHelmRepository
 from .nvidia import NvidiaOperator
 from .procs import ManagedProcess, free_port, http_ok, stop_all
+from .provided_flux import ProvidedFluxRunner
 
 HELM_CONTROLLER_MODULE = "github.com/fluxcd/helm-controller"
 SOURCE_CONTROLLER_MODULE = "github.com/fluxcd/source-controller"
@@ -128,8 +129,12 @@ class FluxStack:
         charts_dir: Path | None = None,
         progress: Callable[[str], None] | None = None,
         start_timeout: float = 120.0,
+        provided: bool = False,
     ) -> None:
         self.cluster = cluster
+        self.provided = ProvidedFluxRunner(cluster, FLUX_FATAL_PATTERNS) if provided else None
+        """provided=True: no Flux CRDs and no controllers of the harness's own; the GPU manager
+        installs its Flux, and the runner runs the controllers of its Deployments."""
         self.progress = progress or cluster.progress
         self.start_timeout = start_timeout
         self.helm_repo = LocalHelmRepository(charts_dir, log_path=cluster.log_dir / "helm-repo.log")
@@ -177,6 +182,11 @@ class FluxStack:
         bins = require(*FLUX_BINARIES)
         self.helm_repo.start()
         self.progress(f"Helm repository at {self.helm_repo.url} serving {self.helm_repo.charts()}")
+        if self.provided is not None:
+            self.progress("no Flux of the harness's own: the GPU manager installs its Flux")
+            self.provided.start()
+            self.nvidia.start()
+            return
 
         began = time.monotonic()
         self.progress("installing Flux CRDs")
@@ -260,6 +270,8 @@ class FluxStack:
 
     def stop(self) -> None:
         self.nvidia.stop()
+        if self.provided is not None:
+            self.provided.stop()
         stop_all(list(reversed(self.processes.values())))
         self.helm_repo.stop()
 
@@ -277,6 +289,8 @@ class FluxStack:
         AssertionError if the NVIDIA controller ever crashed."""
         for process in self.processes.values():
             process.check_alive()
+        if self.provided is not None:
+            self.provided.check_alive()
         self.nvidia.check_alive()
 
     def rss_kib(self) -> dict[str, int]:

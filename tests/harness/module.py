@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
+
 from tests.harness.cluster import LocalCluster
 from tests.harness.flux import flux_crd_files
 from tests.harness.nodes import DEMO_FLEET
@@ -26,6 +28,13 @@ ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "config" / "crd" / "bases" / "gpu.kyma-project.io_gpus.yaml"
 NAMESPACE_MANIFEST = ROOT / "config" / "namespace" / "namespace.yaml"
 RELEASE_RBAC = ROOT / "config" / "rbac" / "release_rbac.yaml"
+FLUX_CRDS = (
+    *(f"{plural}.source.toolkit.fluxcd.io"
+      for plural in ("buckets", "externalartifacts", "gitrepositories", "helmcharts",
+                     "helmrepositories", "ocirepositories")),
+    "helmreleases.helm.toolkit.fluxcd.io",
+)  # fmt: skip
+"""Every Flux CRD the harness or the manager's own Flux installs."""
 MODULE_NAMESPACE = "kyma-system"
 TARGET_NAMESPACE = "gpu-operator"
 T = TypeVar("T")
@@ -45,17 +54,19 @@ def wait_until(
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
 
 
-def install_crds(cluster: LocalCluster) -> None:
-    """The Gpu CRD (generated) and the Flux CRDs the operator writes objects of."""
-    files = [CRD, *flux_crd_files()]
+def install_crds(cluster: LocalCluster, flux: bool = True) -> None:
+    """The Gpu CRD (generated) and (unless flux=False: the manager installs its own Flux) the
+    Flux CRDs the operator writes objects of."""
+    files = [CRD, *flux_crd_files()] if flux else [CRD]
     args = ["apply", "--server-side", "--field-manager=kyma-gpu-tests"]
     for path in files:
         args += ["-f", str(path)]
     cluster.kubectl(*args)
-    cluster.wait_crds_established(
-        "gpus.gpu.kyma-project.io", "helmreleases.helm.toolkit.fluxcd.io",
-        "helmrepositories.source.toolkit.fluxcd.io", "ocirepositories.source.toolkit.fluxcd.io",
+    flux_crds = (
+        "helmreleases.helm.toolkit.fluxcd.io", "helmrepositories.source.toolkit.fluxcd.io",
+        "ocirepositories.source.toolkit.fluxcd.io",
     )  # fmt: skip
+    cluster.wait_crds_established("gpus.gpu.kyma-project.io", *(flux_crds if flux else ()))
     if cluster.get_object("namespace", MODULE_NAMESPACE) is None:
         cluster.create_namespace(MODULE_NAMESPACE)
     # The module manifest brings the target namespace and the ServiceAccount helm-controller
@@ -131,10 +142,11 @@ def module_on(
     args: tuple[str, ...] = ("--standalone",),
     fleet: Path | None = DEMO_FLEET,
     env: dict[str, str] | None = None,
+    flux_crds: bool = True,
 ) -> Iterator[OperatorProcess]:
     """The CRDs, a fleet (the demo's unless told; None: no nodes) and a running operator;
     afterwards the Gpu and the nodes go."""
-    install_crds(cluster)
+    install_crds(cluster, flux=flux_crds)
     nodes = cluster.add_nodes(fleet) if fleet is not None else []
     process = OperatorProcess(cluster, name=name, kubeconfig=kubeconfig, args=args, env=env)
     process.start()
@@ -189,3 +201,45 @@ def operator_writes(cluster: LocalCluster) -> list[dict[str, Any]]:
                 "agent": agent, "code": (event.get("responseStatus") or {}).get("code"),
             })  # fmt: skip
     return writes
+
+
+def install_module_rbac(cluster: LocalCluster) -> None:
+    """config/default as KLM would apply it (CRDs first), minus the manager Deployment: the
+    operator runs as a local process with the Deployment's ServiceAccount."""
+    rendered = cluster.kubectl("kustomize", str(ROOT / "config" / "default")).stdout
+    objects = [o for o in yaml.safe_load_all(rendered) if o]
+    crds = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
+    rest = [o for o in objects if o["kind"] not in ("CustomResourceDefinition", "Deployment")]
+    cluster.apply(*crds)
+    for crd in crds:
+        cluster.wait_crds_established(crd["metadata"]["name"])
+    cluster.apply(*rest)
+
+
+def service_account_kubeconfig(cluster: LocalCluster, name: str = "gpu-manager") -> Path:
+    """A kubeconfig with a token of the ServiceAccount kyma-system/name (2 hours)."""
+    token = cluster.kubectl("create", "token", name, "-n", MODULE_NAMESPACE,
+                            "--duration=2h").stdout.strip()  # fmt: skip
+    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    config["users"] = [{"name": name, "user": {"token": token}}]
+    for context in config["contexts"]:
+        context["context"]["user"] = name
+    path = cluster.workdir / f"{name}.kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def remove_flux_crds(cluster: LocalCluster) -> None:
+    """No Flux at all: earlier tests' Flux objects lose their finalizers (their controllers
+    are gone), then the CRDs go."""
+    for name in FLUX_CRDS:
+        if cluster.get_object("crd", name) is None:
+            continue
+        listed = cluster.kubectl("get", name, "-A", "-o", "name", check=False).stdout.split()
+        namespaced = cluster.kubectl("get", name, "-A", "-o",
+                                     "jsonpath={range .items[*]}{.metadata.namespace} {end}",
+                                     check=False).stdout.split()  # fmt: skip
+        for obj, namespace in zip(listed, namespaced, strict=False):
+            cluster.kubectl("patch", obj, "-n", namespace, "--type=merge",
+                            "-p", '{"metadata":{"finalizers":null}}', check=False)  # fmt: skip
+        cluster.kubectl("delete", "crd", name, "--wait=true", "--timeout=60s")

@@ -228,7 +228,7 @@ def test_spec_change_updates_the_release(
     )
     status = wait_until(
         lambda: (
-            (gpu(local_cluster) or {}).get("status", {}).get("driverVersion") == "580"
+            (gpu(local_cluster) or {}).get("status", {}).get("desiredDriverVersion") == "580"
             and gpu(local_cluster)
         ),
         30,

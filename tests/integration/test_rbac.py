@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import yaml
@@ -21,7 +20,9 @@ from tests.harness.module import (
     gpu,
     helm_release,
     install_crds,
+    install_module_rbac,
     module_on,
+    service_account_kubeconfig,
     wait_until,
 )
 
@@ -30,37 +31,12 @@ pytestmark = pytest.mark.integration
 SA = f"system:serviceaccount:{MODULE_NAMESPACE}:gpu-manager"
 
 
-def _install_module(cluster: LocalCluster) -> None:
-    """config/default as KLM would apply it (CRDs first), minus the manager Deployment: the
-    operator runs here as a local process with the Deployment's ServiceAccount."""
-    rendered = cluster.kubectl("kustomize", str(ROOT / "config" / "default")).stdout
-    objects = [o for o in yaml.safe_load_all(rendered) if o]
-    crds = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
-    rest = [o for o in objects if o["kind"] not in ("CustomResourceDefinition", "Deployment")]
-    cluster.apply(*crds)
-    for crd in crds:
-        cluster.wait_crds_established(crd["metadata"]["name"])
-    cluster.apply(*rest)
-
-
-def _service_account_kubeconfig(cluster: LocalCluster) -> Path:
-    token = cluster.kubectl("create", "token", "gpu-manager", "-n", MODULE_NAMESPACE,
-                            "--duration=2h").stdout.strip()  # fmt: skip
-    config = yaml.safe_load(cluster.kubeconfig.read_text())
-    config["users"] = [{"name": "gpu-manager", "user": {"token": token}}]
-    for context in config["contexts"]:
-        context["context"]["user"] = "gpu-manager"
-    path = cluster.workdir / "gpu-manager.kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
 @pytest.fixture(scope="module")
 def sa_operator(local_cluster: LocalCluster) -> Iterator[OperatorProcess]:
     install_crds(local_cluster)  # also the Flux CRDs and the kyma-system namespace
-    _install_module(local_cluster)
+    install_module_rbac(local_cluster)
     with module_on(
-        local_cluster, name="operator-rbac", kubeconfig=_service_account_kubeconfig(local_cluster),
+        local_cluster, name="operator-rbac", kubeconfig=service_account_kubeconfig(local_cluster),
         args=("--leader-election", "--liveness", "http://127.0.0.1:18181/healthz"),
     ) as process:  # fmt: skip
         yield process
@@ -89,6 +65,15 @@ ALLOWED = [
     ("create", "helmreleases.helm.toolkit.fluxcd.io", MODULE_NAMESPACE),
     ("delete", "helmrepositories.source.toolkit.fluxcd.io", MODULE_NAMESPACE),
     ("update", "leases.coordination.k8s.io/kyma-gpu-manager", MODULE_NAMESPACE),
+    # The module's own Flux, on a cluster without one (create cannot be limited by name).
+    ("create", "customresourcedefinitions.apiextensions.k8s.io", None),
+    (
+        "delete",
+        "customresourcedefinitions.apiextensions.k8s.io/helmreleases.helm.toolkit.fluxcd.io",
+        None,
+    ),
+    ("patch", "deployments.apps/gpu-flux-helm-controller", MODULE_NAMESPACE),
+    ("bind", "roles.rbac.authorization.k8s.io/gpu-flux-helm-controller", MODULE_NAMESPACE),
 ]
 DENIED = [
     ("get", "secrets", MODULE_NAMESPACE),
@@ -102,10 +87,16 @@ DENIED = [
     ("patch", "helmrepositories.source.toolkit.fluxcd.io", "flux-system"),
     ("create", "daemonsets.apps", "gpu-operator"),
     ("patch", "clusterpolicies.nvidia.com", None),
-    ("create", "customresourcedefinitions.apiextensions.k8s.io", None),
     ("create", "clusterrolebindings.rbac.authorization.k8s.io", None),
     ("delete", "gpus.gpu.kyma-project.io", None),
     ("impersonate", "serviceaccounts", MODULE_NAMESPACE),
+    ("patch", "customresourcedefinitions.apiextensions.k8s.io/gpus.gpu.kyma-project.io", None),
+    ("delete", "customresourcedefinitions.apiextensions.k8s.io/clusterpolicies.nvidia.com", None),
+    ("patch", "deployments.apps/gpu-manager", MODULE_NAMESPACE),
+    ("delete", "deployments.apps", "default"),
+    ("escalate", "roles.rbac.authorization.k8s.io/gpu-manager", MODULE_NAMESPACE),
+    ("bind", "clusterroles.rbac.authorization.k8s.io/cluster-admin", None),
+    ("create", "rolebindings.rbac.authorization.k8s.io", "default"),
     ("update", "leases.coordination.k8s.io/kube-scheduler", "kube-system"),
     ("update", "leases.coordination.k8s.io/other", MODULE_NAMESPACE),
     ("*", "*", None),
@@ -114,6 +105,9 @@ DENIED = [
 
 def _can(cluster: LocalCluster, verb: str, resource: str, namespace: str | None) -> bool:
     scope = ["-n", namespace] if namespace else ["--all-namespaces"]
+    if resource.endswith("/status"):  # kubectl reads "kind/name": ask for the subresource
+        scope.append("--subresource=status")
+        resource = resource.removesuffix("/status")
     result = cluster.kubectl("auth", "can-i", verb, resource, f"--as={SA}", *scope, check=False)
     return result.stdout.strip() == "yes"
 

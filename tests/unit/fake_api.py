@@ -29,6 +29,8 @@ class FakeApi:
     fail: list[int] = field(default_factory=list)
     """HTTP statuses the next writes fail with, in order."""
     events: list[GpuEvent] = field(default_factory=list)
+    others: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    """Flux objects of someone else's, found when the module's own Flux goes."""
 
     def _maybe_fail(self, what: str) -> None:
         self.calls.append(what)
@@ -76,6 +78,23 @@ class FakeApi:
 
     async def post_event(self, namespace: str, gpu: GpuRef, event: GpuEvent) -> None:
         self.events.append(event)  # not a call: Events are told apart from the writes
+
+    async def unlabel(self, ref: ObjectRef, label: str, annotation: str) -> dict[str, Any] | None:
+        self._maybe_fail(f"unlabel {ref.kind}")
+        obj = self.objects.get((ref.kind, ref.name))
+        if obj is None:
+            return None
+        meta = obj["metadata"]
+        (meta.get("labels") or {}).pop(label, None)
+        (meta.get("annotations") or {}).pop(annotation, None)
+        meta["resourceVersion"] = str(next(_VERSIONS))
+        return copy.deepcopy(obj)
+
+    async def flux_objects(self, per_kind: int) -> list[tuple[str, dict[str, Any]]]:
+        """What `others` holds (objects the module did not create), plus what is left here."""
+        flux = ("HelmRelease", "HelmRepository", "OCIRepository", "HelmChart")
+        mine = [(kind, obj) for (kind, _), obj in self.objects.items() if kind in flux]
+        return [*mine, *self.others]
 
     def next_version(self) -> str:
         """The API server's next resourceVersion (one counter for every object)."""

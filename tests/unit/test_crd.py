@@ -68,7 +68,7 @@ def test_crd_shape() -> None:
     assert version["name"] == "v1beta1"
     assert version["subresources"] == {"status": {}}
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert columns[:5] == ["State", "GPU Nodes", "Driver", "Driver Version", "Chart"]
+    assert columns[:5] == ["State", "Ready Nodes", "Driver", "Driver Version", "Chart"]
     schema = version["schema"]["openAPIV3Schema"]
     assert "self.metadata.name == 'gpu'" in schema["x-kubernetes-validations"][0]["rule"]
     props = schema["properties"]["spec"]["properties"]
@@ -89,6 +89,17 @@ def test_crd_shape() -> None:
         field = column["jsonPath"].rsplit(".", 1)[-1]
         if column["jsonPath"].startswith(".status."):
             assert field in status, column
+
+
+def test_conditions_are_a_map_by_type() -> None:
+    """One condition per type: server-side apply merges them by type, and `kubectl wait
+    --for=condition=Ready` finds the one."""
+    version = crd()["spec"]["versions"][0]
+    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    conditions = status["conditions"]
+    assert conditions["x-kubernetes-list-type"] == "map"
+    assert conditions["x-kubernetes-list-map-keys"] == ["type"]
+    assert "type" in conditions["items"]["required"]
 
 
 def test_descriptions_are_single_spaced() -> None:

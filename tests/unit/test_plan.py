@@ -1,4 +1,4 @@
-"""Planning: driver modes, preflight, chart values and the Flux objects (DESIGN.md 4 and 5)."""
+"""Planning: driver modes, preflight, chart values and the Flux objects (docs/architecture.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Status aggregation (DESIGN.md section 6): a table of observed worlds and the Gpu.status each
+"""Status aggregation (docs/architecture.md): a table of observed worlds and the Gpu.status each
 gives, the DaemonSet readiness rule, and transition times that only move on a change."""
 
 from __future__ import annotations
@@ -23,11 +23,14 @@ from kyma_gpu.status import (
     is_gpu_workload,
     requests_gpu,
 )
-from kyma_gpu.status.aggregate import _release_condition
+from kyma_gpu.status.aggregate import _release_condition, nodes_ready, running_driver_version
+from kyma_gpu.status.observed import driver_image_version
 from tests.unit.builders import cpu_node, facts_of, node, ubuntu_node
 
 UID = "0b5a8c1e-5f7d-4c2b-9a41-6d2f0e7b9c11"
 DRIVER_DS = "nvidia-driver-daemonset-6.12.44-cloud-amd64-gardenlinux0"
+INSTALLER = "ghcr.io/gardenlinux/gardenlinux-nvidia-installer/1.17.0"
+GL_DRIVER_IMAGE = f"{INSTALLER}/driver:590-6.12.44-cloud-amd64-gardenlinux0"
 FLATCAR = "Flatcar Container Linux by Kinvolk 4081.2.0 (Oklo)"
 
 
@@ -100,11 +103,14 @@ def ds(
     generation: int = 1,
     observed: int | None = 1,
     strategy: str = "RollingUpdate",
+    image: str = GL_DRIVER_IMAGE,
+    ready: int | None = None,
 ) -> DaemonSetFacts:
     available = desired if available is None else available
     status: dict[str, Any] = {
         "desiredNumberScheduled": desired,
         "numberAvailable": available,
+        "numberReady": available if ready is None else ready,
         "updatedNumberScheduled": desired if updated is None else updated,
     }
     if unavailable is not None:
@@ -113,11 +119,13 @@ def ds(
         status["observedGeneration"] = observed
     # As the NVIDIA operator labels its driver DaemonSets (both naming schemes).
     driver = name.startswith(("nvidia-driver-daemonset", "nvidia-gpu-driver-"))
-    labels = {"app.kubernetes.io/component": "nvidia-driver"} if driver else {}
+    labels = {"app.kubernetes.io/component": "nvidia-driver"} if driver else {"app": name}
+    containers = [{"name": "nvidia-driver-ctr" if driver else name, "image": image}]
+    template = {"spec": {"containers": containers}}
     return daemonset_facts(
         {
             "metadata": {"name": name, "generation": generation, "labels": labels},
-            "spec": {"updateStrategy": {"type": strategy}},
+            "spec": {"updateStrategy": {"type": strategy}, "template": template},
             "status": status,
         }
     )
@@ -406,10 +414,11 @@ CASES: list[Any] = [
     pytest.param(
         "no-gpu",
         world(daemonsets=()),
-        GpuState.WARNING,
+        GpuState.READY,
         {
+            "Ready": ("True", "Ready"),
             "NodesDetected": ("False", "NoGpuNodes"),
-            "Preflight": ("False", "NoGpuNodes"),
+            "Preflight": ("True", "PreflightPassed"),
             "DriverReady": ("True", "NoGpuNodes"),
         },
         id="no-gpu-nodes",
@@ -456,15 +465,16 @@ def test_status_fields(plans: dict[str, Plan]) -> None:
     assert [c.name for c in status.components] == sorted(d.name for d in ALL_READY.daemonsets)
     assert all(c.ready for c in status.components)
     assert status.driver_mode == "Precompiled"
-    assert status.driver_version == "590"
+    assert status.desired_driver_version == "590"
+    assert status.driver_version is None  # the driver DaemonSet has not rolled out: no pod yet
     assert status.installer_release == "1.17.0"
     assert status.chart_version == "v26.7.0"
     assert status.installed_chart_version == "v26.7.0"
     assert status.helm_release == "kyma-system/gpu-operator"
     upstream = aggregate(plans["upstream"], ALL_READY, generation=1)
-    assert (upstream.driver_mode, upstream.driver_version) == ("Upstream", "595.91.07")
-    preinstalled = aggregate(plans["preinstalled"], ALL_READY, generation=1)
-    assert preinstalled.driver_version is None
+    assert (upstream.driver_mode, upstream.desired_driver_version) == ("Upstream", "595.91.07")
+    preinstalled = aggregate(plans["preinstalled"], world(daemonsets=OPERANDS), generation=1)
+    assert (preinstalled.driver_version, preinstalled.desired_driver_version) == (None, None)
     error = aggregate(plans["error"], Observed(), generation=1)
     assert error.helm_release is None
 
@@ -714,3 +724,78 @@ def test_source_catching_up_is_progress_not_failure(plans: dict[str, Plan]) -> N
         plans["gl"], Observed(helm_release=helm_release_facts(body)), 1
     )
     assert (cond.status, cond.reason, failed) == ("False", "SourceNotReady", False)
+
+
+UBUNTU_DRIVER_IMAGE = "nvcr.io/nvidia/driver:570.124.06-ubuntu22.04"
+
+
+@pytest.mark.parametrize(
+    ("image", "version"),
+    [
+        (GL_DRIVER_IMAGE, "590"),
+        (UBUNTU_DRIVER_IMAGE, "570.124.06"),
+        ("registry.local:5000/nvidia/driver:580.65.06", "580.65.06"),
+        ("nvcr.io/nvidia/driver@sha256:" + "a" * 64, None),
+        ("nvcr.io/nvidia/driver:latest", None),
+        ("driver", None),
+    ],
+)
+def test_driver_image_version(image: str, version: str | None) -> None:
+    assert driver_image_version(image) == version
+
+
+def test_the_driver_version_is_what_the_driver_daemonsets_run() -> None:
+    gl = ds(DRIVER_DS, 2, strategy="OnDelete")
+    ubuntu = ds("nvidia-gpu-driver-ubuntu22.04-7c9f", image=UBUNTU_DRIVER_IMAGE)
+    assert running_driver_version([gl], None) == "590"
+    assert running_driver_version([gl, ubuntu], None) == "570.124.06, 590"
+    assert running_driver_version([*OPERANDS], "590") is None  # no driver DaemonSet: none
+    # Scaled to zero: the DaemonSet stays, no pod runs.
+    assert running_driver_version([ds(DRIVER_DS, 0)], "590") is None
+    # A rollout (OnDelete): the new template reached no pod yet, then one of two.
+    image_580 = GL_DRIVER_IMAGE.replace(":590-", ":580-")
+    new = ds(DRIVER_DS, 2, generation=3, observed=3, updated=0, strategy="OnDelete",
+             image=image_580)  # fmt: skip
+    assert running_driver_version([new], "590") == "590"
+    half = ds(DRIVER_DS, 2, generation=3, observed=3, updated=1, strategy="OnDelete",
+              image=image_580)  # fmt: skip
+    assert running_driver_version([half], "590") == "580, 590"
+    assert running_driver_version([half], "580, 590") == "580, 590"
+    done = ds(DRIVER_DS, 2, generation=3, observed=3, strategy="OnDelete", image=image_580)
+    assert running_driver_version([done], "580, 590") == "580"
+    # The controller has not seen the new template yet: its counts speak of the old one.
+    stale = ds(DRIVER_DS, 2, generation=4, observed=3, image=image_580)
+    assert running_driver_version([stale], "590") == "590"
+    assert running_driver_version([half], "not a version, 590") == "580, 590"
+
+
+def test_ready_nodes_are_counted_from_the_daemonsets(plans: dict[str, Plan]) -> None:
+    plugin = ds("nvidia-device-plugin-daemonset", 3, 3, ready=2)
+    assert nodes_ready([ds(DRIVER_DS, 3), plugin], 3) == 2  # the device plugin decides
+    assert nodes_ready([ds(DRIVER_DS, 3, ready=1)], 3) == 1  # without it, the driver
+    assert nodes_ready([ds(DRIVER_DS, 5)], 3) == 3  # never more than the GPU nodes
+    assert nodes_ready([], 3) == 0
+    status = aggregate(plans["gl"], world(daemonsets=(DRIVER_READY, plugin)), generation=1)
+    assert (status.gpu_nodes_ready, status.ready_nodes, status.gpu_node_count) == (1, "1/1", 1)
+    empty = aggregate(plans["gl"], Observed(), generation=1)
+    assert (empty.gpu_nodes_ready, empty.ready_nodes) == (0, "0/1")
+
+
+def test_no_gpu_nodes_is_ready_and_says_the_pool_may_be_scaled_to_zero(
+    plans: dict[str, Plan],
+) -> None:
+    """A GPU pool with autoscaler minimum 0 has no nodes for hours: a normal state."""
+    sets = (ds("nvidia-device-plugin-daemonset", 0), ds("nvidia-dcgm-exporter", 0))
+    status = aggregate(plans["no-gpu"], world(daemonsets=sets), generation=1)
+    assert status.state is GpuState.READY
+    assert "scaled to zero" in status.message
+    nodes = next(c for c in status.conditions if c.type == "NodesDetected")
+    assert (nodes.status, nodes.reason) == ("False", "NoGpuNodes")
+    assert nodes.message.startswith("no GPU nodes right now; the GPU worker pool may be scaled")
+    preflight = next(c for c in status.conditions if c.type == "Preflight")
+    assert preflight.status == "True"
+    assert "no GPU nodes detected" in preflight.message  # the plan's finding, as information
+    assert (status.ready_nodes, status.driver_version) == ("0/0", None)
+    # Other warnings still count.
+    warned = aggregate(plans["warning"], ALL_READY, generation=1)
+    assert warned.state is GpuState.WARNING

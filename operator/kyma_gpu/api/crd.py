@@ -114,7 +114,7 @@ def _schema(model: type[GpuSpec] | type[GpuStatus]) -> dict[str, Any]:
 def _printer_columns() -> list[dict[str, Any]]:
     return [
         {"name": "State", "type": "string", "jsonPath": ".status.state"},
-        {"name": "GPU Nodes", "type": "integer", "jsonPath": ".status.gpuNodeCount"},
+        {"name": "Ready Nodes", "type": "string", "jsonPath": ".status.readyNodes"},
         {"name": "Driver", "type": "string", "jsonPath": ".status.driverMode"},
         {"name": "Driver Version", "type": "string", "jsonPath": ".status.driverVersion"},
         {"name": "Chart", "type": "string", "jsonPath": ".status.chartVersion"},

@@ -325,11 +325,22 @@ class GpuStatus(_Model):
     observed_generation: int | None = None
     """The Gpu generation this status was computed for."""
 
-    conditions: list[Condition] = Field(default_factory=list)
-    """Summary Ready and its inputs."""
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    """Summary Ready and its inputs, at most one of each type."""
 
     gpu_node_count: int = 0
     """GPU nodes detected."""
+
+    gpu_nodes_ready: int = 0
+    """GPU nodes that can run GPU pods now: the ready pods of the NVIDIA device plugin DaemonSet
+    (it starts on a node once the driver and the container toolkit there work), or, without
+    one, of the driver DaemonSets. At most gpuNodeCount."""
+
+    ready_nodes: str | None = None
+    """gpuNodesReady/gpuNodeCount, e.g. "2/3": the READY NODES column of `kubectl get gpu`."""
 
     nodes: list[GpuNodeStatus] = Field(default_factory=list, max_length=STATUS_NODES_LIMIT)
     """The detected GPU nodes, the first 100 by name (gpuNodeCount counts them all): the whole
@@ -342,7 +353,14 @@ class GpuStatus(_Model):
     """Cluster driver mode: Precompiled, Preinstalled, Upstream, or PerPool for mixed fleets."""
 
     driver_version: str | None = None
-    """Driver branch or version in use."""
+    """Driver version running on the GPU nodes, read from the images of the NVIDIA driver
+    DaemonSets: a branch ("590") for precompiled images, a full version upstream. Several,
+    comma-separated, in a mixed fleet or while a driver rollout replaces the pods. Empty while
+    no driver pod runs (no GPU nodes, or the driver is preinstalled on the hosts)."""
+
+    desired_driver_version: str | None = None
+    """Driver branch or version the module asks the NVIDIA operator for (spec.driver.version,
+    or the installer release's default)."""
 
     installer_release: str | None = None
     """gardenlinux-nvidia-installer release in use (precompiled Garden Linux)."""

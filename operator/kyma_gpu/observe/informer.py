@@ -9,8 +9,10 @@ JSON parse and a comparison, and nothing crosses to the loop.
 A resource whose CRD is not installed answers 404: the observer reports it absent (synced,
 empty) and sleeps until `crd_present(True)` (the CRD observer calls it when the CRD appears)
 or a long safety interval. While the CRD exists, a 404 means "not served yet" and is retried
-with the short backoff. A CRD that is replaced or goes away ends the watch; the observer lists
-again, with a short backoff while the API server's storage for it reinitializes (429/503).
+with the short backoff; after UNSERVED_AFTER attempts the store hears that the CRD does not
+serve the version (`Collection.unserved`), and the retries go on. A CRD that is replaced or
+goes away ends the watch; the observer lists again, with a short backoff while the API
+server's storage for it reinitializes (429/503).
 Nothing here ever blocks another observer or the reconcile loop.
 """
 
@@ -33,6 +35,9 @@ log = logging.getLogger(__name__)
 BACKOFF = (0.25, 0.5, 1.0, 2.0, 4.0, 5.0)
 """Seconds between attempts after an error; the last one repeats. Short on purpose: a CRD
 whose storage reinitializes answers 429 for a moment only."""
+UNSERVED_AFTER = 5
+"""404s in a row (about 8 s of backoff) after which a CRD that exists is taken as one that
+does not serve the version asked for (an older Flux), rather than one still starting."""
 ABSENT_RECHECK = 300.0
 """A safety net only: an absent resource is listed again when its CRD appears."""
 WATCH_SECONDS = 60
@@ -124,6 +129,8 @@ class Informer:
             except NotFound as err:
                 version = None
                 if self._crd_present:  # a new CRD is served a moment after it is created
+                    if attempt == UNSERVED_AFTER:  # ... but not this long after: not served
+                        self._hand_over(self.store.mark_unserved, self.source.resource)
                     attempt = self._backoff(attempt, err)
                 else:
                     self._absent()

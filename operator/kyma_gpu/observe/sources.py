@@ -6,7 +6,7 @@
 | daemonsets        | DaemonSets in the target namespace only       | DaemonSetFacts            |
 | helmreleases, ... | our Flux objects (label selector), module ns  | LiveObject + status facts |
 | clusterpolicies   | ClusterPolicies, while their CRD is installed | ClusterPolicyFacts        |
-| crds              | CRDs, metadata only: which of ours are served | the CRD's uid             |
+| crds              | CRDs, metadata only: which of ours are served | CrdFacts (uid, labels)    |
 | pods              | only while a deletion waits: running pods     | "namespace/name" of GPU   |
 |                   | outside the stack's namespaces (field         | pods not terminating      |
 |                   | selector) that ask for nvidia.com/gpu         |                           |
@@ -27,6 +27,7 @@ from kyma_gpu.facts.machines import MachineTypeRegistry
 from kyma_gpu.observe.informer import Source
 from kyma_gpu.plan.actions import LiveObject, live_object
 from kyma_gpu.plan.flux import LABELS
+from kyma_gpu.plan.provision import crd_facts
 from kyma_gpu.status import (
     HelmReleaseFacts,
     cluster_policy_facts,
@@ -52,7 +53,7 @@ GATED = {
     "clusterpolicies.nvidia.com": CLUSTER_POLICIES,
 }
 """CRD name -> the resource it serves: its observer lists again when the CRD appears."""
-REQUIRED = (NODES, DAEMONSETS, *FLUX)
+REQUIRED = (NODES, DAEMONSETS, CRDS, *FLUX)
 """Listed (or found absent) before the first reconcile: planning without them would be wrong.
 The ClusterPolicy is not among them: a CRD of our own chart must never delay anything."""
 OURS = f"app.kubernetes.io/part-of={LABELS['app.kubernetes.io/part-of']}"
@@ -99,7 +100,7 @@ def cluster_policy_source() -> Source:
 def crd_source() -> Source:
     def fold(body: Mapping[str, Any]) -> Any:
         meta = body.get("metadata") or {}
-        return meta.get("uid") if meta.get("name") in GATED else None
+        return crd_facts(meta) if meta.get("name") in GATED else None
 
     query = ListQuery("/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
                       metadata_only=True)  # fmt: skip

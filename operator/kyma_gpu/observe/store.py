@@ -50,6 +50,8 @@ class Collection:
     synced: bool = False
     absent: bool = False
     """The resource type is not served (its CRD is not installed)."""
+    unserved: bool = False
+    """Its CRD exists but does not serve the version asked for (an older Flux)."""
 
     def facts(self) -> list[Any]:
         return [entry.facts for entry in self.entries.values()]
@@ -108,13 +110,20 @@ class Store:
                 fresh[key] = old  # written after the list was taken
         before = {k: e.facts for k, e in coll.entries.items()}
         first = not coll.synced or coll.absent != absent
-        coll.entries, coll.synced, coll.absent = fresh, True, absent
+        coll.entries, coll.synced, coll.absent, coll.unserved = fresh, True, absent, False
         changed_keys = _diff(before, {k: e.facts for k, e in fresh.items()})
         for key in changed_keys:
             self._changed(resource, key, self.get(resource, key))
         if first and not changed_keys:
             self.changed.set()  # a first sync is news even when empty
         return bool(changed_keys)
+
+    def mark_unserved(self, resource: str) -> None:
+        """Its CRD exists, but listing the version asked for keeps answering 404."""
+        coll = self.collection(resource)
+        if not coll.unserved:
+            coll.unserved = True
+            self.changed.set()
 
     def forget(self, resource: str) -> None:
         """Stop tracking a resource (its observer stopped): empty and not synced."""

@@ -1,5 +1,5 @@
 """The Flux objects: a chart source (HelmRepository, or OCIRepository for oci://) and a
-HelmRelease that follows Flux's recommended settings (DESIGN.md section 5).
+HelmRelease that follows Flux's recommended settings (docs/operations.md, Flux).
 """
 
 from __future__ import annotations

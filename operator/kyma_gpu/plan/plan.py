@@ -476,7 +476,7 @@ def _pool_context(
         # The NVIDIADriver objects live in extraObjects, which the chart-image mirror does not
         # know: point them at the mirror here.
         "pool.repository": _replace_registry(repository, mirror) if mirror else repository,
-        # The installer re-publishes its branch tags for new kernels (DESIGN.md section 4).
+        # The installer re-publishes its branch tags for new kernels (docs/operations.md).
         "pool.imagePullPolicy": "Always" if garden_linux else "IfNotPresent",
         "pool.version": version,
     }

@@ -26,10 +26,13 @@ from kyma_gpu.adapter import PLURALS, ObjectRef
 from kyma_gpu.api.models import GpuSpec, GpuStatus
 from kyma_gpu.errors import ApiError, PermanentError
 from kyma_gpu.facts import ClusterFacts
+from kyma_gpu.metrics import Metrics, Observed
 from kyma_gpu.observe.sources import (
     CLUSTER_POLICIES,
+    CRDS,
     DAEMONSETS,
     FLUX,
+    GATED,
     NODES,
     PODS,
     REQUIRED,
@@ -38,6 +41,20 @@ from kyma_gpu.observe.sources import (
 from kyma_gpu.observe.store import Entry, Store, version_of
 from kyma_gpu.plan import Owner, Plan, make_plan
 from kyma_gpu.plan.actions import LiveObject
+from kyma_gpu.plan.provision import (
+    BUNDLE_HASH,
+    PROVIDED_LABEL,
+    REQUIRED_APIS,
+    Api,
+    FluxApi,
+    Leftover,
+    Removal,
+    bundle_crds,
+    bundle_workloads,
+    crd_facts,
+    hand_over_message,
+    removal,
+)
 from kyma_gpu.reconcile.machine import (
     FINALIZER,
     Failure,
@@ -51,7 +68,17 @@ from kyma_gpu.reconcile.machine import (
     gpu_object,
 )
 from kyma_gpu.rules.catalog import Catalog
-from kyma_gpu.status.events import EVENTS_NAMESPACE, GpuEvent, GpuRef, event_for
+from kyma_gpu.status.events import (
+    EVENT_WINDOW_SECONDS,
+    EVENTS_NAMESPACE,
+    EventType,
+    GpuEvent,
+    GpuRef,
+    News,
+    Sent,
+    events_for,
+    to_post,
+)
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +115,12 @@ class Writer(Protocol):
 
     async def post_event(self, namespace: str, gpu: GpuRef, event: GpuEvent) -> None: ...
 
+    async def unlabel(
+        self, ref: ObjectRef, label: str, annotation: str
+    ) -> dict[str, Any] | None: ...
+
+    async def flux_objects(self, per_kind: int) -> list[tuple[str, dict[str, Any]]]: ...
+
 
 def now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -102,7 +135,27 @@ def snapshot(store: Store) -> Snapshot:
         daemonsets=tuple(sorted(store.facts(DAEMONSETS), key=lambda d: d.name)),
         cluster_policy=store.get(CLUSTER_POLICIES, "cluster-policy"),
         gpu_workloads=tuple(sorted(store.facts(PODS))) if store.synced(PODS) else None,
+        flux_api=flux_api(store),
     )
+
+
+def flux_api(store: Store) -> FluxApi:
+    """The Flux CRDs present and how the observers of the APIs the module writes fare."""
+    crds = {name: store.get(CRDS, name) for name in REQUIRED_APIS}
+    return FluxApi(
+        crds={name: facts for name, facts in crds.items() if facts is not None},
+        apis={name: _api(store, GATED[name]) for name in REQUIRED_APIS},
+        synced=store.synced(CRDS),
+    )
+
+
+def _api(store: Store, resource: str) -> Api:
+    coll = store.collection(resource)
+    if coll.unserved:
+        return Api.NOT_SERVED
+    if not coll.synced:
+        return Api.UNKNOWN
+    return Api.ABSENT if coll.absent else Api.SERVED
 
 
 def normalized(status: Mapping[str, Any] | GpuStatus) -> dict[str, Any]:
@@ -124,6 +177,8 @@ class Loop:
     may_write: Callable[[], bool] = lambda: True
     """False while another replica leads (reconcile/election.py): then nothing is written."""
     """Starts (True) or stops (False) the pod observer."""
+    module_namespace: str = "kyma-system"
+    """Where the module's Flux objects (and its own Flux) live."""
     failures: dict[str, Failure] = field(default_factory=dict)
     plans: cachetools.LRUCache[tuple[str, ClusterFacts, Owner], Plan] = field(
         default_factory=lambda: cachetools.LRUCache(maxsize=16)
@@ -137,6 +192,12 @@ class Loop:
     """When each Gpu's status was last written (monotonic)."""
     status_due: dict[str, float] = field(default_factory=dict)
     """A coalesced status write waits until then."""
+    events_sent: dict[str, tuple[Sent, ...]] = field(default_factory=dict)
+    """Each Gpu's recent Events by its uid (a new Gpu of the same name starts afresh), for
+    their budget and deduplication (events.admit)."""
+    metrics: Metrics = field(default_factory=Metrics)
+    error_count: int = 0
+    """Failed writes and failed passes so far: a reconcile that adds one did not succeed."""
 
     def plan(self, spec: GpuSpec, facts: ClusterFacts, owner: Owner) -> Plan:
         key = (spec.model_dump_json(), facts, owner)
@@ -158,6 +219,7 @@ class Loop:
                 requeue = await self.run_pass()
             except Exception:  # a bug in one pass must not end reconciling for good
                 log.exception("reconcile pass failed; again in %.0fs", RETRY_SECONDS[2])
+                self._error("internal")
                 requeue = RETRY_SECONDS[2]
             await _first_of(self.store.changed, stopped, requeue)
             await asyncio.sleep(BURST_SECONDS)
@@ -193,7 +255,7 @@ class Loop:
 
     async def reconcile(self, gpu: GpuObject) -> Step:
         """Steps until one has nothing left to write; logs the pass."""
-        began, writes = time.monotonic(), 0
+        began, writes, errors = time.monotonic(), 0, self.error_count
         for _ in range(MAX_STEPS):
             step = decide(Inputs(gpu, snapshot(self.store), self.plan,
                                  self.failures.get(gpu.name), time.monotonic(), now()))  # fmt: skip
@@ -203,6 +265,8 @@ class Loop:
             if not (step.writes and done):
                 break
         self.last_phase[gpu.name] = step.phase
+        failed = self.error_count > errors or gpu.name in self.failures
+        self.metrics.reconciled(step.phase, time.monotonic() - began, failed, time.time())
         log.info("reconciled: phase=%s writes=%d in %.0f ms", step.phase, writes,
                  (time.monotonic() - began) * 1000)  # fmt: skip
         return step
@@ -240,6 +304,39 @@ class Loop:
             ref = ObjectRef(live.api_version, live.kind, live.namespace, live.name)
             self._deleted(live, await self.writer.delete(ref))
             done += 1
+        if step.remove_flux:
+            done += await self._remove_flux(gpu)
+        return done
+
+    async def _remove_flux(self, gpu: GpuObject) -> int:
+        """The module's own Flux goes: its controllers, then its CRDs, unless objects the
+        module did not create use them (then they stay, handed over)."""
+        leftovers = [
+            Leftover(kind, f"{meta.get('namespace', '')}/{meta.get('name', '')}",
+                     bool(meta.get("deletionTimestamp")))
+            for kind, item in await self.writer.flux_objects(per_kind=5)
+            for meta in [item.get("metadata") or {}]
+        ]  # fmt: skip
+        verdict = removal(leftovers, self.module_namespace)
+        if verdict is Removal.WAIT:
+            log.info("the module's Flux waits: its objects are still terminating")
+            return 0
+        done = 0
+        for obj in bundle_workloads():
+            log.info("removing the module's Flux: %s", ObjectRef.of(obj))
+            await self.writer.delete(ObjectRef.of(obj))
+            done += 1
+        for name in bundle_crds():
+            ref = ObjectRef("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", name)
+            if verdict is Removal.DELETE_CRDS:
+                self._put_crd(await self.writer.delete(ref))
+            else:
+                self._put_crd(await self.writer.unlabel(ref, PROVIDED_LABEL, BUNDLE_HASH))
+            done += 1
+        if verdict is Removal.HAND_OVER:
+            message = hand_over_message(leftovers)
+            log.warning("%s", message)
+            await self._announce(gpu, GpuEvent(EventType.NORMAL, "FluxHandedOver", message))
         return done
 
     def _failed(self, gpu: GpuObject, step: Step, err: ApiError) -> None:
@@ -249,6 +346,7 @@ class Loop:
         delays = RETRY_SECONDS[4:] if permanent else RETRY_SECONDS
         delay = delays[min(attempts - 1, len(delays) - 1)]
         log.warning("%s failed (attempt %d), again in %.0fs: %s", step.phase, attempts, delay, err)
+        self._error("permanent" if permanent else "transient")
         self.failures[gpu.name] = Failure(
             step.key, str(err), permanent, attempts, time.monotonic() + delay
         )
@@ -267,20 +365,51 @@ class Loop:
             self._put_gpu(await self.writer.apply_status(gpu.name, wanted))
         except ApiError as err:
             log.warning("writing the status of Gpu %s failed: %s", gpu.name, err)
+            self._error("permanent" if isinstance(err, PermanentError) else "transient")
             self.status_due[gpu.name] = time.monotonic() + RETRY_SECONDS[0]
             return False
         self.status_written[gpu.name] = time.monotonic()
-        await self._announce(gpu, event_for(live, wanted))
+        await self._post(gpu, events_for(live, wanted))
         return True
 
     async def _announce(self, gpu: GpuObject, event: GpuEvent | None) -> None:
         """An Event on the Gpu; losing one is logged, never retried (the status has it all)."""
-        if event is None:
-            return
-        try:
-            await self.writer.post_event(EVENTS_NAMESPACE, GpuRef(gpu.name, gpu.uid), event)
-        except ApiError as err:
-            log.warning("posting an Event on Gpu %s failed: %s", gpu.name, err)
+        if event is not None:
+            await self._post(gpu, News(transition=event))
+
+    async def _post(self, gpu: GpuObject, news: News) -> None:
+        """The Events of `news` that their budget and deduplication let through (to_post)."""
+        offered = len(news.findings) + (news.transition is not None)
+        clock = time.monotonic()
+        events, self.events_sent[gpu.uid] = to_post(self.events_sent.get(gpu.uid, ()), news, clock)
+        self.events_sent = {uid: sent for uid, sent in self.events_sent.items()
+                            if sent and clock - sent[-1].at < EVENT_WINDOW_SECONDS}  # fmt: skip
+        if len(events) < offered:
+            log.info("Gpu %s: %d of %d Events not posted (said already, or over budget)",
+                     gpu.name, offered - len(events), offered)  # fmt: skip
+        for event in events:
+            try:
+                await self.writer.post_event(EVENTS_NAMESPACE, GpuRef(gpu.name, gpu.uid), event)
+            except ApiError as err:
+                log.warning("posting an Event on Gpu %s failed: %s", gpu.name, err)
+
+    def _error(self, kind: str) -> None:
+        self.error_count += 1
+        self.metrics.reconcile_failed(kind)
+
+    # -- what /metrics and /readyz read (kyma_gpu.metrics), on the event loop --
+
+    def waiting_for(self) -> list[str]:
+        """What the first reconcile still waits for (not yet listed): readiness."""
+        return [resource for resource in REQUIRED if not self.store.synced(resource)]
+
+    def observed(self) -> Observed:
+        nodes = self.store.facts(NODES) if self.store.synced(NODES) else None
+        return Observed(
+            leader=self.may_write(),
+            gpu_states={g.name: str(g.status.get("state") or "") for g in self.store.facts(GPUS)},
+            gpu_nodes=None if nodes is None else sum(1 for node in nodes if node.is_gpu),
+        )
 
     # -- what the API answered is the new live state --
 
@@ -288,7 +417,17 @@ class Loop:
         obj = gpu_object(body)
         self.store.put(GPUS, obj.name, Entry(version_of(obj.resource_version), obj))
 
+    def _put_crd(self, body: Mapping[str, Any] | None) -> None:
+        """A Flux CRD as a write answered it: the next step must not apply the bundle again."""
+        meta = (body or {}).get("metadata") or {}
+        if body is not None and body.get("kind") == "CustomResourceDefinition" and meta.get("name"):
+            entry = Entry(version_of(meta.get("resourceVersion")), crd_facts(meta))
+            self.store.put(CRDS, str(meta["name"]), entry)
+
     def _put_flux(self, kind: str, body: Mapping[str, Any]) -> None:
+        if kind not in _FLUX_PLURAL:  # the module's own Flux: only its CRDs are observed
+            self._put_crd(body)
+            return
         plural = _FLUX_PLURAL[kind]
         meta = body.get("metadata") or {}
         entry = Entry(version_of(meta.get("resourceVersion")), flux_facts(plural, body))

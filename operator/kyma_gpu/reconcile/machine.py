@@ -13,10 +13,15 @@ step has nothing left to write. Deletion is a phase of the same machine.
       ... unless the skip annotation is set ...... (go on without looking at pods)
     being deleted, Flux objects left ............. Uninstalling (delete them, HelmRelease first;
                                                    Error past the uninstall timeout + grace)
+    being deleted, the module's own Flux left .... RemovingFlux (its controllers; its CRDs
+                                                   unless others' objects use them)
     being deleted, nothing left .................. Released (remove the finalizer)
     spec invalid ................................. Invalid
     no finalizer yet ............................. Initializing (add it)
     plan has errors .............................. Blocked (status only, nothing applied)
+    the cluster's Flux is too old or partial ..... FluxIncompatible (Error, nothing applied)
+    no Flux, or the module's own is outdated ..... ProvidingFlux (apply the Flux bundle)
+    the module's own Flux not served yet ......... Progressing (wait for its CRDs)
     Flux objects differ from the plan ............ Applying (server-side apply)
       ... and the last attempt failed ............ Failed (status; retry at its time)
     applied, status Error ........................ Failed
@@ -29,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -40,6 +45,17 @@ from kyma_gpu.api.models import SINGLETON_NAME, Condition, GpuSpec, GpuState, Gp
 from kyma_gpu.facts import ClusterFacts, NodeFacts, cluster_facts
 from kyma_gpu.plan import Owner, Plan
 from kyma_gpu.plan.actions import LiveObject, plan_actions
+from kyma_gpu.plan.provision import (
+    FluxApi,
+    FluxMode,
+    FluxVerdict,
+    bundle,
+    bundle_current,
+    bundle_hash,
+    external_flux,
+    shard,
+    verdict,
+)
 from kyma_gpu.status import ClusterPolicyFacts, DaemonSetFacts, HelmReleaseFacts, Observed
 from kyma_gpu.status import aggregate as aggregate_status
 from kyma_gpu.status.aggregate import stamp
@@ -49,6 +65,7 @@ from kyma_gpu.status.deletion import (
     Uninstall,
     uninstall_of,
 )
+from kyma_gpu.status.flux import with_flux
 
 FINALIZER = "gpu.kyma-project.io/finalizer"
 TRANSIENT_RETRIES_BEFORE_STATUS = 3
@@ -66,6 +83,9 @@ class Phase(StrEnum):
     READY = "Ready"
     WAITING_FOR_WORKLOADS = "WaitingForWorkloads"
     UNINSTALLING = "Uninstalling"
+    FLUX_INCOMPATIBLE = "FluxIncompatible"
+    PROVIDING_FLUX = "ProvidingFlux"
+    REMOVING_FLUX = "RemovingFlux"
     RELEASED = "Released"
 
 
@@ -118,6 +138,8 @@ class Snapshot:
     cluster_policy: ClusterPolicyFacts | None = None
     gpu_workloads: tuple[str, ...] | None = None
     """namespace/name of running GPU pods; None while they are not observed."""
+    flux_api: FluxApi = field(default_factory=external_flux)
+    """The Flux CRDs and APIs (the default: a compatible Flux of the cluster's own)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,10 +168,15 @@ class Step:
     """Identifies the writes of this step, to match a failure to them."""
     status_if_failed: GpuStatus | None = None
     """The status to show while these writes wait for a retry after failing."""
+    remove_flux: bool = False
+    """Remove the module's own Flux (the loop decides about its CRDs, see provision.py)."""
 
     @property
     def writes(self) -> bool:
-        return bool(self.apply or self.delete or self.finalizer is not FinalizerChange.NONE)
+        return bool(
+            self.apply or self.delete or self.remove_flux
+            or self.finalizer is not FinalizerChange.NONE
+        )  # fmt: skip
 
 
 Planner = Callable[[GpuSpec, ClusterFacts, Owner], Plan]
@@ -209,20 +236,44 @@ def _plan(inputs: Inputs, spec: GpuSpec) -> Plan:
 def _running(inputs: Inputs, plan: Plan) -> Step:
     if plan.helm_release is None:
         return Step(Phase.BLOCKED, status=_status(inputs, plan))
-    actions = plan_actions(plan.objects, inputs.snap.flux)
+    flux = verdict(inputs.snap.flux_api)
+    waiting = _flux_step(inputs, plan, flux)
+    if waiting is not None:
+        return waiting
+    objects = shard(plan.objects) if flux.mode is FluxMode.PROVIDED else plan.objects
+    actions = plan_actions(objects, inputs.snap.flux)
     if actions.apply or actions.delete:
         key = _key(actions.apply, actions.delete)
-        failed = inputs.failure
-        loud = (
-            failed is not None
-            and failed.key == key
-            and (failed.permanent or failed.attempts >= TRANSIENT_RETRIES_BEFORE_STATUS)
-        )
-        status = _status(inputs, plan, error=failed.error) if failed and loud else None
+        status = _loud_status(inputs, plan, key)
         return Step(Phase.APPLYING, apply=actions.apply, delete=actions.delete, key=key,
                     status_if_failed=status)  # fmt: skip
     status = _status(inputs, plan)
     return Step(_phase_of(status), status=status)
+
+
+def _loud_status(inputs: Inputs, plan: Plan, key: str) -> GpuStatus | None:
+    """The status of a failed write: after repeated transient failures, or a permanent one."""
+    failed = inputs.failure
+    if failed is None or failed.key != key:
+        return None
+    if failed.permanent or failed.attempts >= TRANSIENT_RETRIES_BEFORE_STATUS:
+        return _status(inputs, plan, error=failed.error)
+    return None
+
+
+def _flux_step(inputs: Inputs, plan: Plan, flux: FluxVerdict) -> Step | None:
+    """What Flux needs before the plan's objects can go in; None when it is ready."""
+    if flux.mode is FluxMode.INCOMPATIBLE:
+        status = _error_status(inputs.gpu, "FluxIncompatible", flux.message, inputs.now)
+        return Step(Phase.FLUX_INCOMPATIBLE, status=status)
+    wanted = flux.mode in (FluxMode.ABSENT, FluxMode.PROVIDED)
+    if wanted and not bundle_current(inputs.snap.flux_api):
+        key = f"flux-bundle-{bundle_hash()}"
+        return Step(Phase.PROVIDING_FLUX, apply=bundle(), key=key,
+                    status_if_failed=_loud_status(inputs, plan, key))  # fmt: skip
+    if not flux.served:
+        return Step(Phase.PROGRESSING, status=_status(inputs, plan))
+    return None
 
 
 def _phase_of(status: GpuStatus) -> Phase:
@@ -252,8 +303,15 @@ def _deleting(inputs: Inputs, spec: GpuSpec | None) -> Step:
     if snap.flux:
         return Step(Phase.UNINSTALLING, delete=doomed, status=status, watch_pods=protect,
                     key=_key((), doomed), requeue_after=uninstall.next_stall_in)  # fmt: skip
+    if _own_flux_left(snap.flux_api):
+        return Step(Phase.REMOVING_FLUX, remove_flux=True, watch_pods=protect, key="flux-remove")
     return Step(Phase.RELEASED, finalizer=FinalizerChange.REMOVE, watch_pods=protect,
                 key="release")  # fmt: skip
+
+
+def _own_flux_left(api: FluxApi) -> bool:
+    """The module's own Flux is still there (and not already on its way out)."""
+    return verdict(api).mode is FluxMode.PROVIDED and not all(c.deleting for c in api.crds.values())
 
 
 def _deleting_flux(flux: Sequence[LiveObject], now: str) -> tuple[Deleting, ...]:
@@ -288,9 +346,15 @@ def _status(
         uninstall=uninstall or Uninstall(),
         applied=not error,
         apply_error=error,
+        driver_version_before=_str_or_none(inputs.gpu.status.get("driverVersion")),
     )
     previous = conditions_of(inputs.gpu.status)
-    return aggregate_status(plan, observed, inputs.gpu.generation, previous, inputs.now)
+    status = aggregate_status(plan, observed, inputs.gpu.generation, previous, inputs.now)
+    return with_flux(status, verdict(snap.flux_api), previous, inputs.now)
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _find(

@@ -7,11 +7,13 @@ byte-identical status and the operator writes nothing.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from kyma_gpu.api.models import (
+    DRIVER_VERSION_PATTERN,
     STATUS_NODES_LIMIT,
     ComponentStatus,
     Condition,
@@ -19,7 +21,7 @@ from kyma_gpu.api.models import (
     GpuState,
     GpuStatus,
 )
-from kyma_gpu.plan.plan import Plan, Severity
+from kyma_gpu.plan.plan import Plan, Preflight, Severity
 from kyma_gpu.status.deletion import Uninstall, uninstall_wait, workloads_wait
 from kyma_gpu.status.observed import (
     ClusterPolicyFacts,
@@ -47,6 +49,9 @@ class ConditionType(StrEnum):
     NoGpuNodes."""
     COMPONENTS_READY = "ComponentsReady"
     """ComponentsReady | ComponentsNotReady | NodeFeaturesMissing | WaitingForComponents."""
+    FLUX_AVAILABLE = "FluxAvailable"
+    """Which Flux the module relies on (status/flux.py): ModuleFlux | ClusterFlux, or
+    InstallingFlux | FluxIncompatible | Unknown."""
     SOURCE_READY = "SourceReady"
     """Mirrors the chart source's Ready condition (Succeeded, FetchFailed, ...) or
     WaitingForSource | Progressing. False with a healthy release: installed, no upgrades."""
@@ -55,6 +60,8 @@ class ConditionType(StrEnum):
     UNINSTALLED = "Uninstalled"
     """During deletion, while Flux objects remain: UninstallInProgress | UninstallStalled."""
 
+
+_DRIVER_VERSION = re.compile(DRIVER_VERSION_PATTERN)
 
 # HelmRelease Ready=False reasons that mean "still working on it", not a failure.
 _FLUX_PROGRESS_REASONS = {"Progressing", "ProgressingWithRetry", "DependencyNotReady"}
@@ -71,6 +78,39 @@ def _in_progress(ready: FluxCondition) -> bool:
     if ready.reason == "SourceNotReady":
         return ready.message.endswith(_SOURCE_CATCHING_UP)
     return ready.reason in _FLUX_PROGRESS_REASONS
+
+
+def flux_failed(reason: str, message: str) -> bool:
+    """A Flux Ready=False (as mirrored into ReleaseReady or SourceReady) that is a failure,
+    not Flux still working on it."""
+    return not _in_progress(FluxCondition("Ready", "False", reason, message, None))
+
+
+class NodesReason(StrEnum):
+    """Reasons of NodesDetected."""
+
+    GPU_NODES_FOUND = "GpuNodesFound"
+    NO_GPU_NODES = "NoGpuNodes"
+
+
+NO_GPU_NODES_MESSAGE = (
+    "no GPU nodes right now; the GPU worker pool may be scaled to zero (autoscaler minimum 0). "
+    "The GPU stack stays installed and serves GPU nodes as they join; if the cluster has no GPU "
+    "worker pool, add one"
+)
+"""NodesDetected=False is a normal state: a pool that scales to zero has no nodes for hours."""
+_INFORMATIVE_FINDINGS = {str(NodesReason.NO_GPU_NODES)}
+"""Plan findings that the status shows as information, not as a Warning."""
+
+
+def _status_findings(plan: Plan) -> Preflight:
+    """The plan's findings as the status weighs them: no GPU nodes is information."""
+    return Preflight(
+        tuple(
+            replace(f, severity=Severity.INFO) if f.reason in _INFORMATIVE_FINDINGS else f
+            for f in plan.preflight.findings
+        )
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +135,9 @@ class Observed:
     """False when the Flux objects could not be written (the error is in apply_error)."""
     apply_error: str = ""
     extra_findings: tuple[str, ...] = field(default_factory=tuple)
+    driver_version_before: str | None = None
+    """status.driverVersion as last written: while a driver rollout replaces pods, the
+    versions seen before it still run on some nodes."""
 
 
 def _cond(
@@ -268,20 +311,21 @@ def aggregate(
             _cond(
                 ConditionType.NODES_DETECTED,
                 "False",
-                "NoGpuNodes",
-                "no GPU nodes detected; add a GPU worker pool",
+                NodesReason.NO_GPU_NODES,
+                NO_GPU_NODES_MESSAGE,
                 generation,
             )
         )
 
-    worst = plan.preflight.worst()
+    preflight = _status_findings(plan)
+    worst = preflight.worst()
     if worst is None or worst.severity is Severity.INFO:
-        info = _joined([f.message for f in plan.preflight.findings])
+        info = _joined([f.message for f in preflight.findings])
         conditions.append(
             _cond(ConditionType.PREFLIGHT, "True", "PreflightPassed", info, generation)
         )
     else:
-        notes = [f.message for f in plan.preflight.findings if f.severity is worst.severity]
+        notes = [f.message for f in preflight.findings if f.severity is worst.severity]
         conditions.append(
             _cond(ConditionType.PREFLIGHT, "False", worst.reason, _joined(notes), generation)
         )
@@ -397,7 +441,7 @@ def aggregate(
         summary = _cond(ConditionType.READY, "False", "Error", message, generation)
     elif all_ready:
         state = GpuState.WARNING if warnings else GpuState.READY
-        message = warnings[0] if warnings else "the GPU stack is installed and ready"
+        message = warnings[0] if warnings else _ready_message(gpu_nodes)
         summary = _cond(ConditionType.READY, "True", "Ready", message, generation)
     else:
         waiting = next(c for c in (release, driver, components) if c.status != "True")
@@ -407,19 +451,23 @@ def aggregate(
     conditions.insert(0, summary)
 
     hr = observed.helm_release
+    ready_nodes = nodes_ready(observed.daemonsets, gpu_nodes)
     return GpuStatus(
         state=state,
         message=message,
         observed_generation=generation,
         conditions=stamp(conditions, previous, now),
         gpu_node_count=gpu_nodes,
+        gpu_nodes_ready=ready_nodes,
+        ready_nodes=f"{ready_nodes}/{gpu_nodes}",
         nodes=list(plan.nodes[:STATUS_NODES_LIMIT]),
         components=[
             ComponentStatus(name=d.name, ready=d.ready, desired=d.desired, available=d.available)
             for d in sorted(observed.daemonsets, key=lambda d: d.name)
         ],
         driver_mode=plan.driver_mode,
-        driver_version=plan.driver_summary or None,
+        driver_version=running_driver_version(observed.daemonsets, observed.driver_version_before),
+        desired_driver_version=plan.driver_summary or None,
         installer_release=plan.installer_release,
         chart_version=plan.chart_version,
         installed_chart_version=hr.installed_chart_version if hr else None,
@@ -429,6 +477,42 @@ def aggregate(
             else None
         ),
     )
+
+
+def _ready_message(gpu_nodes: int) -> str:
+    if gpu_nodes:
+        return "the GPU stack is installed and ready"
+    return "the GPU stack is installed and ready; " + NO_GPU_NODES_MESSAGE.split(". ", 1)[0]
+
+
+def nodes_ready(sets: Sequence[DaemonSetFacts], gpu_nodes: int) -> int:
+    """GPU nodes that can run GPU pods: the device plugin's ready pods (it registers
+    nvidia.com/gpu once the driver and the toolkit on its node work), else the driver
+    DaemonSets' ready pods. Capped at the GPU nodes the module counts."""
+    counted = [d for d in sets if d.device_plugin] or [d for d in sets if d.driver]
+    return min(gpu_nodes, sum(d.number_ready for d in counted))
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) if p.isdigit() else -1 for p in version.split("."))
+
+
+def running_driver_version(sets: Sequence[DaemonSetFacts], before: str | None) -> str | None:
+    """The driver versions whose pods run, from the driver DaemonSets' images: a DaemonSet's
+    version once some of its pods run its current template. While one rolls out (the NVIDIA
+    operator's driver DaemonSets update OnDelete, node by node), the versions seen `before`
+    stay listed: its other pods still run them."""
+    versions: set[str] = set()
+    rolling = False
+    for ds in sets:
+        if not ds.driver or ds.desired == 0:
+            continue
+        if ds.version and ds.current and ds.updated > 0:
+            versions.add(ds.version)
+        rolling = rolling or not ds.rolled_out
+    if rolling and before:
+        versions.update(v.strip() for v in before.split(",") if _DRIVER_VERSION.match(v.strip()))
+    return ", ".join(sorted(versions, key=_version_key)) or None
 
 
 def _deletion_waits(observed: Observed, generation: int | None) -> list[tuple[Condition, GpuState]]:

@@ -1,8 +1,12 @@
 """Which status change deserves a Kubernetes Event on the Gpu. Pure.
 
 An Event is posted when the state or the Ready reason changes, and during a deletion also when
-what it waits for changes (the pods named, Flux objects left). Messages and counts that merely
-move do not post, so a rollout makes no Event storm; `kubectl describe gpu gpu` shows them.
+what it waits for changes (the pods named, Flux objects left). Preflight findings (Preflight
+False) and Flux failures (ReleaseReady or SourceReady False for a failure, not for progress)
+post a Warning with their own reason when they appear or their reason or message changes.
+Messages and counts that merely move do not post, and what stays as it is never posts again,
+so a rollout makes no Event storm; `admit` bounds the rest and drops a Warning said lately.
+`kubectl describe gpu gpu` shows them.
 """
 
 from __future__ import annotations
@@ -13,12 +17,21 @@ from enum import StrEnum
 from typing import Any
 
 from kyma_gpu.api.models import GpuState
+from kyma_gpu.status.aggregate import ConditionType, flux_failed
 
 EVENTS_NAMESPACE = "default"
 """The API server keeps Events about cluster-scoped objects (the Gpu, like a Node) in
 `default`; `kubectl describe gpu gpu` finds them there."""
 MESSAGE_LIMIT = 1024
 """The API server refuses longer Event messages."""
+EVENT_BUDGET = 30
+"""At most this many Events per Gpu within EVENT_WINDOW_SECONDS; the rest are dropped (and
+logged): the status says it all anyway."""
+EVENT_WINDOW_SECONDS = 600.0
+FINDINGS = (ConditionType.PREFLIGHT, ConditionType.RELEASE_READY, ConditionType.SOURCE_READY)
+"""The conditions whose failures post an Event of their own."""
+_NOT_FLUX = {"NotApplied"}
+"""ReleaseReady=False reasons that are no Flux failure (the plan's errors are Preflight's)."""
 
 
 class EventType(StrEnum):
@@ -41,9 +54,17 @@ class GpuEvent:
     message: str
 
 
-def _ready(status: Mapping[str, Any]) -> Mapping[str, Any]:
+def _condition(status: Mapping[str, Any], type_: str) -> Mapping[str, Any]:
     conditions = status.get("conditions") or ()
-    return next((c for c in conditions if c.get("type") == "Ready"), {})
+    return next((c for c in conditions if c.get("type") == type_), {})
+
+
+def _ready(status: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _condition(status, "Ready")
+
+
+def _cut(message: str) -> str:
+    return message[: MESSAGE_LIMIT - 3] + "..." if len(message) > MESSAGE_LIMIT else message
 
 
 def _key(status: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -59,7 +80,83 @@ def event_for(before: Mapping[str, Any], after: Mapping[str, Any]) -> GpuEvent |
     state = after.get("state")
     warn = state in (GpuState.ERROR, GpuState.WARNING)
     reason = str(_ready(after).get("reason") or state or "StatusChanged")
-    message = str(after.get("message") or f"state {state}")
-    if len(message) > MESSAGE_LIMIT:
-        message = message[: MESSAGE_LIMIT - 3] + "..."
+    message = _cut(str(after.get("message") or f"state {state}"))
     return GpuEvent(EventType.WARNING if warn else EventType.NORMAL, reason, message)
+
+
+def _failure(status: Mapping[str, Any], type_: ConditionType) -> tuple[str, str] | None:
+    """(reason, message) of a preflight finding or a Flux failure in this condition."""
+    cond = _condition(status, type_)
+    if cond.get("status") != "False":
+        return None
+    reason, message = str(cond.get("reason") or type_), str(cond.get("message") or "")
+    if type_ is ConditionType.PREFLIGHT:
+        return reason, message
+    if reason in _NOT_FLUX or not flux_failed(reason, message):
+        return None
+    return reason, message
+
+
+@dataclass(frozen=True, slots=True)
+class News:
+    """What a status write has to tell: the transition, and new findings or failures."""
+
+    transition: GpuEvent | None = None
+    findings: tuple[GpuEvent, ...] = ()
+
+
+def events_for(before: Mapping[str, Any], after: Mapping[str, Any]) -> News:
+    """The news of a status write from `before` to `after` (both as the API stores them):
+    the transition (event_for), and each finding or failure that is new by reason and
+    message."""
+    if not after:
+        return News()
+    found = tuple(
+        GpuEvent(EventType.WARNING, now[0], _cut(now[1]))
+        for type_ in FINDINGS
+        if (now := _failure(after, type_)) is not None and now != _failure(before, type_)
+    )
+    return News(event_for(before, after), found)
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """An Event posted on a Gpu, at a monotonic time."""
+
+    at: float
+    reason: str
+    message: str
+
+
+def admit(sent: tuple[Sent, ...], event: GpuEvent, clock: float) -> tuple[Sent, ...] | None:
+    """The Gpu's recent Events with `event` posted at `clock`; None when it must not be: the
+    budget of the window is spent, or it is a Warning posted already within the window (a
+    failure that flaps between two messages posts each once)."""
+    recent = tuple(s for s in sent if clock - s.at < EVENT_WINDOW_SECONDS)
+    said = (event.reason, event.message)
+    repeated = event.type is EventType.WARNING and any(
+        (s.reason, s.message) == said for s in recent
+    )
+    if repeated or len(recent) >= EVENT_BUDGET:
+        return None
+    return (*recent, Sent(clock, event.reason, event.message))
+
+
+def to_post(
+    sent: tuple[Sent, ...], news: News, clock: float
+) -> tuple[list[GpuEvent], tuple[Sent, ...]]:
+    """The Events to post now, and the Gpu's recent Events with them: each finding that
+    `admit` lets through, and the transition first, unless one of those says the same."""
+    posted: list[GpuEvent] = []
+    for event in news.findings:
+        admitted = admit(sent, event, clock)
+        if admitted is not None:
+            sent = admitted
+            posted.append(event)
+    transition = news.transition
+    if transition is not None and all(e.message != transition.message for e in posted):
+        admitted = admit(sent, transition, clock)
+        if admitted is not None:
+            sent = admitted
+            posted.insert(0, transition)
+    return posted, sent

@@ -5,6 +5,7 @@ functions, so that indexes keep a few fields instead of whole objects.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -84,10 +85,26 @@ class DaemonSetFacts:
     driver: bool = False
     """A driver DaemonSet: of the ClusterPolicy (nvidia-driver-daemonset[-<kernel>-<os>]) or
     of an NVIDIADriver (nvidia-gpu-driver-<os>-<hash>); both carry DRIVER_COMPONENT."""
+    number_ready: int = 0
+    """Nodes that run a ready pod of it (status.numberReady)."""
+    version: str | None = None
+    """Of a driver DaemonSet: the driver version in its driver container's image tag."""
+    device_plugin: bool = False
+    """The NVIDIA device plugin's DaemonSet (label DEVICE_PLUGIN_APP)."""
+
+    @property
+    def current(self) -> bool:
+        """Its status speaks of its current template."""
+        return self.observed_generation is not None and self.observed_generation >= self.generation
+
+    @property
+    def rolled_out(self) -> bool:
+        """Every pod it wants runs its current template (OnDelete too)."""
+        return self.current and self.updated >= self.desired
 
     @property
     def ready(self) -> bool:
-        """DESIGN.md section 6: desired 0, or nothing unavailable and (RollingUpdate) current."""
+        """Desired 0, or nothing unavailable and (RollingUpdate) current."""
         if self.desired == 0:
             return True
         if self.unavailable > 0 or self.available < self.desired:
@@ -103,12 +120,40 @@ class DaemonSetFacts:
 
 DRIVER_COMPONENT = ("app.kubernetes.io/component", "nvidia-driver")
 """The label the NVIDIA operator puts on every driver DaemonSet it renders."""
+DEVICE_PLUGIN_APP = ("app", "nvidia-device-plugin-daemonset")
+"""The label of the device plugin DaemonSet the NVIDIA operator renders."""
+DRIVER_CONTAINER = "nvidia-driver-ctr"
+_DRIVER_TAG = re.compile(r"^([0-9]{3}(?:\.[0-9]+){0,2})(?:-|$)")
+"""<version>-<os> (driver container), <version>-<kernel>-<os> (precompiled), or a bare
+version: the NVIDIA operator's tag schemes."""
+
+
+def driver_image_version(image: str) -> str | None:
+    """`.../driver:590-6.12.44-cloud-amd64-gardenlinux0` -> 590; `...:570.124.06-ubuntu22.04`
+    -> 570.124.06; a digest or another tag -> None."""
+    name = image.split("@", 1)[0].rsplit("/", 1)[-1]
+    if ":" not in name:
+        return None
+    match = _DRIVER_TAG.match(name.split(":", 1)[1])
+    return match.group(1) if match else None
+
+
+def _driver_version(spec: Mapping[str, Any]) -> str | None:
+    pod = (spec.get("template") or {}).get("spec") or {}
+    containers = [c for c in pod.get("containers") or [] if isinstance(c, Mapping)]
+    chosen = next((c for c in containers if c.get("name") == DRIVER_CONTAINER), None)
+    if chosen is None and containers:
+        chosen = containers[0]
+    image = (chosen or {}).get("image")
+    return driver_image_version(image) if isinstance(image, str) else None
 
 
 def daemonset_facts(body: Mapping[str, Any]) -> DaemonSetFacts:
     meta = body.get("metadata") or {}
     labels = meta.get("labels") or {}
+    labels = labels if isinstance(labels, Mapping) else {}
     key, value = DRIVER_COMPONENT
+    driver = labels.get(key) == value
     spec = body.get("spec") or {}
     status = body.get("status") or {}
     desired = _int(status.get("desiredNumberScheduled")) or 0
@@ -123,7 +168,10 @@ def daemonset_facts(body: Mapping[str, Any]) -> DaemonSetFacts:
         unavailable=unavailable if unavailable is not None else max(desired - available, 0),
         updated=_int(status.get("updatedNumberScheduled")) or 0,
         strategy=str((spec.get("updateStrategy") or {}).get("type", "RollingUpdate")),
-        driver=isinstance(labels, Mapping) and labels.get(key) == value,
+        driver=driver,
+        number_ready=_int(status.get("numberReady")) or 0,
+        version=_driver_version(spec) if driver else None,
+        device_plugin=labels.get(DEVICE_PLUGIN_APP[0]) == DEVICE_PLUGIN_APP[1],
     )
 
 

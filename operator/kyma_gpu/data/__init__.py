@@ -1,0 +1,1 @@
+"""Package data: the rendered Flux bundle (hack/flux-bundle.sh)."""

@@ -1,0 +1,229 @@
+"""Which Flux the module relies on: the cluster's own, or one it installs itself. Pure.
+
+    no Flux CRDs at all ................... Absent: install the bundle (operator/kyma_gpu/data)
+    CRDs labelled gpu.kyma-project.io/flux  Provided: the module's own Flux; keep it current
+    CRDs of someone else, APIs served ..... External: use it, never write its objects or CRDs
+    CRDs of someone else, an API missing .. Incompatible: an Error, nothing is written
+
+The module's own Flux reconciles only the module's objects: its controllers watch kyma-system
+only and only objects with the sharding label, which `shard` adds to what the plan renders.
+Removing the module removes that Flux, and its CRDs only when no other object uses them
+(`removal`); otherwise the CRDs are handed over, unlabelled, to whoever uses them.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import importlib.resources
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import cache
+from typing import Any
+
+import yaml
+
+PROVIDED_LABEL = "gpu.kyma-project.io/flux"
+PROVIDED = "provided"
+BUNDLE_HASH = "gpu.kyma-project.io/flux-bundle-hash"
+SHARD_LABEL = "sharding.fluxcd.io/key"
+SHARD = "kyma-gpu"
+CRD_API = "apiextensions.k8s.io/v1"
+
+REQUIRED_APIS = {
+    "helmreleases.helm.toolkit.fluxcd.io": "helm.toolkit.fluxcd.io/v2",
+    "helmrepositories.source.toolkit.fluxcd.io": "source.toolkit.fluxcd.io/v1",
+    "ocirepositories.source.toolkit.fluxcd.io": "source.toolkit.fluxcd.io/v1",
+}
+"""CRD name -> the API version the module writes (Flux 2.6 or newer serves all three)."""
+MARKER_CRD = "helmreleases.helm.toolkit.fluxcd.io"
+"""Applied last: its bundle hash says the whole bundle is in place."""
+
+
+class FluxMode(StrEnum):
+    UNKNOWN = "Unknown"
+    ABSENT = "Absent"
+    PROVIDED = "Provided"
+    EXTERNAL = "External"
+    INCOMPATIBLE = "Incompatible"
+
+
+class Api(StrEnum):
+    """What listing one Flux resource at the module's API version answered."""
+
+    UNKNOWN = "Unknown"
+    ABSENT = "Absent"
+    SERVED = "Served"
+    NOT_SERVED = "NotServed"
+    """The CRD exists but the version 404s: an older Flux."""
+
+
+@dataclass(frozen=True, slots=True)
+class CrdFacts:
+    """What the module keeps of a Flux CRD: metadata only."""
+
+    uid: str
+    provided: bool = False
+    bundle_hash: str | None = None
+    deleting: bool = False
+
+
+def crd_facts(meta: Mapping[str, Any]) -> CrdFacts:
+    labels = meta.get("labels") or {}
+    return CrdFacts(
+        uid=str(meta.get("uid", "")),
+        provided=labels.get(PROVIDED_LABEL) == PROVIDED,
+        bundle_hash=(meta.get("annotations") or {}).get(BUNDLE_HASH),
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class FluxApi:
+    """The Flux CRDs present (by name) and how each required API answers."""
+
+    crds: Mapping[str, CrdFacts] = field(default_factory=dict)
+    apis: Mapping[str, Api] = field(default_factory=dict)
+    synced: bool = True
+
+
+def external_flux() -> FluxApi:
+    """A compatible Flux of the cluster's own, every API served (the default of a Snapshot)."""
+    return FluxApi(
+        crds={name: CrdFacts(uid=name) for name in REQUIRED_APIS},
+        apis=dict.fromkeys(REQUIRED_APIS, Api.SERVED),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class FluxVerdict:
+    mode: FluxMode
+    message: str
+    served: bool = False
+    """Every API the module writes answers: objects can be applied."""
+
+
+def verdict(api: FluxApi) -> FluxVerdict:
+    if not api.synced:
+        return FluxVerdict(FluxMode.UNKNOWN, "Flux CRDs not observed yet")
+    present = [name for name in REQUIRED_APIS if name in api.crds]
+    served = all(api.apis.get(name) is Api.SERVED for name in REQUIRED_APIS)
+    if not present:
+        return FluxVerdict(FluxMode.ABSENT, "no Flux on the cluster: the module installs its own")
+    if any(api.crds[name].provided for name in present):
+        return FluxVerdict(FluxMode.PROVIDED, _provided_message(served), served)
+    missing = [name for name in REQUIRED_APIS if name not in api.crds]
+    if missing:
+        return FluxVerdict(FluxMode.INCOMPATIBLE, _incomplete_message(missing))
+    unserved = [n for n in REQUIRED_APIS if api.apis.get(n) is Api.NOT_SERVED]
+    if unserved:
+        return FluxVerdict(FluxMode.INCOMPATIBLE, _unserved_message(unserved))
+    message = "using the cluster's Flux (the module changes none of its objects or CRDs)"
+    return FluxVerdict(FluxMode.EXTERNAL, message, served)
+
+
+def _provided_message(served: bool) -> str:
+    where = "source-controller and helm-controller in kyma-system"
+    if served:
+        return f"the module's own Flux: {where}, for the module's objects only"
+    return f"installing the module's own Flux ({where}); waiting for its CRDs to be served"
+
+
+def _incomplete_message(missing: Sequence[str]) -> str:
+    return (
+        f"the cluster's Flux lacks the CRDs {', '.join(missing)}: the module needs "
+        "source-controller and helm-controller of Flux 2.6 or newer; install them, "
+        "or remove the partial Flux so that the module installs its own"
+    )
+
+
+def _unserved_message(unserved: Sequence[str]) -> str:
+    wanted = ", ".join(f"{name} at {REQUIRED_APIS[name]}" for name in unserved)
+    return (
+        f"the cluster's Flux is too old: the module needs {wanted} (Flux 2.6 or newer); "
+        "upgrade Flux, the module does not touch a Flux it did not install"
+    )
+
+
+# -- the bundle --
+
+
+@cache
+def bundle() -> tuple[Mapping[str, Any], ...]:
+    """The rendered flux/ base (hack/flux-bundle.sh), with its hash on every object and the
+    marker CRD last."""
+    text = importlib.resources.files("kyma_gpu.data").joinpath("flux.yaml").read_text()
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    objects = [obj for obj in yaml.safe_load_all(text) if obj]
+    for obj in objects:
+        obj["metadata"].setdefault("annotations", {})[BUNDLE_HASH] = digest
+    objects.sort(key=lambda obj: obj["metadata"]["name"] == MARKER_CRD)
+    return tuple(objects)
+
+
+def bundle_hash() -> str:
+    return str(bundle()[-1]["metadata"]["annotations"][BUNDLE_HASH])
+
+
+def bundle_current(api: FluxApi) -> bool:
+    marker = api.crds.get(MARKER_CRD)
+    return marker is not None and marker.bundle_hash == bundle_hash()
+
+
+def bundle_crds() -> tuple[str, ...]:
+    return tuple(o["metadata"]["name"] for o in bundle() if o["kind"] == "CustomResourceDefinition")
+
+
+def bundle_workloads() -> tuple[Mapping[str, Any], ...]:
+    """Everything of the bundle but its CRDs: what removing the module's Flux deletes first."""
+    return tuple(o for o in bundle() if o["kind"] != "CustomResourceDefinition")
+
+
+def shard(objects: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
+    """The plan's Flux objects, labelled for the module's own Flux (and the HelmChart that
+    helm-controller creates from a HelmRelease, through spec.chart.metadata.labels)."""
+    out = []
+    for obj in objects:
+        copied = copy.deepcopy(dict(obj))
+        copied["metadata"].setdefault("labels", {})[SHARD_LABEL] = SHARD
+        chart = (copied.get("spec") or {}).get("chart")
+        if copied["kind"] == "HelmRelease" and isinstance(chart, dict):
+            chart.setdefault("metadata", {}).setdefault("labels", {})[SHARD_LABEL] = SHARD
+        out.append(copied)
+    return tuple(out)
+
+
+# -- removal --
+
+
+class Removal(StrEnum):
+    WAIT = "Wait"
+    """An object of the module is still terminating: its controller must finish it."""
+    DELETE_CRDS = "DeleteCrds"
+    HAND_OVER = "HandOver"
+    """Others' objects use the CRDs: keep them, unlabelled, for their owners."""
+
+
+@dataclass(frozen=True, slots=True)
+class Leftover:
+    """A Flux object found when the module's Flux goes: kind, namespace/name, terminating."""
+
+    kind: str
+    name: str
+    terminating: bool
+
+
+def removal(leftovers: Sequence[Leftover], module_namespace: str) -> Removal:
+    if any(o.terminating and o.name.startswith(f"{module_namespace}/") for o in leftovers):
+        return Removal.WAIT
+    return Removal.HAND_OVER if leftovers else Removal.DELETE_CRDS
+
+
+def hand_over_message(leftovers: Sequence[Leftover]) -> str:
+    shown = ", ".join(f"{o.kind} {o.name}" for o in leftovers[:5])
+    return (
+        f"the Flux CRDs the module installed stay: objects it did not create use them "
+        f"({shown}); the module's Flux controllers were removed, the CRDs are no longer "
+        f"labelled {PROVIDED_LABEL}"
+    )

@@ -1,0 +1,178 @@
+"""Which Flux the module relies on (plan/provision.py): the verdict table, the bundle, the
+sharding of the module's objects, and the removal decision."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kyma_gpu.plan.provision import (
+    BUNDLE_HASH,
+    MARKER_CRD,
+    PROVIDED,
+    PROVIDED_LABEL,
+    REQUIRED_APIS,
+    SHARD,
+    SHARD_LABEL,
+    Api,
+    CrdFacts,
+    FluxApi,
+    FluxMode,
+    Leftover,
+    Removal,
+    bundle,
+    bundle_crds,
+    bundle_current,
+    bundle_hash,
+    bundle_workloads,
+    crd_facts,
+    removal,
+    shard,
+    verdict,
+)
+
+HR, REPO, OCI = REQUIRED_APIS
+
+
+def api(crds: dict[str, CrdFacts], **apis: Api) -> FluxApi:
+    states = {name: apis.get(name.split(".")[0], Api.SERVED) for name in REQUIRED_APIS}
+    return FluxApi(crds=crds, apis=states)
+
+
+def foreign(*names: str) -> dict[str, CrdFacts]:
+    return {name: CrdFacts(uid=name) for name in names}
+
+
+def ours(*names: str, digest: str | None = None) -> dict[str, CrdFacts]:
+    return {name: CrdFacts(uid=name, provided=True, bundle_hash=digest) for name in names}
+
+
+@pytest.mark.parametrize(
+    ("flux", "mode", "served", "says"),
+    [
+        pytest.param(FluxApi(synced=False), FluxMode.UNKNOWN, False, "not observed", id="unsynced"),
+        pytest.param(
+            api(
+                {}, helmreleases=Api.ABSENT, helmrepositories=Api.ABSENT, ocirepositories=Api.ABSENT
+            ),
+            FluxMode.ABSENT,
+            False,
+            "installs its own",
+            id="no-flux",
+        ),
+        pytest.param(
+            api(foreign(HR, REPO, OCI)), FluxMode.EXTERNAL, True, "cluster's Flux", id="compatible"
+        ),
+        pytest.param(
+            api(foreign(HR, REPO, OCI), helmreleases=Api.UNKNOWN),
+            FluxMode.EXTERNAL,
+            False,
+            "cluster's Flux",
+            id="compatible-not-listed-yet",
+        ),
+        pytest.param(
+            api(foreign(HR, REPO, OCI), helmreleases=Api.NOT_SERVED),
+            FluxMode.INCOMPATIBLE,
+            False,
+            f"{HR} at helm.toolkit.fluxcd.io/v2",
+            id="too-old",
+        ),
+        pytest.param(
+            api(foreign(HR)), FluxMode.INCOMPATIBLE, False, f"lacks the CRDs {REPO}", id="partial"
+        ),
+        pytest.param(
+            api(ours(HR, REPO, OCI)), FluxMode.PROVIDED, True, "module's own Flux", id="ours"
+        ),
+        pytest.param(
+            api(ours(HR), helmrepositories=Api.ABSENT),
+            FluxMode.PROVIDED,
+            False,
+            "installing",
+            id="ours-partly-there",
+        ),
+    ],
+)
+def test_verdict(flux: FluxApi, mode: FluxMode, served: bool, says: str) -> None:
+    found = verdict(flux)
+    assert (found.mode, found.served) == (mode, served)
+    assert says in found.message
+
+
+def test_the_bundle_is_the_rendered_flux_base_with_its_hash_and_the_marker_last() -> None:
+    objects = bundle()
+    assert objects[-1]["metadata"]["name"] == MARKER_CRD
+    assert {o["metadata"]["annotations"][BUNDLE_HASH] for o in objects} == {bundle_hash()}
+    assert all(o["metadata"]["labels"][PROVIDED_LABEL] == PROVIDED for o in objects)
+    assert len(bundle_crds()) == 7
+    assert set(REQUIRED_APIS) <= set(bundle_crds())
+    kinds = sorted({o["kind"] for o in bundle_workloads()})
+    assert kinds == ["Deployment", "NetworkPolicy", "Role", "RoleBinding", "Service",
+                     "ServiceAccount"]  # fmt: skip
+    namespaces = {o["metadata"].get("namespace") for o in bundle_workloads()}
+    assert namespaces == {"kyma-system"}
+    assert not [o for o in objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+
+
+def test_the_bundle_controllers_see_only_the_module_shard_in_kyma_system() -> None:
+    for dep in (o for o in bundle() if o["kind"] == "Deployment"):
+        args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert "--watch-all-namespaces=false" in args
+        assert f"--watch-label-selector={SHARD_LABEL}={SHARD}" in args
+
+
+def test_bundle_current_reads_the_marker_crd() -> None:
+    assert bundle_current(api(ours(HR, digest=bundle_hash())))
+    assert not bundle_current(api(ours(HR, digest="older")))
+    assert not bundle_current(api({}))
+
+
+def test_crd_facts_from_metadata() -> None:
+    meta = {
+        "uid": "u",
+        "labels": {PROVIDED_LABEL: PROVIDED},
+        "annotations": {BUNDLE_HASH: "h"},
+        "deletionTimestamp": "2026-12-01T00:00:00Z",
+    }
+    assert crd_facts(meta) == CrdFacts("u", provided=True, bundle_hash="h", deleting=True)
+    assert crd_facts({"uid": "u"}) == CrdFacts("u")
+
+
+def test_shard_labels_sources_releases_and_their_helmcharts_without_changing_the_plan() -> None:
+    release: dict[str, Any] = {"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+               "metadata": {"name": "r", "labels": {"a": "b"}},
+               "spec": {"chart": {"spec": {"chart": "c"}}}}  # fmt: skip
+    source: dict[str, Any] = {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "OCIRepository",
+              "metadata": {"name": "s"}, "spec": {}}  # fmt: skip
+    sharded_release, sharded_source = shard([release, source])
+    assert sharded_release["metadata"]["labels"] == {"a": "b", SHARD_LABEL: SHARD}
+    assert sharded_release["spec"]["chart"]["metadata"]["labels"] == {SHARD_LABEL: SHARD}
+    assert sharded_source["metadata"]["labels"] == {SHARD_LABEL: SHARD}
+    assert "metadata" not in release["spec"]["chart"]  # the input is not changed
+    assert release["metadata"]["labels"] == {"a": "b"}
+
+
+@pytest.mark.parametrize(
+    ("leftovers", "expected"),
+    [
+        pytest.param([], Removal.DELETE_CRDS, id="nothing-left"),
+        pytest.param(
+            [Leftover("HelmRelease", "team/app", False)], Removal.HAND_OVER, id="a-users-release"
+        ),
+        pytest.param(
+            [Leftover("HelmRelease", "team/app", True)],
+            Removal.HAND_OVER,
+            id="a-users-release-terminating",
+        ),
+        pytest.param(
+            [
+                Leftover("HelmChart", "kyma-system/kyma-system-gpu-operator", True),
+                Leftover("HelmRelease", "team/app", False),
+            ],
+            Removal.WAIT,
+            id="ours-terminating",
+        ),
+    ],
+)
+def test_removal(leftovers: list[Leftover], expected: Removal) -> None:
+    assert removal(leftovers, "kyma-system") is expected
