@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from kyma_gpu.api.conditions import DeletionReason
 from kyma_gpu.api.models import GpuState
 from kyma_gpu.status.deletion import (
     UNINSTALL_GRACE_SECONDS,
     Deleting,
-    DeletionReason,
     go_duration_seconds,
     uninstall_of,
     uninstall_wait,

@@ -23,7 +23,8 @@ from kyma_gpu.status import (
     is_gpu_workload,
     requests_gpu,
 )
-from kyma_gpu.status.aggregate import _release_condition, nodes_ready, running_driver_version
+from kyma_gpu.status.aggregate import nodes_ready, running_driver_version
+from kyma_gpu.status.conditions import release_ready
 from kyma_gpu.status.observed import driver_image_version
 from tests.unit.builders import cpu_node, facts_of, node, ubuntu_node
 
@@ -720,10 +721,9 @@ def test_source_catching_up_is_progress_not_failure(plans: dict[str, Plan]) -> N
                        "latest generation of object has not been reconciled"}]},
     }  # fmt: skip
 
-    cond, failed = _release_condition(
-        plans["gl"], Observed(helm_release=helm_release_facts(body)), 1
-    )
-    assert (cond.status, cond.reason, failed) == ("False", "SourceNotReady", False)
+    verdict = release_ready(plans["gl"], helm_release_facts(body), None, 1)
+    cond = verdict.condition
+    assert (cond.status, cond.reason, verdict.error) == ("False", "SourceNotReady", "")
 
 
 UBUNTU_DRIVER_IMAGE = "nvcr.io/nvidia/driver:570.124.06-ubuntu22.04"

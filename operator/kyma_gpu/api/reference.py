@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from kyma_gpu.api.conditions import REASONS
 from kyma_gpu.api.crd import crd
 
 
@@ -81,5 +82,24 @@ def reference_markdown() -> str:
         "|---|---|",
         *(f"| {c['name']} | `{c['jsonPath']}` |" for c in version["additionalPrinterColumns"]),
         "",
+        *_condition_rows(),
     ]
     return "\n".join(lines)
+
+
+def _condition_rows() -> list[str]:
+    """status.conditions: each type and the reasons the module gives it (api/conditions.py)."""
+    rows = [
+        "## Conditions",
+        "",
+        "Ready summarizes ReleaseReady, DriverReady and ComponentsReady; the others inform, and",
+        "an error in any of them makes the Gpu `Error`. ReleaseReady and SourceReady also mirror",
+        "Flux's own reasons (InstallSucceeded, InstallFailed, SourceNotReady, FetchFailed, ...);",
+        "Preflight also carries the reason of its worst finding (NoDriverImage, UnknownOs, ...).",
+        "",
+        "| type | reasons |",
+        "|---|---|",
+    ]
+    for kind, reasons in REASONS.items():
+        rows.append(f"| {kind} | {', '.join(f'`{r}`' for r in reasons)} |")
+    return [*rows, ""]

@@ -1,116 +1,35 @@
 """Status aggregation: (plan, observed Flux, DaemonSets, ClusterPolicy, workloads) -> Gpu.status.
 
-Pure and total: every input combination gives a status. Conditions keep their
-lastTransitionTime while their status does not change, so that an unchanged world yields a
-byte-identical status and the operator writes nothing.
+Pure and total: every input combination gives a status. One function per condition
+(status/conditions.py), then `summarize` computes Ready from them, as helm-controller does.
+Conditions keep their lastTransitionTime while their status does not change, so that an
+unchanged world yields a byte-identical status and the operator writes nothing.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
+from dataclasses import dataclass, field
 
+from kyma_gpu.api.conditions import ConditionType, ReadyReason
 from kyma_gpu.api.models import (
     DRIVER_VERSION_PATTERN,
     STATUS_NODES_LIMIT,
     ComponentStatus,
     Condition,
-    ConditionStatus,
     GpuState,
     GpuStatus,
 )
-from kyma_gpu.plan.plan import Plan, Preflight, Severity
+from kyma_gpu.plan.plan import Plan
+from kyma_gpu.status import conditions as c
+from kyma_gpu.status.conditions import NO_GPU_NODES_MESSAGE, Verdict, cond, flux_failed
 from kyma_gpu.status.deletion import Uninstall, uninstall_wait, workloads_wait
-from kyma_gpu.status.observed import (
-    ClusterPolicyFacts,
-    DaemonSetFacts,
-    FluxCondition,
-    HelmReleaseFacts,
-)
+from kyma_gpu.status.observed import ClusterPolicyFacts, DaemonSetFacts, HelmReleaseFacts
 
-
-class ConditionType(StrEnum):
-    """The conditions on Gpu.status, with the reasons each may carry."""
-
-    READY = "Ready"
-    """Summary: True when the GPU stack is installed and every component is ready. Reasons:
-    Ready | Processing | Error | Deleting | NotTheSingleton | InvalidSpec."""
-    NODES_DETECTED = "NodesDetected"
-    """GpuNodesFound | NoGpuNodes."""
-    PREFLIGHT = "Preflight"
-    """PreflightPassed, or the worst finding's reason (NoDriverImage, UnknownOs, ...)."""
-    RELEASE_READY = "ReleaseReady"
-    """Mirrors the HelmRelease Ready condition (InstallSucceeded, InstallFailed, SourceNotReady,
-    ...), or NotApplied | ApplyFailed | ReleasePending | Progressing | Uninstalling."""
-    DRIVER_READY = "DriverReady"
-    """DriverDaemonSetsReady | DriverPreinstalled | DriverNotReady | WaitingForDriver |
-    NoGpuNodes."""
-    COMPONENTS_READY = "ComponentsReady"
-    """ComponentsReady | ComponentsNotReady | NodeFeaturesMissing | WaitingForComponents."""
-    FLUX_AVAILABLE = "FluxAvailable"
-    """Which Flux the module relies on (status/flux.py): ModuleFlux | ClusterFlux, or
-    InstallingFlux | FluxIncompatible | Unknown."""
-    SOURCE_READY = "SourceReady"
-    """Mirrors the chart source's Ready condition (Succeeded, FetchFailed, ...) or
-    WaitingForSource | Progressing. False with a healthy release: installed, no upgrades."""
-    WORKLOADS_PROTECTED = "WorkloadsProtected"
-    """During deletion: GpuWorkloadsRunning | NoGpuWorkloads | ProtectionSkipped."""
-    UNINSTALLED = "Uninstalled"
-    """During deletion, while Flux objects remain: UninstallInProgress | UninstallStalled."""
-
+__all__ = ["ConditionType", "Observed", "aggregate", "flux_failed", "stamp", "summarize"]
 
 _DRIVER_VERSION = re.compile(DRIVER_VERSION_PATTERN)
-
-# HelmRelease Ready=False reasons that mean "still working on it", not a failure.
-_FLUX_PROGRESS_REASONS = {"Progressing", "ProgressingWithRetry", "DependencyNotReady"}
-# helm-controller says SourceNotReady both for a broken chart source (a missing version, an
-# unreachable repository: a failure) and while source-controller catches up with a new chart
-# version (not a failure). These are the messages of the latter (helm-controller v1.6 isReady).
-_SOURCE_CATCHING_UP = (
-    "latest generation of object has not been reconciled",
-    "does not have an artifact",
-)
-
-
-def _in_progress(ready: FluxCondition) -> bool:
-    if ready.reason == "SourceNotReady":
-        return ready.message.endswith(_SOURCE_CATCHING_UP)
-    return ready.reason in _FLUX_PROGRESS_REASONS
-
-
-def flux_failed(reason: str, message: str) -> bool:
-    """A Flux Ready=False (as mirrored into ReleaseReady or SourceReady) that is a failure,
-    not Flux still working on it."""
-    return not _in_progress(FluxCondition("Ready", "False", reason, message, None))
-
-
-class NodesReason(StrEnum):
-    """Reasons of NodesDetected."""
-
-    GPU_NODES_FOUND = "GpuNodesFound"
-    NO_GPU_NODES = "NoGpuNodes"
-
-
-NO_GPU_NODES_MESSAGE = (
-    "no GPU nodes right now; the GPU worker pool may be scaled to zero (autoscaler minimum 0). "
-    "The GPU stack stays installed and serves GPU nodes as they join; if the cluster has no GPU "
-    "worker pool, add one"
-)
-"""NodesDetected=False is a normal state: a pool that scales to zero has no nodes for hours."""
-_INFORMATIVE_FINDINGS = {str(NodesReason.NO_GPU_NODES)}
-"""Plan findings that the status shows as information, not as a Warning."""
-
-
-def _status_findings(plan: Plan) -> Preflight:
-    """The plan's findings as the status weighs them: no GPU nodes is information."""
-    return Preflight(
-        tuple(
-            replace(f, severity=Severity.INFO) if f.reason in _INFORMATIVE_FINDINGS else f
-            for f in plan.preflight.findings
-        )
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,148 +59,6 @@ class Observed:
     versions seen before it still run on some nodes."""
 
 
-def _cond(
-    type_: ConditionType, status: ConditionStatus, reason: str, message: str, generation: int | None
-) -> Condition:
-    return Condition(
-        type=str(type_),
-        status=status,
-        reason=reason,
-        message=message,
-        observed_generation=generation,
-    )
-
-
-def _features_missing_message(nodes: Sequence[str], policy: ClusterPolicyFacts | None) -> str:
-    shown = ", ".join(nodes[:5]) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
-    state = policy.state if policy and policy.state else "not reported"
-    return (
-        f"ClusterPolicy cluster-policy is {state}, and GPU nodes lack the node-feature-discovery "
-        f"labels system-os_release.ID and kernel-version.full, which the NVIDIA operator needs "
-        f"to pick a driver: {shown}. Check that an NFD worker pod runs on each (kubectl get pods "
-        f"-n gpu-operator -l role=worker -o wide); a taint it does not tolerate keeps it off"
-    )
-
-
-def _release_condition(
-    plan: Plan, observed: Observed, generation: int | None
-) -> tuple[Condition, bool]:
-    """(ReleaseReady condition, is a hard failure)."""
-    hr = observed.helm_release
-    if plan.helm_release is None:
-        return (
-            _cond(
-                ConditionType.RELEASE_READY,
-                "False",
-                "NotApplied",
-                "the plan has errors; the HelmRelease was not written (see Preflight)",
-                generation,
-            ),
-            False,
-        )
-    if not observed.applied:
-        return (
-            _cond(
-                ConditionType.RELEASE_READY,
-                "False",
-                "ApplyFailed",
-                f"writing the Flux objects failed: {observed.apply_error}",
-                generation,
-            ),
-            True,
-        )
-    name = f"{plan.helm_release['metadata']['namespace']}/{plan.helm_release['metadata']['name']}"
-    if hr is None:
-        return (
-            _cond(
-                ConditionType.RELEASE_READY,
-                "Unknown",
-                "ReleasePending",
-                f"waiting for Flux to pick up HelmRelease {name}",
-                generation,
-            ),
-            False,
-        )
-    ready = hr.condition("Ready")
-    # A condition counts only when it speaks of the current generation: its own
-    # observedGeneration (Flux stamps it on every condition), else the status's.
-    seen = (
-        ready.observed_generation
-        if ready is not None and ready.observed_generation is not None
-        else hr.observed_generation
-    )
-    if ready is None or seen is None or seen < hr.generation:
-        return (
-            _cond(
-                ConditionType.RELEASE_READY,
-                "Unknown",
-                "Progressing",
-                f"HelmRelease {name}: Flux has not yet reconciled generation {hr.generation}",
-                generation,
-            ),
-            False,
-        )
-    stalled = hr.condition("Stalled")
-    reconciling = hr.condition("Reconciling")
-    message = f"HelmRelease {name}: {ready.message}".rstrip(": ")
-    if ready.status == "True":
-        return _cond(ConditionType.RELEASE_READY, "True", ready.reason, message, generation), False
-    if ready.status == "False":
-        failed = (stalled is not None and stalled.status == "True") or not _in_progress(ready)
-        return (
-            _cond(
-                ConditionType.RELEASE_READY,
-                "False",
-                ready.reason or "NotReady",
-                message,
-                generation,
-            ),
-            failed,
-        )
-    reason = (reconciling.reason if reconciling and reconciling.status == "True" else "") or (
-        ready.reason or "Progressing"
-    )
-    return _cond(ConditionType.RELEASE_READY, "Unknown", reason, message, generation), False
-
-
-def _source_condition(observed: Observed, generation: int | None) -> Condition:
-    src = observed.source
-    if src is None:
-        return _cond(
-            ConditionType.SOURCE_READY,
-            "Unknown",
-            "WaitingForSource",
-            "no chart source observed yet",
-            generation,
-        )
-    name = f"{src.kind} {src.namespace}/{src.name}"
-    ready = src.condition("Ready")
-    seen = (
-        ready.observed_generation
-        if ready and ready.observed_generation is not None
-        else src.observed_generation
-    )
-    if ready is None or seen is None or seen < src.generation:
-        return _cond(
-            ConditionType.SOURCE_READY,
-            "Unknown",
-            "Progressing",
-            f"{name}: Flux has not yet reconciled generation {src.generation}",
-            generation,
-        )
-    status: ConditionStatus = "Unknown"
-    if ready.status == "True":
-        status = "True"
-    elif ready.status == "False" and not _in_progress(ready):
-        status = "False"
-    message = f"{name}: {ready.message}".rstrip(": ")
-    return _cond(ConditionType.SOURCE_READY, status, ready.reason or "Unknown", message, generation)
-
-
-def _daemonset_summary(sets: Sequence[DaemonSetFacts]) -> str:
-    return ", ".join(f"{d.name} ({d.available}/{d.desired})" for d in sets)
-
-
 def aggregate(
     plan: Plan,
     observed: Observed,
@@ -290,173 +67,86 @@ def aggregate(
     now: str = "",
 ) -> GpuStatus:
     """The whole status. `previous` carries lastTransitionTime; `now` stamps new transitions."""
-    conditions: list[Condition] = []
-    warnings: list[str] = []
-    errors: list[str] = []
-
-    gpu_nodes = len(plan.nodes)
-    if gpu_nodes:
-        pools = ", ".join(f"{len(p.nodes)} {p.os} ({p.mode})" for p in plan.pools)
-        conditions.append(
-            _cond(
-                ConditionType.NODES_DETECTED,
-                "True",
-                "GpuNodesFound",
-                f"{gpu_nodes} GPU node{'s' if gpu_nodes != 1 else ''}: {pools}",
-                generation,
-            )
-        )
-    else:
-        conditions.append(
-            _cond(
-                ConditionType.NODES_DETECTED,
-                "False",
-                NodesReason.NO_GPU_NODES,
-                NO_GPU_NODES_MESSAGE,
-                generation,
-            )
-        )
-
-    preflight = _status_findings(plan)
-    worst = preflight.worst()
-    if worst is None or worst.severity is Severity.INFO:
-        info = _joined([f.message for f in preflight.findings])
-        conditions.append(
-            _cond(ConditionType.PREFLIGHT, "True", "PreflightPassed", info, generation)
-        )
-    else:
-        notes = [f.message for f in preflight.findings if f.severity is worst.severity]
-        conditions.append(
-            _cond(ConditionType.PREFLIGHT, "False", worst.reason, _joined(notes), generation)
-        )
-        (errors if worst.severity is Severity.ERROR else warnings).append(worst.message)
-
-    release, release_failed = _release_condition(plan, observed, generation)
-    if observed.deleting:
-        release = _cond(
-            ConditionType.RELEASE_READY,
-            "Unknown",
-            "Uninstalling",
-            "the Gpu is being deleted; Flux uninstalls the release once the HelmRelease is gone",
-            generation,
-        )
-        release_failed = False
-    conditions.append(release)
-    if release_failed:
-        errors.append(release.message)
-    source = _source_condition(observed, generation)
-    conditions.append(source)
-    if source.status == "False" and not release_failed:
-        (warnings if release.status == "True" else errors).append(source.message)
-
-    driver_sets = [d for d in observed.daemonsets if d.driver]
-    other_sets = [d for d in observed.daemonsets if not d.driver]
-    if plan.driver_mode == "Preinstalled":
-        driver = _cond(
-            ConditionType.DRIVER_READY,
-            "True",
-            "DriverPreinstalled",
-            "the nodes' own driver is used",
-            generation,
-        )
-    elif not driver_sets:
-        driver = _cond(
-            ConditionType.DRIVER_READY,
-            "True" if gpu_nodes == 0 and release.status == "True" else "Unknown",
-            "NoGpuNodes" if gpu_nodes == 0 else "WaitingForDriver",
-            "no driver DaemonSet yet" if gpu_nodes else "no GPU nodes need a driver",
-            generation,
-        )
-    elif all(d.ready for d in driver_sets):
-        driver = _cond(
-            ConditionType.DRIVER_READY,
-            "True",
-            "DriverDaemonSetsReady",
-            _daemonset_summary(driver_sets),
-            generation,
-        )
-    else:
-        driver = _cond(
-            ConditionType.DRIVER_READY,
-            "False",
-            "DriverNotReady",
-            "not ready: " + _daemonset_summary([d for d in driver_sets if not d.ready]),
-            generation,
-        )
-    conditions.append(driver)
-
-    policy = observed.cluster_policy
-    not_ready = [d for d in other_sets if not d.ready]
-    if observed.nodes_without_features and policy is not None:
-        # The NVIDIA operator skips such nodes: they get no driver, even with the policy ready.
-        components = _cond(
-            ConditionType.COMPONENTS_READY,
-            "False",
-            "NodeFeaturesMissing",
-            _features_missing_message(observed.nodes_without_features, policy),
-            generation,
-        )
-    elif policy is not None and policy.state == "ready" and not not_ready:
-        components = _cond(
-            ConditionType.COMPONENTS_READY,
-            "True",
-            "ComponentsReady",
-            f"ClusterPolicy ready; {len(other_sets)} DaemonSets ready",
-            generation,
-        )
-    elif policy is None and not other_sets:
-        components = _cond(
-            ConditionType.COMPONENTS_READY,
-            "Unknown",
-            "WaitingForComponents",
-            "no ClusterPolicy status and no GPU operand DaemonSets yet",
-            generation,
-        )
-    else:
-        parts = []
-        if policy is None or policy.state != "ready":
-            state = policy.state if policy and policy.state else "not reported"
-            detail = f" ({policy.message})" if policy and policy.message else ""
-            parts.append(f"ClusterPolicy cluster-policy is {state}{detail}")
-        if not_ready:
-            parts.append("not ready: " + _daemonset_summary(not_ready))
-        components = _cond(
-            ConditionType.COMPONENTS_READY,
-            "False",
-            "ComponentsNotReady",
-            "; ".join(parts),
-            generation,
-        )
-    conditions.append(components)
-
+    verdicts = conditions_of(plan, observed, generation)
     deletion = _deletion_waits(observed, generation) if observed.deleting else []
-    conditions += [cond for cond, _ in deletion]
+    state, summary = summarize(verdicts, deletion, observed.deleting, len(plan.nodes), generation)
+    conditions = [summary, *(v.condition for v in verdicts), *(w for w, _ in deletion)]
+    return _status(plan, observed, state, summary.message, generation,
+                   stamp(conditions, previous, now))  # fmt: skip
 
-    all_ready = all(c.status == "True" for c in (release, driver, components)) and not errors
-    if observed.deleting:
+
+def conditions_of(plan: Plan, observed: Observed, generation: int | None) -> list[Verdict]:
+    """NodesDetected, Preflight, ReleaseReady, SourceReady, DriverReady, ComponentsReady."""
+    apply_error = None if observed.applied else observed.apply_error
+    release = (
+        c.uninstalling(generation)
+        if observed.deleting
+        else c.release_ready(plan, observed.helm_release, apply_error, generation)
+    )
+    return [
+        c.nodes_detected(plan, generation),
+        c.preflight(plan, generation),
+        release,
+        c.source_ready(observed.source, release, generation),
+        c.driver_ready(plan, observed.daemonsets, release, generation),
+        c.components_ready(
+            observed.cluster_policy,
+            observed.daemonsets,
+            observed.nodes_without_features,
+            generation,
+        ),
+    ]
+
+
+_GATES = (ConditionType.RELEASE_READY, ConditionType.DRIVER_READY, ConditionType.COMPONENTS_READY)
+"""The conditions Ready waits for; the others inform (or fail it through their errors)."""
+
+
+def summarize(
+    verdicts: Sequence[Verdict],
+    deletion: Sequence[tuple[Condition, GpuState]],
+    deleting: bool,
+    gpu_nodes: int,
+    generation: int | None,
+) -> tuple[GpuState, Condition]:
+    """The state and the Ready condition: deleting, else the first error, else ready (with
+    the first warning), else the first gate still waiting."""
+    errors = [v.error for v in verdicts if v.error]
+    warnings = [v.warning for v in verdicts if v.warning]
+    gates = [v.condition for v in verdicts if v.condition.type in _GATES]
+    if deleting:
         state, message = _deletion_summary(deletion)
-        summary = _cond(ConditionType.READY, "False", "Deleting", message, generation)
-    elif errors:
-        state, message = GpuState.ERROR, errors[0]
-        summary = _cond(ConditionType.READY, "False", "Error", message, generation)
-    elif all_ready:
+        return state, cond(ConditionType.READY, "False", ReadyReason.DELETING, message, generation)
+    if errors:
+        return GpuState.ERROR, cond(ConditionType.READY, "False", ReadyReason.ERROR, errors[0],
+                                    generation)  # fmt: skip
+    waiting = next((g for g in gates if g.status != "True"), None)
+    if waiting is None:
         state = GpuState.WARNING if warnings else GpuState.READY
         message = warnings[0] if warnings else _ready_message(gpu_nodes)
-        summary = _cond(ConditionType.READY, "True", "Ready", message, generation)
-    else:
-        waiting = next(c for c in (release, driver, components) if c.status != "True")
-        state = GpuState.PROCESSING
-        message = f"{waiting.type}: {waiting.message}" if waiting.message else waiting.type
-        summary = _cond(ConditionType.READY, "False", "Processing", message, generation)
-    conditions.insert(0, summary)
+        return state, cond(ConditionType.READY, "True", ReadyReason.READY, message, generation)
+    message = f"{waiting.type}: {waiting.message}" if waiting.message else waiting.type
+    return GpuState.PROCESSING, cond(ConditionType.READY, "False", ReadyReason.PROCESSING,
+                                     message, generation)  # fmt: skip
 
+
+def _status(
+    plan: Plan,
+    observed: Observed,
+    state: GpuState,
+    message: str,
+    generation: int | None,
+    conditions: list[Condition],
+) -> GpuStatus:
     hr = observed.helm_release
+    gpu_nodes = len(plan.nodes)
     ready_nodes = nodes_ready(observed.daemonsets, gpu_nodes)
+    release = plan.helm_release["metadata"] if plan.helm_release else None
     return GpuStatus(
         state=state,
         message=message,
         observed_generation=generation,
-        conditions=stamp(conditions, previous, now),
+        conditions=conditions,
         gpu_node_count=gpu_nodes,
         gpu_nodes_ready=ready_nodes,
         ready_nodes=f"{ready_nodes}/{gpu_nodes}",
@@ -471,11 +161,7 @@ def aggregate(
         installer_release=plan.installer_release,
         chart_version=plan.chart_version,
         installed_chart_version=hr.installed_chart_version if hr else None,
-        helm_release=(
-            f"{plan.helm_release['metadata']['namespace']}/{plan.helm_release['metadata']['name']}"
-            if plan.helm_release
-            else None
-        ),
+        helm_release=f"{release['namespace']}/{release['name']}" if release else None,
     )
 
 
@@ -523,22 +209,9 @@ def _deletion_waits(observed: Observed, generation: int | None) -> list[tuple[Co
     if uninstall is not None:
         waits.append(uninstall)
     return [
-        (_cond(ConditionType(w.type), w.status, str(w.reason), w.message, generation), w.state)
+        (cond(ConditionType(w.type), w.status, str(w.reason), w.message, generation), w.state)
         for w in waits
     ]
-
-
-FINDINGS_SHOWN = 10
-"""A condition message names at most this many findings: one per node on a big cluster would
-outgrow the API server's object size limit (`kyma-gpu plan` lists them all)."""
-
-
-def _joined(messages: Sequence[str]) -> str:
-    shown = "; ".join(messages[:FINDINGS_SHOWN])
-    more = len(messages) - FINDINGS_SHOWN
-    return (
-        f"{shown}; and {more} more findings (kyma-gpu plan lists them all)" if more > 0 else shown
-    )
 
 
 def _deletion_summary(deletion: Sequence[tuple[Condition, GpuState]]) -> tuple[GpuState, str]:
@@ -555,12 +228,12 @@ def _deletion_summary(deletion: Sequence[tuple[Condition, GpuState]]) -> tuple[G
 def stamp(
     conditions: Sequence[Condition], previous: Sequence[Condition], now: str
 ) -> list[Condition]:
-    before = {c.type: c for c in previous}
+    """The conditions with lastTransitionTime: kept from `previous` while the status holds."""
+    before = {old.type: old for old in previous}
     out = []
-    for cond in conditions:
-        old = before.get(cond.type)
-        if old is not None and old.status == cond.status and old.last_transition_time:
-            out.append(cond.model_copy(update={"last_transition_time": old.last_transition_time}))
-        else:
-            out.append(cond.model_copy(update={"last_transition_time": now or None}))
+    for condition in conditions:
+        old = before.get(condition.type)
+        kept = old is not None and old.status == condition.status and old.last_transition_time
+        since = old.last_transition_time if kept and old is not None else (now or None)
+        out.append(condition.model_copy(update={"last_transition_time": since}))
     return out

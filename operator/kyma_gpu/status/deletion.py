@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 
+from kyma_gpu.api.conditions import DeletionReason
 from kyma_gpu.api.models import ConditionStatus, GpuState
 
 SKIP_PROTECTION_ANNOTATION = "gpu.kyma-project.io/skip-workload-protection"
@@ -28,14 +28,6 @@ PODS_SHOWN = 10
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
 _UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-
-
-class DeletionReason(StrEnum):
-    GPU_WORKLOADS_RUNNING = "GpuWorkloadsRunning"
-    NO_GPU_WORKLOADS = "NoGpuWorkloads"
-    PROTECTION_SKIPPED = "ProtectionSkipped"
-    UNINSTALL_IN_PROGRESS = "UninstallInProgress"
-    UNINSTALL_STALLED = "UninstallStalled"
 
 
 @dataclass(frozen=True, slots=True)

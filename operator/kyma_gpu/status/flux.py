@@ -7,19 +7,10 @@ which cannot be ready without Flux anyway. An incompatible Flux is an Error of i
 
 from __future__ import annotations
 
-from enum import StrEnum
-
+from kyma_gpu.api.conditions import FluxReason
 from kyma_gpu.api.models import Condition, GpuStatus
 from kyma_gpu.plan.provision import FluxMode, FluxVerdict
 from kyma_gpu.status.aggregate import ConditionType, stamp
-
-
-class FluxReason(StrEnum):
-    MODULE_FLUX = "ModuleFlux"
-    CLUSTER_FLUX = "ClusterFlux"
-    INSTALLING = "InstallingFlux"
-    INCOMPATIBLE = "FluxIncompatible"
-    UNKNOWN = "Unknown"
 
 
 def flux_condition(flux: FluxVerdict, generation: int | None) -> Condition:

@@ -1,0 +1,289 @@
+"""One function per condition of Gpu.status. Pure.
+
+Each returns a `Verdict`: the condition, and what it means for the summary (an error that
+makes the Gpu `Error`, a warning that makes a ready Gpu `Warning`). `aggregate.summarize`
+computes Ready from them, as helm-controller's summarize does from its conditions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from kyma_gpu.api.conditions import (
+    ComponentsReason,
+    ConditionType,
+    DriverReason,
+    NodesReason,
+    PreflightReason,
+    ReleaseReason,
+    SourceReason,
+)
+from kyma_gpu.api.models import Condition, ConditionStatus
+from kyma_gpu.plan.plan import Plan, Preflight, Severity
+from kyma_gpu.status.observed import (
+    ClusterPolicyFacts,
+    DaemonSetFacts,
+    FluxCondition,
+    HelmReleaseFacts,
+)
+
+# HelmRelease Ready=False reasons that mean "still working on it", not a failure.
+_FLUX_PROGRESS_REASONS = {"Progressing", "ProgressingWithRetry", "DependencyNotReady"}
+# helm-controller says SourceNotReady both for a broken chart source (a missing version, an
+# unreachable repository: a failure) and while source-controller catches up with a new chart
+# version (not a failure). These are the messages of the latter (helm-controller v1.6 isReady).
+_SOURCE_CATCHING_UP = (
+    "latest generation of object has not been reconciled",
+    "does not have an artifact",
+)
+NO_GPU_NODES_MESSAGE = (
+    "no GPU nodes right now; the GPU worker pool may be scaled to zero (autoscaler minimum 0). "
+    "The GPU stack stays installed and serves GPU nodes as they join; if the cluster has no GPU "
+    "worker pool, add one"
+)
+"""NodesDetected=False is a normal state: a pool that scales to zero has no nodes for hours."""
+_INFORMATIVE_FINDINGS = {str(NodesReason.NO_GPU_NODES)}
+"""Plan findings that the status shows as information, not as a Warning."""
+FINDINGS_SHOWN = 10
+"""A condition message names at most this many findings: one per node on a big cluster would
+outgrow the API server's object size limit (`kyma-gpu plan` lists them all)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    condition: Condition
+    error: str = ""
+    """Not empty: the Gpu is Error with this message."""
+    warning: str = ""
+    """Not empty: a ready Gpu is Warning with this message."""
+
+    @property
+    def ready(self) -> bool:
+        return self.condition.status == "True"
+
+
+def cond(
+    type_: ConditionType, status: ConditionStatus, reason: str, message: str, generation: int | None
+) -> Condition:
+    return Condition(type=str(type_), status=status, reason=str(reason), message=message,
+                     observed_generation=generation)  # fmt: skip
+
+
+def in_progress(ready: FluxCondition) -> bool:
+    if ready.reason == "SourceNotReady":
+        return ready.message.endswith(_SOURCE_CATCHING_UP)
+    return ready.reason in _FLUX_PROGRESS_REASONS
+
+
+def flux_failed(reason: str, message: str) -> bool:
+    """A Flux Ready=False (as mirrored into ReleaseReady or SourceReady) that is a failure,
+    not Flux still working on it."""
+    return not in_progress(FluxCondition("Ready", "False", reason, message, None))
+
+
+def joined(messages: Sequence[str]) -> str:
+    shown = "; ".join(messages[:FINDINGS_SHOWN])
+    more = len(messages) - FINDINGS_SHOWN
+    return (
+        f"{shown}; and {more} more findings (kyma-gpu plan lists them all)" if more > 0 else shown
+    )
+
+
+# -- NodesDetected, Preflight --
+
+
+def nodes_detected(plan: Plan, generation: int | None) -> Verdict:
+    count = len(plan.nodes)
+    if not count:
+        return Verdict(cond(ConditionType.NODES_DETECTED, "False", NodesReason.NO_GPU_NODES,
+                            NO_GPU_NODES_MESSAGE, generation))  # fmt: skip
+    pools = ", ".join(f"{len(p.nodes)} {p.os} ({p.mode})" for p in plan.pools)
+    message = f"{count} GPU node{'s' if count != 1 else ''}: {pools}"
+    return Verdict(cond(ConditionType.NODES_DETECTED, "True", NodesReason.GPU_NODES_FOUND,
+                        message, generation))  # fmt: skip
+
+
+def _status_findings(plan: Plan) -> Preflight:
+    """The plan's findings as the status weighs them: no GPU nodes is information."""
+    return Preflight(
+        tuple(
+            replace(f, severity=Severity.INFO) if f.reason in _INFORMATIVE_FINDINGS else f
+            for f in plan.preflight.findings
+        )
+    )
+
+
+def preflight(plan: Plan, generation: int | None) -> Verdict:
+    findings = _status_findings(plan)
+    worst = findings.worst()
+    if worst is None or worst.severity is Severity.INFO:
+        info = joined([f.message for f in findings.findings])
+        return Verdict(cond(ConditionType.PREFLIGHT, "True", PreflightReason.PASSED, info,
+                            generation))  # fmt: skip
+    notes = [f.message for f in findings.findings if f.severity is worst.severity]
+    condition = cond(ConditionType.PREFLIGHT, "False", worst.reason, joined(notes), generation)
+    if worst.severity is Severity.ERROR:
+        return Verdict(condition, error=worst.message)
+    return Verdict(condition, warning=worst.message)
+
+
+# -- ReleaseReady, SourceReady: Flux mirrored --
+
+
+def _seen(ready: FluxCondition | None, facts: HelmReleaseFacts) -> bool:
+    """The Ready condition speaks of the current generation: its own observedGeneration
+    (Flux stamps it on every condition), else the status's."""
+    if ready is None:
+        return False
+    seen = ready.observed_generation if ready.observed_generation is not None else (
+        facts.observed_generation
+    )  # fmt: skip
+    return seen is not None and seen >= facts.generation
+
+
+def release_ready(
+    plan: Plan, hr: HelmReleaseFacts | None, apply_error: str | None, generation: int | None
+) -> Verdict:
+    """Mirrors the HelmRelease Ready condition, once it speaks of the current generation.
+    apply_error: None when the Flux objects were written, else why not."""
+    kind = ConditionType.RELEASE_READY
+    if plan.helm_release is None:
+        message = "the plan has errors; the HelmRelease was not written (see Preflight)"
+        return Verdict(cond(kind, "False", ReleaseReason.NOT_APPLIED, message, generation))
+    if apply_error is not None:
+        failed = cond(kind, "False", ReleaseReason.APPLY_FAILED,
+                      f"writing the Flux objects failed: {apply_error}", generation)  # fmt: skip
+        return Verdict(failed, error=failed.message)
+    meta = plan.helm_release["metadata"]
+    name = f"{meta['namespace']}/{meta['name']}"
+    if hr is None:
+        message = f"waiting for Flux to pick up HelmRelease {name}"
+        return Verdict(cond(kind, "Unknown", ReleaseReason.RELEASE_PENDING, message, generation))
+    ready = hr.condition("Ready")
+    if ready is None or not _seen(ready, hr):
+        message = f"HelmRelease {name}: Flux has not yet reconciled generation {hr.generation}"
+        return Verdict(cond(kind, "Unknown", ReleaseReason.PROGRESSING, message, generation))
+    message = f"HelmRelease {name}: {ready.message}".rstrip(": ")
+    return _mirrored_release(hr, ready, message, generation)
+
+
+def _mirrored_release(
+    hr: HelmReleaseFacts, ready: FluxCondition, message: str, generation: int | None
+) -> Verdict:
+    kind = ConditionType.RELEASE_READY
+    if ready.status == "True":
+        return Verdict(cond(kind, "True", ready.reason, message, generation))
+    if ready.status == "False":
+        stalled = hr.condition("Stalled")
+        failed = (stalled is not None and stalled.status == "True") or not in_progress(ready)
+        condition = cond(kind, "False", ready.reason or ReleaseReason.NOT_READY, message,
+                         generation)  # fmt: skip
+        return Verdict(condition, error=message if failed else "")
+    reconciling = hr.condition("Reconciling")
+    reason = (reconciling.reason if reconciling and reconciling.status == "True" else "") or (
+        ready.reason or ReleaseReason.PROGRESSING
+    )
+    return Verdict(cond(kind, "Unknown", reason, message, generation))
+
+
+def uninstalling(generation: int | None) -> Verdict:
+    message = "the Gpu is being deleted; Flux uninstalls the release once the HelmRelease is gone"
+    return Verdict(cond(ConditionType.RELEASE_READY, "Unknown", ReleaseReason.UNINSTALLING,
+                        message, generation))  # fmt: skip
+
+
+def source_ready(src: HelmReleaseFacts | None, release: Verdict, generation: int | None) -> Verdict:
+    """Mirrors the chart source's Ready condition. A failing source is an error, unless the
+    release is installed (then a warning: no upgrades) or failed already (said there)."""
+    kind = ConditionType.SOURCE_READY
+    if src is None:
+        return Verdict(cond(kind, "Unknown", SourceReason.WAITING_FOR_SOURCE,
+                            "no chart source observed yet", generation))  # fmt: skip
+    name = f"{src.kind} {src.namespace}/{src.name}"
+    ready = src.condition("Ready")
+    if ready is None or not _seen(ready, src):
+        message = f"{name}: Flux has not yet reconciled generation {src.generation}"
+        return Verdict(cond(kind, "Unknown", SourceReason.PROGRESSING, message, generation))
+    status: ConditionStatus = "Unknown"
+    if ready.status == "True":
+        status = "True"
+    elif ready.status == "False" and not in_progress(ready):
+        status = "False"
+    message = f"{name}: {ready.message}".rstrip(": ")
+    condition = cond(kind, status, ready.reason or SourceReason.UNKNOWN, message, generation)
+    if status != "False" or release.error:
+        return Verdict(condition)
+    if release.ready:
+        return Verdict(condition, warning=message)
+    return Verdict(condition, error=message)
+
+
+# -- DriverReady, ComponentsReady: the GPU operator's operands --
+
+
+def daemonset_summary(sets: Sequence[DaemonSetFacts]) -> str:
+    return ", ".join(f"{d.name} ({d.available}/{d.desired})" for d in sets)
+
+
+def driver_ready(
+    plan: Plan, sets: Sequence[DaemonSetFacts], release: Verdict, generation: int | None
+) -> Verdict:
+    kind = ConditionType.DRIVER_READY
+    driver_sets = [d for d in sets if d.driver]
+    if plan.driver_mode == "Preinstalled":
+        return Verdict(cond(kind, "True", DriverReason.PREINSTALLED,
+                            "the nodes' own driver is used", generation))  # fmt: skip
+    if not driver_sets and not plan.nodes:
+        status: ConditionStatus = "True" if release.ready else "Unknown"
+        return Verdict(cond(kind, status, DriverReason.NO_GPU_NODES,
+                            "no GPU nodes need a driver", generation))  # fmt: skip
+    if not driver_sets:
+        return Verdict(cond(kind, "Unknown", DriverReason.WAITING, "no driver DaemonSet yet",
+                            generation))  # fmt: skip
+    if all(d.ready for d in driver_sets):
+        return Verdict(cond(kind, "True", DriverReason.DAEMONSETS_READY,
+                            daemonset_summary(driver_sets), generation))  # fmt: skip
+    message = "not ready: " + daemonset_summary([d for d in driver_sets if not d.ready])
+    return Verdict(cond(kind, "False", DriverReason.NOT_READY, message, generation))
+
+
+def _features_missing_message(nodes: Sequence[str], policy: ClusterPolicyFacts | None) -> str:
+    shown = ", ".join(nodes[:5]) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
+    state = policy.state if policy and policy.state else "not reported"
+    return (
+        f"ClusterPolicy cluster-policy is {state}, and GPU nodes lack the node-feature-discovery "
+        f"labels system-os_release.ID and kernel-version.full, which the NVIDIA operator needs "
+        f"to pick a driver: {shown}. Check that an NFD worker pod runs on each (kubectl get pods "
+        f"-n gpu-operator -l role=worker -o wide); a taint it does not tolerate keeps it off"
+    )
+
+
+def components_ready(
+    policy: ClusterPolicyFacts | None,
+    sets: Sequence[DaemonSetFacts],
+    nodes_without_features: Sequence[str],
+    generation: int | None,
+) -> Verdict:
+    kind = ConditionType.COMPONENTS_READY
+    others = [d for d in sets if not d.driver]
+    not_ready = [d for d in others if not d.ready]
+    if nodes_without_features and policy is not None:
+        # The NVIDIA operator skips such nodes: they get no driver, even with the policy ready.
+        message = _features_missing_message(nodes_without_features, policy)
+        return Verdict(cond(kind, "False", ComponentsReason.NODE_FEATURES_MISSING, message,
+                            generation))  # fmt: skip
+    if policy is not None and policy.state == "ready" and not not_ready:
+        message = f"ClusterPolicy ready; {len(others)} DaemonSets ready"
+        return Verdict(cond(kind, "True", ComponentsReason.READY, message, generation))
+    if policy is None and not others:
+        message = "no ClusterPolicy status and no GPU operand DaemonSets yet"
+        return Verdict(cond(kind, "Unknown", ComponentsReason.WAITING, message, generation))
+    parts = []
+    if policy is None or policy.state != "ready":
+        state = policy.state if policy and policy.state else "not reported"
+        detail = f" ({policy.message})" if policy and policy.message else ""
+        parts.append(f"ClusterPolicy cluster-policy is {state}{detail}")
+    if not_ready:
+        parts.append("not ready: " + daemonset_summary(not_ready))
+    return Verdict(cond(kind, "False", ComponentsReason.NOT_READY, "; ".join(parts), generation))
