@@ -137,10 +137,10 @@ def _outside_matrix_fleet(tmp_path: Path) -> Path:
 
 
 def _gpu_events(cluster: LocalCluster) -> list[dict[str, Any]]:
-    out = cluster.kubectl(
-        "get", "events", "-A", "-o", "json",
-        "--field-selector", "involvedObject.kind=Gpu,involvedObject.name=gpu",
-    ).stdout  # fmt: skip
+    """Events about this Gpu: earlier tests' Gpus had the same name, not the same uid."""
+    uid = ((gpu(cluster) or {}).get("metadata") or {}).get("uid", "")
+    selector = f"involvedObject.kind=Gpu,involvedObject.name=gpu,involvedObject.uid={uid}"
+    out = cluster.kubectl("get", "events", "-A", "-o", "json", "--field-selector", selector).stdout
     return list(json.loads(out)["items"])
 
 

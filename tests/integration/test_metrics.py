@@ -194,8 +194,14 @@ def test_the_standby_serves_metrics_too(
         assert _sum(found, "kyma_gpu_reconciles_total") == 0
         assert _sum(found, "kyma_gpu_api_writes_total") == 0
         assert _value(found, "kyma_gpu_last_successful_reconcile_timestamp_seconds") is None
-        state = str((gpu(local_cluster) or {}).get("status", {}).get("state"))
-        assert _value(found, "kyma_gpu_gpu_state", name="gpu", state=state) == 1
+
+        def same_state(samples: Samples) -> bool:
+            """The Gpu reaches the standby through kopf, after the first lists: wait for it,
+            and compare with the state the Gpu shows at that moment."""
+            state = str((gpu(local_cluster) or {}).get("status", {}).get("state"))
+            return _value(samples, "kyma_gpu_gpu_state", name="gpu", state=state) == 1
+
+        _scrape_until(port, same_state, 20, "the standby reporting the Gpu's state")
     except BaseException:
         print(f"--- standby log (tail) ---\n{standby.log()}")
         raise
