@@ -3,8 +3,8 @@
 # The GPU manager image: the kyma_gpu kopf operator on a slim Python base.
 #
 #   builder  creates a virtualenv in /opt/venv, installs the exact runtime pins
-#            from requirements.lock (no dependency resolution: --no-deps; if
-#            the lock carries --hash lines pip verifies every download), then
+#            from requirements.lock (no dependency resolution: --no-deps; pip
+#            verifies every download against the lock's sha256 hashes), then
 #            the project itself, and proves the set complete with `pip check`.
 #   final    the same base image, the virtualenv and the values rules, nothing
 #            else: no compilers, no package manager runs, no pip in the venv,
@@ -34,7 +34,7 @@ RUN python -m venv --without-pip /opt/venv
 
 # Runtime dependencies first: this layer is reused until the lock changes.
 COPY requirements.lock ./
-RUN pip --python /opt/venv/bin/python install --no-cache-dir --no-deps -r requirements.lock
+RUN pip --python /opt/venv/bin/python install --no-cache-dir --no-deps --require-hashes -r requirements.lock
 
 # The project. The isolated build environment gets hatchling and its
 # dependencies at the versions in hack/build-constraints.txt. `pip check`
@@ -42,6 +42,7 @@ RUN pip --python /opt/venv/bin/python install --no-cache-dir --no-deps -r requir
 COPY hack/build-constraints.txt hack/build-constraints.txt
 COPY pyproject.toml README.md ./
 COPY operator/ operator/
+COPY values-rules/ values-rules/
 RUN PIP_CONSTRAINT=/src/hack/build-constraints.txt \
         pip --python /opt/venv/bin/python install --no-cache-dir --no-deps . \
     && pip --python /opt/venv/bin/python check

@@ -19,7 +19,7 @@ help: ## list the targets
 $(STAMP): pyproject.toml requirements-dev.lock
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ needed, got " + sys.version'
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.lock
+	$(BIN)/pip install --quiet --disable-pip-version-check --require-hashes -r requirements-dev.lock
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
 	@touch $@
 
@@ -46,8 +46,11 @@ lint: setup ## ruff, ruff format, mypy --strict, import layering
 	$(BIN)/lint-imports
 
 .PHONY: check
-check: lint tools ## lint + generated files up to date + manifests policy + Dockerfile
-	$(BIN)/python hack/check_manifests.py
+check: lint tools ## lint + locks + generated files up to date + manifests (kubeconform, policy tests) + Dockerfile
+	bash hack/write-locks.sh --check
+	bash hack/validate-manifests.sh
+	$(BIN)/pytest -q tests/unit/test_manifests.py
+	$(BIN)/kyma-gpu rules-schema --check
 	bash hack/flux-crds.sh --check
 	bash hack/flux-bundle.sh --check
 	bash hack/render-module-template.sh --check
@@ -66,6 +69,10 @@ release-rbac: setup tools ## regenerate the HelmRelease ServiceAccount's RBAC fr
 manifests: setup ## regenerate the Gpu CRD and docs/crd-reference.md from the pydantic models
 	$(BIN)/kyma-gpu crd > $(CRD)
 	$(BIN)/kyma-gpu crd --reference > docs/crd-reference.md
+
+.PHONY: rules-schema
+rules-schema: setup ## regenerate values-rules/schema/*.json, values-rules/context.md and the YAML files' schema lines
+	$(BIN)/kyma-gpu rules-schema
 
 .PHONY: chart-facts
 chart-facts: setup ## regenerate values-rules/charts/ from the charts in ../shared/charts
@@ -109,11 +116,8 @@ bench-faults: setup tools ## fault injection: 24 manager kills + controller and 
 	$(BIN)/python benchmarks/fault_injection.py
 
 .PHONY: lock
-lock: ## re-resolve requirements*.lock from pyproject.toml (needs network)
-	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
-	.venv-lock/bin/pip install --quiet '.[dev]'
-	bash hack/write-locks.sh .venv-lock
-	rm -rf .venv-lock
+lock: setup ## re-resolve requirements*.lock (with hashes) from pyproject.toml, keeping the pins (uv; needs PyPI)
+	bash hack/write-locks.sh
 
 .PHONY: clean
 clean: ## remove the venv and caches (not the Go tool cache)

@@ -79,7 +79,7 @@ fi
 # check is no longer a replay, so fail.
 for expected in \
   'python -m venv --without-pip /opt/venv' \
-  'pip --python /opt/venv/bin/python install --no-cache-dir --no-deps -r requirements.lock' \
+  'pip --python /opt/venv/bin/python install --no-cache-dir --no-deps --require-hashes -r requirements.lock' \
   'PIP_CONSTRAINT=/src/hack/build-constraints.txt' \
   'pip --python /opt/venv/bin/python install --no-cache-dir --no-deps .' \
   'pip --python /opt/venv/bin/python check' \
@@ -103,11 +103,11 @@ if [[ -n "${unpinned}" ]]; then
   echo "${unpinned}" >&2
   exit 1
 fi
-if grep -q -- '--hash=' "${LOCK}"; then
-  say "${LOCK}: hashes present, pip runs in hash-checking mode"
-else
-  say "${LOCK}: no hashes; pip installs the exact pins without hash checking"
+if ! grep -q -- '--hash=' "${LOCK}"; then
+  echo "check-dockerfile: ${LOCK} has no --hash lines; the image installs with --require-hashes (make lock)" >&2
+  exit 1
 fi
+say "${LOCK}: hashes present, pip runs in hash-checking mode"
 
 WORK="$(mktemp -d)"
 trap 'rm -rf "${WORK}"' EXIT
@@ -121,6 +121,7 @@ cp "${LOCK}" "${CTX}/requirements.lock"
 cp hack/build-constraints.txt "${CTX}/hack/build-constraints.txt"
 cp pyproject.toml README.md "${CTX}/"
 cp -r operator "${CTX}/operator"
+cp -r values-rules "${CTX}/values-rules"  # package data of the wheel (pyproject force-include)
 find "${CTX}" -name '__pycache__' -type d -prune -exec rm -rf {} +
 
 # The base image's interpreter with its own pip ("system" python and pip).
@@ -132,8 +133,9 @@ say "replay: python -m venv --without-pip /opt/venv"
 "${WORK}/base/bin/python" -m venv --without-pip "${OPT}/venv"
 (
   cd "${CTX}"
-  say "replay: pip --python /opt/venv/bin/python install --no-cache-dir --no-deps -r requirements.lock"
-  "${BASE_PIP[@]}" --python "${OPT}/venv/bin/python" install --quiet --no-cache-dir --no-deps -r requirements.lock
+  say "replay: pip --python /opt/venv/bin/python install --no-cache-dir --no-deps --require-hashes -r requirements.lock"
+  "${BASE_PIP[@]}" --python "${OPT}/venv/bin/python" install --quiet --no-cache-dir --no-deps --require-hashes \
+    -r requirements.lock
   say "replay: PIP_CONSTRAINT=hack/build-constraints.txt pip ... install --no-cache-dir --no-deps ."
   PIP_CONSTRAINT="${CTX}/hack/build-constraints.txt" \
     "${BASE_PIP[@]}" --python "${OPT}/venv/bin/python" install --quiet --no-cache-dir --no-deps .

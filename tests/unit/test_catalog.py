@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from kyma_gpu.facts import MachineType, MachineTypeRegistry
-from kyma_gpu.rules.catalog import ENV_RULES_DIR, Catalog
+from kyma_gpu.rules.catalog import ENV_RULES_DIR, Catalog, machine_type_registry
 from kyma_gpu.rules.engine import RuleError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,24 +93,28 @@ def test_registry_matches_the_reference_table(registry: MachineTypeRegistry) -> 
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"aws": ["g6.xlarge"]}, "provider 'aws' must map types to GPUs"),
-        ({"aws": {"g6.xlarge": "L4"}}, "aws/g6.xlarge needs 'gpu' and 'count'"),
-        ({"aws": {"g6.xlarge": {"gpu": "L4"}}}, "needs 'gpu' and 'count'"),
-        ({"aws": {"g6.xlarge": {"count": 1}}}, "needs 'gpu' and 'count'"),
-        ({"aws": {"g6.xlarge": {"gpu": "L4", "count": 0}}}, "count must be a positive integer"),
-        ({"aws": {"g6.xlarge": {"gpu": "L4", "count": -1}}}, "count must be a positive integer"),
-        ({"aws": {"g6.xlarge": {"gpu": "L4", "count": "1"}}}, "count must be a positive integer"),
-        ({"aws": {"g6.xlarge": {"gpu": "L4", "count": 1.5}}}, "count must be a positive integer"),
-        ({"aws": {"g6.xlarge": {"gpu": "L4", "count": True}}}, "count must be a positive integer"),
+        ({"aws": ["g6.xlarge"]}, "aws: must be a mapping (got ['g6.xlarge'])"),
+        ({"aws": {"g6.xlarge": "L4"}}, "aws/g6.xlarge: must be a mapping (got 'L4')"),
+        ({"aws": {"g6.xlarge": {"gpu": "L4"}}}, "aws/g6.xlarge: missing key 'count'"),
+        ({"aws": {"g6.xlarge": {"count": 1}}}, "aws/g6.xlarge: missing key 'gpu'"),
+        ({"aws": {"g6.xlarge": {"gpu": "", "count": 1}}}, "gpu: String should have at least 1"),
+        ({"aws": {"g6.xlarge": {"gpu": "L4", "count": 0}}}, "count: Input should be greater than"),
+        ({"aws": {"g6.xlarge": {"gpu": "L4", "count": -1}}}, "count: Input should be greater"),
+        ({"aws": {"g6.xlarge": {"gpu": "L4", "count": "1"}}}, "count: Input should be a valid int"),
+        ({"aws": {"g6.xlarge": {"gpu": "L4", "count": 1.5}}}, "count: Input should be a valid int"),
+        ({"aws": {"g6.xlarge": {"gpu": "L4", "count": True}}}, "count: Input should be a valid"),
+        ({"aws": {"g6.xlarge": {"gpu": "L4", "count": 1, "partition": "half"}}}, "partition"),
+        ({"aws": {"g6.xlarge": {"gpu": "L4", "count": 1, "unofficial": "yes"}}}, "unofficial"),
+        ([], "machine-types.yaml: must be a mapping (got [])"),
     ],
 )
-def test_registry_errors(data: dict[str, Any], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        MachineTypeRegistry.from_mapping(data)
+def test_registry_errors(data: Any, message: str) -> None:
+    with pytest.raises(RuleError, match=re.escape(message)):
+        machine_type_registry(data)
 
 
 def test_empty_registry() -> None:
-    assert MachineTypeRegistry.from_mapping({}).lookup("aws", "g6.xlarge") is None
+    assert machine_type_registry({}).lookup("aws", "g6.xlarge") is None
 
 
 def test_catalog_defaults(catalog: Catalog) -> None:
@@ -219,14 +224,50 @@ def _line_of(text: str, needle: str) -> int:
         pytest.param("rules.yaml", lambda t: t + "\n  - {name: [broken\n",
                      "is not valid YAML", None, id="yaml-syntax"),
         pytest.param("rules.yaml", lambda t: t.replace("    valuesFile:", "    valuesFiel:", 1),
-                     "unknown keys ['valuesFiel']", "valuesFiel:", id="rule-typo"),
+                     "rules/0 ('garden-linux-installer-values'): unknown key 'valuesFiel'; "
+                     "allowed: appendTo, forEach, item", "valuesFiel:", id="rule-typo"),
+        pytest.param("rules.yaml",
+                     lambda t: t.replace("name: upstream-driver-version", "name: upstream-driver"),
+                     "rule 'upstream-driver' is defined twice",
+                     "why: A driver version from the spec", id="rule-twice"),
+        pytest.param("rules.yaml", lambda t: t.replace("{exists: true}}", "{exist: true}}", 1),
+                     "/when/driver.version: a condition must be", "{exist: true}", id="condition"),
+        pytest.param("rules.yaml", lambda t: t.replace("    forEach: pools", "    forEach: nodes"),
+                     "rules/7 ('per-pool-driver-objects')/forEach: Input should be 'pools'",
+                     "forEach: nodes", id="for-each"),
         pytest.param("machine-types.yaml", lambda t: t.replace("count: 1", "count: one", 1),
-                     "count must be a positive integer", "count: one", id="machine-count"),
+                     "machine-types.yaml: aws/g4dn.xlarge/count: Input should be a valid integer",
+                     "count: one", id="machine-count"),
+        pytest.param("machine-types.yaml",
+                     lambda t: t.replace("count: 4}", "count: 4, gpus: 2}", 1),
+                     "aws/g4dn.12xlarge: unknown key 'gpus'; allowed: count, gpu, partition, "
+                     "unofficial", "gpus: 2", id="machine-typo"),
+        pytest.param("defaults.yaml", lambda t: t.replace("  rhel: Upstream", "  rhel: Upstreem"),
+                     "autoDriverMode/rhel: Input should be 'Precompiled', 'Preinstalled' or "
+                     "'Upstream'", "rhel: Upstreem", id="defaults-mode"),
+        pytest.param("defaults.yaml", lambda t: t.replace("  sles: sles", "  suse: sles"),
+                     "osReleaseId/suse: unknown OS family 'suse'; known: gardenlinux", "suse: sles",
+                     id="defaults-os"),
+        pytest.param("defaults.yaml", lambda t: t.replace("timeout: 20m", "timeout: 20 minutes"),
+                     "flux/timeout: String should match pattern", "20 minutes", id="defaults-flux"),
         pytest.param("installer/1.17.0/versions.yaml",
                      lambda t: t.replace("os_versions:", "os_version:", 1),
-                     "needs lists os_versions", None, id="installer-matrix"),
+                     "installer/1.17.0/versions.yaml: missing key 'os_versions'", None,
+                     id="installer-matrix"),
+        pytest.param("installer/1.17.0/versions.yaml", lambda t: t.replace("'1877.20'", "1877.20"),
+                     "os_versions/13: 1877.2 must be a quoted string", "- 1877.20",
+                     id="installer-unquoted"),
+        pytest.param("installer/1.17.0/gpu-operator-values.yaml",
+                     lambda t: t.replace("version: 590", "version: latest"),
+                     "driver/version: 'latest' is not a version", "version: latest",
+                     id="installer-values"),
         pytest.param("charts/v26.7.0.yaml", lambda t: t.replace("images:", "imgs:", 1),
-                     "KeyError: 'images'", None, id="chart-facts"),
+                     "charts/v26.7.0.yaml: missing key 'images' (and 1 more)", None,
+                     id="chart-facts"),
+        pytest.param("charts/v26.7.0.yaml",
+                     lambda t: t.replace("  version: v0.20.0", "  version: 7"),
+                     "images/3/version: Input should be a valid string (got 7)", "version: 7",
+                     id="chart-image"),
     ],
 )  # fmt: skip
 def test_broken_rule_data_is_refused_with_file_and_line(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 
 from kyma_gpu.rules.catalog import Catalog
-from kyma_gpu.rules.installer import InstallerRelease, version_key
+from kyma_gpu.rules.engine import RuleError
+from kyma_gpu.rules.installer import InstallerRelease, branch_of, parse_version
 
 
 @pytest.fixture(scope="module")
@@ -19,24 +21,34 @@ def release(catalog: Catalog) -> InstallerRelease:
 
 @pytest.mark.parametrize(
     ("a", "b"),
-    [
-        ("1877.21", "1877.21.0"),
-        ("2150.8", "2150.8.0"),
-        ("2150.0.0", "2150"),
-        ("590", "590.0"),
-        ("1877.\u00b2", "1877"),  # a superscript two is no version part (and must not raise)
-    ],
+    [("1877.21", "1877.21.0"), ("2150.8", "2150.8.0"), ("2150.0.0", "2150"), ("590", "590.0")],
 )
-def test_version_key_equal(a: str, b: str) -> None:
-    assert version_key(a) == version_key(b)
+def test_versions_equal(a: str, b: str) -> None:
+    assert parse_version(a) == parse_version(b)
 
 
 @pytest.mark.parametrize(
     ("older", "newer"),
     [("2150.9.0", "2150.10.0"), ("1592.18", "1877.8"), ("1877.9", "1877.10"), ("1877.23", "2150")],
 )
-def test_version_key_order(older: str, newer: str) -> None:
-    assert version_key(older) < version_key(newer)
+def test_version_order(older: str, newer: str) -> None:
+    older_v, newer_v = parse_version(older), parse_version(newer)
+    assert older_v is not None
+    assert newer_v is not None
+    assert older_v < newer_v
+
+
+@pytest.mark.parametrize("text", ["1877.\u00b2", "", "1877..21", "garden"])
+def test_no_version(text: str) -> None:
+    """A superscript two is no version part (and must not raise)."""
+    assert parse_version(text) is None
+
+
+@pytest.mark.parametrize(
+    ("version", "branch"), [("590.48.01", "590"), ("590", "590"), ("580.178.04", "580")]
+)
+def test_branch_of(version: str, branch: str) -> None:
+    assert branch_of(version) == branch
 
 
 def test_release_facts(release: InstallerRelease) -> None:
@@ -92,6 +104,7 @@ def test_full_version(release: InstallerRelease, wanted: str, full: str | None) 
         ("1877.21", "590", "arm64", "builds no images for architecture arm64"),
         ("1877.21", "590", "aarch64", "builds no images for architecture arm64"),
         (None, "590", "amd64", "the Garden Linux version is unknown"),
+        ("1877.\u00b2", "590", "amd64", "not in installer release 1.17.0's build matrix"),
     ],
 )
 def test_problem(
@@ -115,21 +128,44 @@ def test_older_release(catalog: Catalog) -> None:
 
 
 VALUES = {"driver": {"version": 590}}
+MATRIX = {"os_versions": ["1877.21"], "nvidia_drivers": ["590.48.01"]}
 
 
 @pytest.mark.parametrize(
     ("versions", "values", "message"),
     [
-        ({"nvidia_drivers": ["590.48.01"]}, VALUES, "needs lists os_versions and nvidia_drivers"),
-        ({"os_versions": ["1877.21"]}, VALUES, "needs lists os_versions and nvidia_drivers"),
+        ({"nvidia_drivers": ["590.48.01"]}, VALUES, "versions.yaml: missing key 'os_versions'"),
+        ({"os_versions": ["1877.21"]}, VALUES, "versions.yaml: missing key 'nvidia_drivers'"),
+        ({**MATRIX, "os_versions": "1877.21"}, VALUES, "os_versions: Input should be a valid list"),
         (
-            {"os_versions": [1877.2], "nvidia_drivers": ["590.48.01"]},
+            {**MATRIX, "os_versions": [1877.2]},
             VALUES,
-            "os_versions entry 1877.2 must be a quoted string",
+            "os_versions/0: 1877.2 must be a quoted string",
         ),
-        ({"os_versions": ["1877.21"], "nvidia_drivers": ["590.48.01"]}, {}, "needs driver.version"),
+        ({**MATRIX, "nvidia_drivers": ["latest"]}, VALUES, "'latest' is not a version"),
+        (
+            {**MATRIX, "excluded_combinations": [{"os_version_min": "2150.8.0"}]},
+            VALUES,
+            "excluded_combinations/0: missing key 'driver_version_prefix'",
+        ),
+        (MATRIX, {}, "gpu-operator-values.yaml: missing key 'driver'"),
+        (MATRIX, {"driver": {}}, "gpu-operator-values.yaml: driver: missing key 'version'"),
+        (MATRIX, {"driver": {"version": True}}, "driver/version: Input should be a valid string"),
     ],
 )
 def test_release_errors(versions: dict[str, Any], values: dict[str, Any], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(RuleError, match=re.escape(message)) as caught:
         InstallerRelease.from_mapping("0.0.1", versions, values)
+    assert caught.value.keys  # the catalog turns them into a line
+
+
+def test_release_defaults() -> None:
+    """Keys upstream may leave out or set to null; keys we do not read are allowed."""
+    release = InstallerRelease.from_mapping(
+        "0.0.1",
+        {**MATRIX, "cpu_arch": None, "excluded_combinations": None, "new_upstream_key": 1},
+        {"driver": {"version": "590.48.01"}, "toolkit": {"installDir": "/opt"}},
+    )
+    assert release.arches == ("amd64",)
+    assert release.exclusions == ()
+    assert release.default_branch == "590"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -173,25 +174,37 @@ GOOD: dict[str, Any] = {"name": "ok", "values": {"a": 1}}
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({}, "'rules' must be a non-empty list"),
-        ({"rules": []}, "'rules' must be a non-empty list"),
-        ({"rules": {"name": "x"}}, "'rules' must be a non-empty list"),
-        (_rules("x"), "rule #1 must be a mapping, got str"),
-        (_rules({"values": {}}), "rule #1 needs a name"),
+        ({}, "rules.yaml: missing key 'rules'"),
+        ({"rules": []}, "rules.yaml: rules: List should have at least 1 item"),
+        ({"rules": {"name": "x"}}, "rules.yaml: rules: Input should be a valid list"),
+        (None, "rules.yaml: must be a mapping (got None)"),
+        (_rules("x"), "rules/0: must be a mapping (got 'x')"),
+        (_rules({"values": {}}), "rules/0: missing key 'name'"),
+        (_rules({"name": "", "values": {}}), "rules/0 ('')/name: String should have at least 1"),
         (_rules(GOOD, GOOD), "rule 'ok' is defined twice"),
-        (_rules({**GOOD, "value": {}}), r"unknown keys \['value'\]"),
-        (_rules({**GOOD, "when": ["a"]}), "'when' must be a mapping"),
-        (_rules({**GOOD, "when": {"a": {"equals": 1}}}), "condition on 'a' must be"),
-        (_rules({**GOOD, "when": {"a": {"not": 1, "exists": True}}}), "condition on 'a'"),
-        (_rules({"name": "x"}), "needs exactly one of values, valuesFile, item"),
+        (
+            _rules({**GOOD, "value": {}}),
+            "rules/0 ('ok'): unknown key 'value'; allowed: appendTo, forEach, item, name, values, "
+            "valuesFile, when, why",
+        ),
+        (_rules({**GOOD, "when": ["a"]}), "rules/0 ('ok')/when: must be a mapping"),
+        (_rules({**GOOD, "when": {"a": {"equals": 1}}}), "rules/0 ('ok')/when/a: a condition must"),
+        (_rules({**GOOD, "when": {"a": {"not": 1, "exists": True}}}), "when/a: a condition must"),
+        (_rules({**GOOD, "when": {"a": {"exists": 1}}}), "exists takes true or false; got 1"),
+        (_rules({"name": "x"}), "rules/0 ('x'): needs exactly one of values, valuesFile, item"),
         (_rules({"name": "x", "values": {}, "valuesFile": "f"}), "needs exactly one"),
         (_rules({"name": "x", "item": {}}), "item needs forEach: pools and appendTo"),
         (_rules({"name": "x", "item": {}, "forEach": "pools"}), "item needs forEach"),
-        (_rules(GOOD, imageMirror={"when": "yes"}), "imageMirror: 'when' must be a mapping"),
+        (_rules({"name": "x", "item": {}, "forEach": "nodes", "appendTo": "l"}), "forEach: Input"),
+        (
+            _rules(GOOD, imageMirror={"when": "yes"}),
+            "imageMirror/when: must be a mapping (got 'yes')",
+        ),
+        (_rules(GOOD, imageMirror={"if": {}}), "imageMirror: unknown key 'if'; allowed: when"),
     ],
 )
-def test_ruleset_errors(data: dict[str, Any], message: str) -> None:
-    with pytest.raises(RuleError, match=message):
+def test_ruleset_errors(data: Any, message: str) -> None:
+    with pytest.raises(RuleError, match=re.escape(message)):
         RuleSet.from_mapping(data)
 
 

@@ -16,6 +16,7 @@ from kyma_gpu.facts.cluster import ClusterFacts
 from kyma_gpu.facts.node import NodeFacts, OsFamily
 from kyma_gpu.plan.flux import FluxSettings, Owner, flux_objects
 from kyma_gpu.rules.catalog import Catalog, ChartFacts
+from kyma_gpu.rules.context import PoolContext, RuleContext
 from kyma_gpu.rules.engine import Provenance, deep_merge, evaluate, matches
 from kyma_gpu.rules.installer import InstallerRelease
 
@@ -339,6 +340,9 @@ def make_plan(
         for p in pools
         if p.mode is not DriverMode.PREINSTALLED
     ]
+    # Through the models of values-rules/context.md: an undocumented key or a wrong type fails.
+    context = RuleContext.checked(context)
+    pool_contexts = [PoolContext.checked(c) for c in pool_contexts]
     findings.extend(_exposed_preinstalled_findings(pools, mode))
     if mode == PER_POOL:
         stranded = [

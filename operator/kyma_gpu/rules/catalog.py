@@ -5,100 +5,44 @@ installer release matrices and chart facts. File reading only; no API I/O.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from functools import cached_property, partial
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from kyma_gpu.facts.machines import MachineTypeRegistry
+from kyma_gpu.facts.machines import MachineType, MachineTypeRegistry
 from kyma_gpu.rules.engine import RuleError, RuleSet
 from kyma_gpu.rules.installer import InstallerRelease
+from kyma_gpu.rules.models import ChartFacts, ChartImage, Defaults, MachineTypesFile, parse
+
+__all__ = [
+    "ENV_RULES_DIR",
+    "Catalog",
+    "ChartFacts",
+    "ChartImage",
+    "Defaults",
+    "default_rules_dir",
+    "locate",
+    "machine_type_registry",
+]
 
 ENV_RULES_DIR = "KYMA_GPU_RULES_DIR"
+PACKAGE_DATA = "values-rules"
+"""values-rules/ inside the installed package (pyproject: hatch force-include)."""
 
 
 def default_rules_dir() -> Path:
-    """$KYMA_GPU_RULES_DIR, else values-rules/ of the source checkout."""
+    """$KYMA_GPU_RULES_DIR; else the package data of the installed package; else, in a source
+    checkout (an editable install), values-rules/ next to operator/."""
     env = os.environ.get(ENV_RULES_DIR)
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[3] / "values-rules"
-
-
-@dataclass(frozen=True, slots=True)
-class ChartImage:
-    """One image location in the chart values: <path>.repository (+ image or tag)."""
-
-    path: str
-    repository: str
-    image: str | None
-    version: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class ChartFacts:
-    """What the module knows of one chart version without downloading it."""
-
-    version: str
-    default_driver_version: str
-    images: tuple[ChartImage, ...]
-
-
-@dataclass(frozen=True)
-class Defaults:
-    raw: Mapping[str, Any]
-
-    @property
-    def chart_version(self) -> str:
-        return str(self.raw["chart"]["version"])
-
-    @property
-    def chart_repository(self) -> str:
-        return str(self.raw["chart"]["repository"])
-
-    @property
-    def chart_name(self) -> str:
-        return str(self.raw["chart"]["name"])
-
-    @property
-    def installer_release(self) -> str:
-        return str(self.raw["installerRelease"])
-
-    @property
-    def installer_repository(self) -> str:
-        return str(self.raw["installerRepository"])
-
-    @property
-    def module_namespace(self) -> str:
-        return str(self.raw["moduleNamespace"])
-
-    @property
-    def target_namespace(self) -> str:
-        return str(self.raw["targetNamespace"])
-
-    @property
-    def release_name(self) -> str:
-        return str(self.raw["releaseName"])
-
-    @property
-    def auto_driver_mode(self) -> Mapping[str, str]:
-        return dict(self.raw["autoDriverMode"])
-
-    @property
-    def os_release_id(self) -> Mapping[str, str]:
-        return dict(self.raw["osReleaseId"])
-
-    @property
-    def nvidia_driver_repository(self) -> str:
-        return str(self.raw["nvidiaDriverRepository"])
-
-    @property
-    def flux(self) -> Mapping[str, str]:
-        return {k: str(v) for k, v in self.raw["flux"].items()}
+    package = Path(str(files("kyma_gpu")))
+    shipped = package / PACKAGE_DATA
+    return shipped if shipped.is_dir() else package.parent.parent / PACKAGE_DATA
 
 
 def _load(path: Path) -> Any:
@@ -139,22 +83,18 @@ def _child(node: yaml.Node | None, key: str | int) -> yaml.Node | None:
     return None
 
 
-_WHERE: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], list[str | int]]], ...] = (
-    (re.compile(r"rule #(\d+)"), lambda m: ["rules", int(m.group(1)) - 1]),
-    (re.compile(r"machine types: (?:provider )?'?([\w.-]+)'?(?:/([\w.-]+))?"),
-     lambda m: [m.group(1), m.group(2)] if m.group(2) else [m.group(1)]),
-    (re.compile(r"(os_versions|nvidia_drivers|driver\.version|imageMirror)"),
-     lambda m: [m.group(1).split(".")[0]]),
-)  # fmt: skip
-
-
-def keys_in(message: str) -> list[str | int]:
-    """Where in its file an error message points, as YAML keys (best effort)."""
-    for pattern, keys in _WHERE:
-        match = pattern.search(message)
-        if match:
-            return keys(match)
-    return []
+def machine_type_registry(data: object) -> MachineTypeRegistry:
+    """The registry from the document of machine-types.yaml (RuleError names the entry)."""
+    parsed = parse(MachineTypesFile, data, "machine-types.yaml")
+    return MachineTypeRegistry(
+        types={
+            provider: {
+                name: MachineType(e.gpu, e.count, e.unofficial, e.partition)
+                for name, e in entries.items()
+            }
+            for provider, entries in parsed.root.items()
+        }
+    )
 
 
 class Catalog:
@@ -165,10 +105,12 @@ class Catalog:
         if not self.root.is_dir():
             raise RuleError(f"values rules directory {self.root} does not exist")
         self._files: dict[str, Mapping[str, Any]] = {}
+        self._charts: dict[str, ChartFacts | None] = {}
+        self._installers: dict[str, InstallerRelease | None] = {}
 
     @cached_property
     def defaults(self) -> Defaults:
-        return Defaults(_load(self.root / "defaults.yaml"))
+        return parse(Defaults, _load(self.root / "defaults.yaml"), "defaults.yaml")
 
     @cached_property
     def rules(self) -> RuleSet:
@@ -176,7 +118,7 @@ class Catalog:
 
     @cached_property
     def machine_types(self) -> MachineTypeRegistry:
-        return MachineTypeRegistry.from_mapping(_load(self.root / "machine-types.yaml"))
+        return machine_type_registry(_load(self.root / "machine-types.yaml"))
 
     def values_file(self, relative: str) -> Mapping[str, Any]:
         """A values fragment below values-rules/ (path checked to stay inside)."""
@@ -194,7 +136,7 @@ class Catalog:
         """Load and check every file now, so that broken rule data stops the start (with the
         file and the line) instead of failing the first reconcile."""
         steps: list[tuple[str, Callable[[], object]]] = [
-            ("defaults.yaml", lambda: self.defaults.flux),
+            ("defaults.yaml", lambda: self.defaults),
             ("machine-types.yaml", lambda: self.machine_types),
             ("rules.yaml", lambda: self.rules),
         ]
@@ -214,13 +156,13 @@ class Catalog:
         except RuleError as err:
             if str(self.root) in str(err):  # a YAML error already names the file and line
                 raise
-            raise self._located(relative, str(err)) from err
+            raise self._located(err.file or relative, str(err), err.keys) from err
         except (ValueError, KeyError, TypeError, AttributeError) as err:
-            raise self._located(relative, f"{type(err).__name__}: {err}") from err
+            raise self._located(relative, f"{type(err).__name__}: {err}", ()) from err
 
-    def _located(self, relative: str, message: str) -> RuleError:
+    def _located(self, relative: str, message: str, keys: Sequence[str | int]) -> RuleError:
         path = self.root / relative
-        return RuleError(f"{path}:{locate(path, keys_in(message))}: {message}")
+        return RuleError(f"{path}:{locate(path, keys)}: {message}", keys)
 
     def installer_releases(self) -> tuple[str, ...]:
         base = self.root / "installer"
@@ -228,30 +170,23 @@ class Catalog:
 
     def installer(self, tag: str) -> InstallerRelease | None:
         """The matrix of an adopted release, or None when the module does not know the tag."""
-        if tag not in self.installer_releases():
-            return None
-        return InstallerRelease.from_mapping(
-            tag,
-            self.values_file(f"installer/{tag}/versions.yaml"),
-            self.values_file(f"installer/{tag}/gpu-operator-values.yaml"),
-        )
+        if tag not in self._installers:
+            found = None
+            if tag in self.installer_releases():
+                found = InstallerRelease.from_mapping(
+                    tag,
+                    self.values_file(f"installer/{tag}/versions.yaml"),
+                    self.values_file(f"installer/{tag}/gpu-operator-values.yaml"),
+                )
+            self._installers[tag] = found
+        return self._installers[tag]
 
     def chart(self, version: str) -> ChartFacts | None:
         """Facts of a chart version the module knows (values-rules/charts/<version>.yaml)."""
-        path = self.root / "charts" / f"{version}.yaml"
-        if not path.is_file():
-            return None
-        data = self.values_file(f"charts/{version}.yaml")
-        return ChartFacts(
-            version=str(data["version"]),
-            default_driver_version=str(data["defaultDriverVersion"]),
-            images=tuple(
-                ChartImage(
-                    path=str(i["path"]),
-                    repository=str(i["repository"]),
-                    image=i.get("image"),
-                    version=None if i.get("version") is None else str(i["version"]),
-                )
-                for i in data["images"]
-            ),
-        )
+        if version not in self._charts:
+            relative = f"charts/{version}.yaml"
+            found = None
+            if (self.root / relative).is_file():
+                found = parse(ChartFacts, self.values_file(relative), relative)
+            self._charts[version] = found
+        return self._charts[version]

@@ -11,26 +11,22 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kyma_gpu.rules.errors import RuleError
+from kyma_gpu.rules.models import Rule, RulesFile, parse
+
+__all__ = [
+    "Evaluation",
+    "Provenance",
+    "Rule",
+    "RuleError",
+    "RuleSet",
+    "deep_merge",
+    "evaluate",
+    "matches",
+    "render",
+]
+
 _TEMPLATE = re.compile(r"\$\{([A-Za-z0-9_.-]+)\}")
-_OPERATORS = {"not", "contains", "exists"}
-
-
-class RuleError(ValueError):
-    """A rule file is malformed, or a rule refers to something that does not exist."""
-
-
-@dataclass(frozen=True, slots=True)
-class Rule:
-    """One ordered rule of values-rules/rules.yaml."""
-
-    name: str
-    why: str
-    when: Mapping[str, Any]
-    values: Mapping[str, Any] | None = None
-    values_file: str | None = None
-    for_each: str | None = None
-    append_to: str | None = None
-    item: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,63 +37,15 @@ class RuleSet:
     mirror_when: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> RuleSet:
-        raw_rules = data.get("rules")
-        if not isinstance(raw_rules, list) or not raw_rules:
-            raise RuleError("rules.yaml: 'rules' must be a non-empty list")
-        rules: list[Rule] = []
-        seen: set[str] = set()
-        for index, raw in enumerate(raw_rules):
-            rules.append(_parse_rule(index, raw, seen))
-        mirror = data.get("imageMirror") or {}
-        mirror_when = mirror.get("when") or {} if isinstance(mirror, Mapping) else {}
-        _check_when("imageMirror", mirror_when)
-        return cls(rules=tuple(rules), mirror_when=mirror_when)
-
-
-def _parse_rule(index: int, raw: Any, seen: set[str]) -> Rule:
-    where = f"rules.yaml: rule #{index + 1}"
-    if not isinstance(raw, Mapping):
-        raise RuleError(f"{where} must be a mapping, got {type(raw).__name__}")
-    name = raw.get("name")
-    if not isinstance(name, str) or not name:
-        raise RuleError(f"{where} needs a name")
-    where = f"rules.yaml: rule {name!r}"
-    if name in seen:
-        raise RuleError(f"{where} is defined twice")
-    seen.add(name)
-    allowed = {"name", "why", "when", "values", "valuesFile", "forEach", "appendTo", "item"}
-    unknown = set(raw) - allowed
-    if unknown:
-        raise RuleError(f"{where}: unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}")
-    when = raw.get("when") or {}
-    _check_when(where, when)
-    bodies = [k for k in ("values", "valuesFile", "item") if k in raw]
-    if len(bodies) != 1:
-        raise RuleError(f"{where} needs exactly one of values, valuesFile, item; got {bodies}")
-    if "item" in raw and (raw.get("forEach") != "pools" or not raw.get("appendTo")):
-        raise RuleError(f"{where}: item needs forEach: pools and appendTo: <list key>")
-    return Rule(
-        name=name,
-        why=str(raw.get("why") or ""),
-        when=when,
-        values=raw.get("values"),
-        values_file=raw.get("valuesFile"),
-        for_each=raw.get("forEach"),
-        append_to=raw.get("appendTo"),
-        item=raw.get("item"),
-    )
-
-
-def _check_when(where: str, when: Any) -> None:
-    if not isinstance(when, Mapping):
-        raise RuleError(f"{where}: 'when' must be a mapping of context key to condition")
-    for key, cond in when.items():
-        if isinstance(cond, Mapping) and (len(cond) != 1 or next(iter(cond)) not in _OPERATORS):
-            raise RuleError(
-                f"{where}: condition on {key!r} must be a value, a list, or one of "
-                f"{sorted(_OPERATORS)}; got {dict(cond)!r}"
-            )
+    def from_mapping(cls, data: object) -> RuleSet:
+        """Check the document of rules.yaml (RuleError names the rule and carries its keys)."""
+        parsed = parse(RulesFile, data, "rules.yaml")
+        twice = parsed.duplicate()
+        if twice is not None:
+            name = parsed.rules[twice].name
+            raise RuleError(f"rules.yaml: rule {name!r} is defined twice", keys=("rules", twice))
+        mirror = parsed.image_mirror
+        return cls(rules=tuple(parsed.rules), mirror_when=mirror.when if mirror else {})
 
 
 def _missing(key: str, context: Mapping[str, Any]) -> RuleError:

@@ -1,0 +1,202 @@
+"""The rule context: the keys a rule's `when` and `${templates}` can use.
+
+plan.py builds the context through these models (`RuleContext.checked`), and
+values-rules/context.md is generated from them (`kyma-gpu rules-schema`), so that the keys the
+rules can use and the keys the documentation lists are the same.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal, Union, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+
+from kyma_gpu.api.models import ComponentsSpec
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        strict=True,
+        use_attribute_docstrings=True,
+    )
+
+
+class NameRef(_Section):
+    """A Kubernetes LocalObjectReference."""
+
+    name: str
+
+
+class ClusterContext(_Section):
+    """The cluster's GPU nodes."""
+
+    gpu_nodes: int
+    """How many GPU nodes were detected."""
+    os_families: list[str]
+    """The OS families of the GPU pools; [gardenlinux] when there is no GPU node yet."""
+
+
+class DriverContext(_Section):
+    """The driver the plan chose."""
+
+    mode: Literal["Precompiled", "Preinstalled", "Upstream", "PerPool"]
+    """The cluster's driver mode; PerPool when GPU pools with different OSes need drivers."""
+    os: str
+    """The single OS family of the GPU nodes, or "mixed"."""
+    branch: str
+    """The driver branch (spec.driver.version's, else the installer release's default)."""
+    version: str | None
+    """The full driver version: spec.driver.version, or the installer's newest of its branch;
+    null when the spec names none."""
+
+
+class InstallerContext(_Section):
+    """The gardenlinux-nvidia-installer release."""
+
+    release: str
+    """spec.driver.installerRelease, else the pinned one (defaults.yaml)."""
+    used: bool
+    """Garden Linux nodes get precompiled drivers, or no GPU node is there yet and the module
+    prepares for them."""
+    repository: str
+    """The release's image repository: installerRepository (defaults.yaml), "/", release."""
+
+
+class NvidiaContext(_Section):
+    """NVIDIA's own images."""
+
+    repository: str
+    """NVIDIA's driver image repository (defaults.yaml nvidiaDriverRepository)."""
+
+
+class SourceContext(_Section):
+    """Where images come from (spec.source)."""
+
+    image_registry: str | None
+    """The image mirror, or null."""
+    image_pull_secrets: list[str]
+    """The names of the pull secrets."""
+    image_pull_secret_refs: list[NameRef]
+    """The same as [{name: ...}] (Kubernetes LocalObjectReferences)."""
+
+
+class RuleContext(_Section):
+    """What every rule sees, as dotted keys: cluster.gpuNodes, driver.mode, ..."""
+
+    cluster: ClusterContext
+    driver: DriverContext
+    installer: InstallerContext
+    nvidia: NvidiaContext
+    source: SourceContext
+    components: ComponentsSpec
+    """spec.components, one boolean each."""
+
+    @classmethod
+    def checked(cls, flat: Mapping[str, Any]) -> dict[str, Any]:
+        """The flat context, checked against the model (a key the model does not know, a
+        missing key or a wrong type raise ValidationError)."""
+        return cls.model_validate(_nest(flat)).flat()
+
+    def flat(self) -> dict[str, Any]:
+        return dict(_flatten(self.model_dump(by_alias=True)))
+
+
+class PoolContext(_Section):
+    """Inside forEach: pools, also these keys, one set per GPU OS pool that needs a driver."""
+
+    name: str
+    """The NVIDIADriver's name: "gpu-" and the OS family."""
+    os: str
+    """The pool's OS family."""
+    os_release_id: str
+    """The OS's /etc/os-release ID (the nodeSelector's system-os_release.ID)."""
+    mode: Literal["Precompiled", "Upstream"]
+    """The pool's driver mode."""
+    use_precompiled: bool
+    """True for precompiled driver images."""
+    repository: str
+    """The driver image repository (mirrored when source.imageRegistry is set)."""
+    image_pull_policy: Literal["Always", "IfNotPresent"]
+    """Always for the installer's images (it re-publishes branch tags for new kernels)."""
+    version: str
+    """The driver branch (precompiled) or full version."""
+
+    @classmethod
+    def checked(cls, flat: Mapping[str, Any]) -> dict[str, Any]:
+        """The flat pool context (keys pool.*), checked against the model."""
+        return cls.model_validate(_nest(flat)["pool"]).flat()
+
+    def flat(self) -> dict[str, Any]:
+        return dict(_flatten({"pool": self.model_dump(by_alias=True)}))
+
+
+def _nest(flat: Mapping[str, Any]) -> dict[str, Any]:
+    nested: dict[str, Any] = {}
+    for key, value in flat.items():
+        section, _, name = key.partition(".")
+        nested.setdefault(section, {})[name] = value
+    return nested
+
+
+def _flatten(nested: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+    for section, values in nested.items():
+        for name, value in values.items():
+            yield f"{section}.{name}", value
+
+
+# --- documentation --------------------------------------------------------------------------
+
+
+def _type_name(annotation: object) -> str:
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Literal:
+        return " \\| ".join(str(a) for a in args)
+    if origin in (Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in args)
+    if origin is list:
+        return f"list of {_type_name(args[0])}"
+    if annotation is type(None):
+        return "null"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        fields = annotation.model_fields.items()
+        return (
+            "{" + ", ".join(f"{f.alias or n}: {_type_name(f.annotation)}" for n, f in fields) + "}"
+        )
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _rows(prefix: str, model: type[BaseModel]) -> Iterator[str]:
+    for name, field in model.model_fields.items():
+        key = f"{prefix}.{field.alias or name}"
+        doc = " ".join((field.description or "").split()).replace("|", "\\|")
+        yield f"| `{key}` | {_type_name(field.annotation)} | {doc} |"
+
+
+def context_markdown() -> str:
+    """values-rules/context.md."""
+    lines = [
+        "# Rule context",
+        "",
+        "<!-- Generated by `kyma-gpu rules-schema` from operator/kyma_gpu/rules/context.py."
+        " Do not edit. -->",
+        "",
+        "The keys a rule's `when` and its `${key}` templates can use (values-rules/rules.yaml)."
+        " An unknown key is an error, not a silent false.",
+        "",
+        "| Key | Type | Meaning |",
+        "|---|---|---|",
+    ]
+    for name, field in RuleContext.model_fields.items():
+        section = field.annotation
+        if isinstance(section, type) and issubclass(section, BaseModel):
+            lines.extend(_rows(field.alias or name, section))
+    lines += ["", f"{' '.join((PoolContext.__doc__ or '').split())}", ""]
+    lines += ["| Key | Type | Meaning |", "|---|---|---|", *_rows("pool", PoolContext), ""]
+    return "\n".join(lines)

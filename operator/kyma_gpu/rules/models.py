@@ -1,0 +1,469 @@
+"""Typed rule data: one pydantic model per kind of file in values-rules/.
+
+The models check the files when the catalog loads them, and give their JSON Schemas
+(values-rules/schema/, `kyma-gpu rules-schema`). `parse` turns a validation error into a
+RuleError that names the entry and carries its YAML keys, so that the catalog can add the line.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
+
+from packaging.version import InvalidVersion, Version
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    JsonValue,
+    RootModel,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+from pydantic_core import ErrorDetails
+
+from kyma_gpu.facts.node import OsFamily
+from kyma_gpu.rules.errors import RuleError
+
+
+class _Data(BaseModel):
+    """A file's mapping: unknown keys are errors (typos must not pass silently)."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, use_attribute_docstrings=True
+    )
+
+
+class _CamelData(_Data):
+    model_config = ConfigDict(alias_generator=to_camel)
+
+
+class _Published(_Data):
+    """Upstream's file (gardenlinux-nvidia-installer): keys we do not use are allowed."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+# --- values -------------------------------------------------------------------------------
+
+
+def _quoted(value: object) -> object:
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} must be a quoted string (YAML reads 1877.20 as 1877.2)")
+    return value
+
+
+def _version(text: str) -> str:
+    try:
+        Version(text)
+    except InvalidVersion as err:
+        raise ValueError(f"{text!r} is not a version") from err
+    return text
+
+
+VersionText = Annotated[
+    str,
+    BeforeValidator(_quoted),
+    AfterValidator(_version),
+    WithJsonSchema({"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)*$"}),
+]
+"""A dotted version, quoted in YAML: "1877.21", "2150.9.0", "590.48.01"."""
+
+
+def _branch_text(value: object) -> object:
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+BranchOrVersion = Annotated[
+    StrictStr,
+    BeforeValidator(_branch_text),
+    AfterValidator(_version),
+    WithJsonSchema({"type": ["integer", "string"], "pattern": r"^[0-9]+(\.[0-9]+)*$"}),
+]
+"""A driver branch (590, an int in the published values) or full version ("590.48.01")."""
+
+
+def _os_family(value: str) -> str:
+    try:
+        return str(OsFamily(value))
+    except ValueError as err:
+        known = ", ".join(f.value for f in OsFamily)
+        raise ValueError(f"unknown OS family {value!r}; known: {known}") from err
+
+
+OsFamilyName = Annotated[
+    StrictStr, AfterValidator(_os_family), WithJsonSchema({"enum": [f.value for f in OsFamily]})
+]
+DriverModeName = Literal["Precompiled", "Preinstalled", "Upstream"]
+GoDuration = Annotated[StrictStr, Field(pattern=r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$")]
+
+
+# --- rules.yaml ---------------------------------------------------------------------------
+
+OPERATORS = ("contains", "exists", "not")
+
+
+def _condition(cond: JsonValue) -> JsonValue:
+    if isinstance(cond, dict):
+        op = next(iter(cond), None)
+        if len(cond) != 1 or op not in OPERATORS:
+            raise ValueError(
+                f"a condition must be a value, a list, or one of {list(OPERATORS)}; got {cond!r}"
+            )
+        if op == "exists" and not isinstance(cond[op], bool):
+            raise ValueError(f"exists takes true or false; got {cond[op]!r}")
+    return cond
+
+
+def _operator(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {name: schema},
+        "required": [name],
+        "additionalProperties": False,
+    }
+
+
+Condition = Annotated[
+    JsonValue,
+    AfterValidator(_condition),
+    WithJsonSchema(
+        {
+            "description": "equal to a value; any of a list; {not: v}; {contains: v} (for lists); "
+            "{exists: true|false} (not null, empty string or empty list)",
+            "anyOf": [
+                {"type": ["string", "number", "boolean", "null"]},
+                {"type": "array"},
+                _operator("not", {}),
+                _operator("contains", {}),
+                _operator("exists", {"type": "boolean"}),
+            ],
+        }
+    ),
+]
+When = dict[str, Condition]
+
+
+def _empty_when(value: object) -> object:
+    return {} if value is None else value
+
+
+_BODIES = ("values", "values_file", "item")
+
+
+class Rule(_Data):
+    """One ordered rule of values-rules/rules.yaml. Exactly one of values, valuesFile, item."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "oneOf": [
+                {"required": ["values"]},
+                {"required": ["valuesFile"]},
+                {"required": ["item", "forEach", "appendTo"]},
+            ]
+        }
+    )
+
+    name: StrictStr = Field(min_length=1)
+    """Unique; the plan's provenance names the rule that set each value."""
+    why: StrictStr = ""
+    """The reason, for reviewers."""
+    when: Annotated[When, BeforeValidator(_empty_when)] = Field(default_factory=dict)
+    """All must hold. Keys: the rule context (values-rules/context.md)."""
+    values: dict[str, JsonValue] | None = None
+    """A chart values fragment; "${key}" is replaced by a context value."""
+    values_file: StrictStr | None = Field(default=None, alias="valuesFile")
+    """A file below values-rules/ (templated path), merged like values."""
+    for_each: Literal["pools"] | None = Field(default=None, alias="forEach")
+    """With item: one list entry per GPU OS pool that needs a driver."""
+    append_to: StrictStr | None = Field(default=None, alias="appendTo")
+    """With item: the list key the entries are appended to."""
+    item: dict[str, JsonValue] | None = None
+    """With forEach: the list entry; the pool keys of the context may be used."""
+
+    @model_validator(mode="after")
+    def _one_body(self) -> Rule:
+        bodies = [
+            type(self).model_fields[f].alias or f for f in _BODIES if f in self.model_fields_set
+        ]
+        if len(bodies) != 1:
+            raise ValueError(f"needs exactly one of values, valuesFile, item; got {bodies}")
+        if "item" in self.model_fields_set and (self.for_each != "pools" or not self.append_to):
+            raise ValueError("item needs forEach: pools and appendTo: <list key>")
+        return self
+
+
+class ImageMirror(_Data):
+    """The image mirror step, applied after every rule and before spec.values."""
+
+    when: Annotated[When, BeforeValidator(_empty_when)] = Field(default_factory=dict)
+    """When to point the chart's images at spec.source.imageRegistry."""
+
+
+class RulesFile(_CamelData):
+    """values-rules/rules.yaml: the rules, applied in order, and the image mirror step."""
+
+    rules: list[Rule] = Field(min_length=1)
+    image_mirror: ImageMirror | None = None
+
+    def duplicate(self) -> int | None:
+        """The index of the first rule whose name an earlier rule has, or None."""
+        seen: set[str] = set()
+        for index, rule in enumerate(self.rules):
+            if rule.name in seen:
+                return index
+            seen.add(rule.name)
+        return None
+
+
+# --- defaults.yaml ------------------------------------------------------------------------
+
+
+class ChartPin(_Data):
+    """The NVIDIA GPU Operator chart the module installs by default."""
+
+    name: StrictStr
+    version: StrictStr
+    repository: StrictStr
+
+
+class FluxDefaults(_CamelData):
+    """Flux settings of the HelmRelease and its source. Durations are Go durations."""
+
+    interval: GoDuration
+    source_interval: GoDuration
+    timeout: GoDuration
+    retry_interval: GoDuration
+    uninstall_timeout: GoDuration
+    service_account_name: StrictStr
+
+
+class Defaults(_CamelData):
+    """values-rules/defaults.yaml: the module's pinned defaults."""
+
+    chart: ChartPin
+    installer_release: StrictStr
+    installer_repository: StrictStr
+    module_namespace: StrictStr
+    target_namespace: StrictStr
+    release_name: StrictStr
+    auto_driver_mode: dict[OsFamilyName, DriverModeName]
+    """Driver mode per OS family when spec.driver.mode is Auto."""
+    os_release_id: dict[OsFamilyName, StrictStr]
+    """/etc/os-release ID per OS family (NFD's system-os_release.ID label)."""
+    nvidia_driver_repository: StrictStr
+    flux_settings: FluxDefaults = Field(alias="flux")
+
+    @property
+    def chart_version(self) -> str:
+        return self.chart.version
+
+    @property
+    def chart_repository(self) -> str:
+        return self.chart.repository
+
+    @property
+    def chart_name(self) -> str:
+        return self.chart.name
+
+    @property
+    def flux(self) -> Mapping[str, str]:
+        """The Flux settings by their names in defaults.yaml (interval, sourceInterval, ...)."""
+        return self.flux_settings.model_dump(by_alias=True)
+
+
+# --- machine-types.yaml -------------------------------------------------------------------
+
+
+class MachineTypeEntry(_Data):
+    """One machine type's GPUs."""
+
+    gpu: StrictStr = Field(min_length=1)
+    """GPU model, e.g. L4, "A100 80GB"."""
+    count: StrictInt = Field(ge=1)
+    unofficial: StrictBool = False
+    """Facts from third-party sources: likely, not certain."""
+    partition: StrictStr | None = Field(default=None, pattern=r"^[0-9]+/[0-9]+$")
+    """A fraction of one GPU, e.g. "1/6"."""
+
+
+class MachineTypesFile(RootModel[dict[StrictStr, dict[StrictStr, MachineTypeEntry]]]):
+    """values-rules/machine-types.yaml: provider -> machine type -> GPUs."""
+
+    model_config = ConfigDict(frozen=True)
+
+
+# --- charts/<version>.yaml ----------------------------------------------------------------
+
+
+class ChartImage(_Data):
+    """One image location in the chart values: <path>.repository (+ image or tag)."""
+
+    path: StrictStr
+    repository: StrictStr
+    image: StrictStr | None = None
+    version: StrictStr | None = None
+
+
+class ChartFacts(_CamelData):
+    """values-rules/charts/<version>.yaml: what the module knows of one chart version without
+    downloading it (generated by `kyma-gpu chart-facts`)."""
+
+    version: StrictStr
+    default_driver_version: StrictStr
+    images: tuple[ChartImage, ...]
+
+
+# --- installer/<tag>/ ---------------------------------------------------------------------
+
+
+def _default_arches(value: object) -> object:
+    return value or ["amd64"]
+
+
+def _no_list(value: object) -> object:
+    return [] if value is None else value
+
+
+class ExcludedCombination(_Published):
+    """No image for drivers of this prefix on Garden Linux from this version on."""
+
+    os_version_min: VersionText
+    driver_version_prefix: StrictStr
+    reason: StrictStr = ""
+
+
+class InstallerVersions(_Published):
+    """values-rules/installer/<tag>/versions.yaml: the release's build matrix, as published."""
+
+    os_versions: list[VersionText] = Field(min_length=1)
+    nvidia_drivers: list[VersionText] = Field(min_length=1)
+    cpu_arch: Annotated[list[StrictStr], BeforeValidator(_default_arches)] = ["amd64"]
+    excluded_combinations: Annotated[list[ExcludedCombination], BeforeValidator(_no_list)] = []
+    kernel_flavour: list[StrictStr] = []
+    gvisor_driver_pins: dict[StrictStr, StrictStr] = {}
+
+
+class InstallerDriverValues(_Published):
+    version: BranchOrVersion
+    """The driver branch the release's images are built for by default."""
+
+
+class InstallerValues(_Published):
+    """values-rules/installer/<tag>/gpu-operator-values.yaml: the release's chart values
+    (merged whole by a rule); the module reads driver.version."""
+
+    driver: InstallerDriverValues
+
+
+# --- errors -------------------------------------------------------------------------------
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse(model: type[M], data: object, label: str) -> M:
+    """Validate a file's data; a RuleError names the entry ("<label>: <path>: <problem>").
+
+    label: the file's path below values-rules/."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise rule_error(model, err, label, data) from err
+
+
+def rule_error(model: type[BaseModel], err: ValidationError, label: str, data: object) -> RuleError:
+    errors = err.errors(include_url=False)
+    first = errors[0]
+    loc = tuple(k for k in first["loc"] if k != "[key]")  # a bad mapping key: at the key
+    problem = _problem(model, first)
+    parent = loc[:-1] if first["type"] in ("extra_forbidden", "missing") else loc
+    path = _path(parent, data)
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    message = f"{label}: {path + ': ' if path else ''}{problem}{more}"
+    return RuleError(message, keys=loc, file=label)
+
+
+def _problem(model: type[BaseModel], error: ErrorDetails) -> str:
+    loc = tuple(k for k in error["loc"] if k != "[key]")
+    if error["type"] == "extra_forbidden":
+        allowed = ", ".join(_allowed(model, loc[:-1]))
+        return f"unknown key {loc[-1]!r}; allowed: {allowed}"
+    if error["type"] == "missing":
+        return f"missing key {loc[-1]!r}"
+    if error["type"] in ("model_type", "model_attributes_type", "dict_type"):
+        return f"must be a mapping (got {_short(error['input'])})"
+    if error["type"] == "value_error":
+        return str(error.get("ctx", {}).get("error", error["msg"]))
+    return f"{error['msg']} (got {_short(error['input'])})"
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text[:60] + "..." if len(text) > 60 else text
+
+
+def _path(loc: Sequence[str | int], data: object) -> str:
+    """rules/2 ('precompiled-branch')/when: list items show their name."""
+    parts: list[str] = []
+    node = data
+    for key in loc:
+        node = _step(node, key)
+        named = isinstance(key, int) and isinstance(node, Mapping) and "name" in node
+        parts.append(
+            f"{key} ({node['name']!r})" if named and isinstance(node, Mapping) else str(key)
+        )
+    return "/".join(parts)
+
+
+def _step(node: object, key: str | int) -> object:
+    if isinstance(node, Mapping):
+        return node.get(key)
+    if isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
+        return node[key]
+    return None
+
+
+def _allowed(model: type[BaseModel], loc: Sequence[str | int]) -> list[str]:
+    """The keys the model allows at loc (for "unknown key" errors)."""
+    annotation: object = model
+    for key in loc:
+        annotation = _inner(_unwrap(annotation), key)
+    annotation = _unwrap(annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return sorted(f.alias or name for name, f in annotation.model_fields.items())
+    return []
+
+
+def _unwrap(annotation: object) -> object:
+    while True:
+        origin = get_origin(annotation)
+        if origin is Annotated:
+            annotation = get_args(annotation)[0]
+        elif origin in (Union, types.UnionType):
+            annotation = next(a for a in get_args(annotation) if a is not type(None))
+        elif isinstance(annotation, type) and issubclass(annotation, RootModel):
+            annotation = annotation.model_fields["root"].annotation
+        else:
+            return annotation
+
+
+def _inner(annotation: object, key: str | int) -> object:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        for name, field in annotation.model_fields.items():
+            if key in (name, field.alias):
+                return field.annotation
+        return None
+    args = get_args(annotation)
+    if get_origin(annotation) in (list, tuple) and args:
+        return args[0]
+    if get_origin(annotation) is dict and len(args) == 2:
+        return args[1]
+    return None

@@ -1,0 +1,106 @@
+"""Files generated from the models of the rule data: a JSON Schema per kind of file in
+values-rules/schema/ (editors validate the YAML files with them: each file names its schema in
+a `# yaml-language-server: $schema=...` first line) and the rule context's documentation,
+values-rules/context.md. `kyma-gpu rules-schema` writes them; `--check` says what is stale.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from kyma_gpu.rules.context import context_markdown
+from kyma_gpu.rules.models import (
+    ChartFacts,
+    Defaults,
+    InstallerValues,
+    InstallerVersions,
+    MachineTypesFile,
+    RulesFile,
+)
+
+SCHEMAS: dict[str, type[BaseModel]] = {
+    "rules": RulesFile,
+    "defaults": Defaults,
+    "machine-types": MachineTypesFile,
+    "chart-facts": ChartFacts,
+    "installer-versions": InstallerVersions,
+    "installer-values": InstallerValues,
+}
+"""Schema name (values-rules/schema/<name>.json) -> the model of its files."""
+
+FILES: tuple[tuple[str, str], ...] = (
+    ("rules.yaml", "rules"),
+    ("defaults.yaml", "defaults"),
+    ("machine-types.yaml", "machine-types"),
+    ("charts/*.yaml", "chart-facts"),
+    ("installer/*/versions.yaml", "installer-versions"),
+    ("installer/*/gpu-operator-values.yaml", "installer-values"),
+)
+"""Which files (globs below values-rules/) each schema describes."""
+
+
+def json_schema(name: str) -> str:
+    """values-rules/schema/<name>.json."""
+    schema = SCHEMAS[name].model_json_schema(by_alias=True, mode="validation")
+    document = {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+def generated() -> dict[str, str]:
+    """Path below values-rules/ -> content, for every generated file."""
+    files = {f"schema/{name}.json": json_schema(name) for name in SCHEMAS}
+    files["context.md"] = context_markdown()
+    return files
+
+
+def header(relative: str, name: str) -> str:
+    """The first line of a YAML file below values-rules/ that names its schema."""
+    up = "../" * relative.count("/")
+    return f"# yaml-language-server: $schema={up}schema/{name}.json"
+
+
+def _headless(root: Path) -> list[tuple[Path, str]]:
+    """YAML files whose first line does not name their schema, with the line they need."""
+    found = []
+    for pattern, name in FILES:
+        for path in sorted(root.glob(pattern)):
+            wanted = header(path.relative_to(root).as_posix(), name)
+            if path.read_text("utf-8").split("\n", 1)[0] != wanted:
+                found.append((path, wanted))
+    return found
+
+
+def stale(root: Path) -> list[str]:
+    """Generated files that differ from what the models give, and YAML files whose first line
+    does not name their schema (empty: all current)."""
+    problems = [
+        f"{relative} is stale"
+        for relative, text in generated().items()
+        if not (root / relative).is_file() or (root / relative).read_text("utf-8") != text
+    ]
+    problems += [
+        f"{path.relative_to(root).as_posix()}: the first line must be `{wanted}`"
+        for path, wanted in _headless(root)
+    ]
+    return problems
+
+
+def write(root: Path) -> list[str]:
+    """Write the generated files and the YAML files' schema lines; the paths that changed."""
+    written = []
+    for relative, text in generated().items():
+        path = root / relative
+        if not path.is_file() or path.read_text("utf-8") != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, "utf-8")
+            written.append(relative)
+    for path, wanted in _headless(root):
+        lines = path.read_text("utf-8").split("\n")
+        if lines[0].startswith("# yaml-language-server:"):
+            lines = lines[1:]
+        path.write_text("\n".join([wanted, *lines]), "utf-8")
+        written.append(path.relative_to(root).as_posix())
+    return written

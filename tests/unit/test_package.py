@@ -1,0 +1,82 @@
+"""The built wheel carries values-rules/ and works outside the source tree."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from kyma_gpu.rules.catalog import ENV_RULES_DIR
+
+REPO = Path(__file__).resolve().parents[2]
+
+PROBE = """
+import json, kyma_gpu
+from kyma_gpu.rules.catalog import Catalog
+catalog = Catalog()
+catalog.check()
+print(json.dumps({"package": kyma_gpu.__file__, "rules": str(catalog.root),
+                  "chart": catalog.defaults.chart_version,
+                  "rule_count": len(catalog.rules.rules)}))
+"""
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("hatchling", reason="the dev extra pins hatchling (make setup)")
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+         "--disable-pip-version-check", "--wheel-dir", str(out), str(REPO)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    (built,) = out.glob("kyma_gpu-*.whl")
+    return built
+
+
+def test_the_wheel_ships_the_rule_data(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    shipped = {
+        n.removeprefix("kyma_gpu/values-rules/")
+        for n in names
+        if n.startswith("kyma_gpu/values-rules/")
+    }
+    in_tree = {
+        p.relative_to(REPO / "values-rules").as_posix()
+        for p in (REPO / "values-rules").rglob("*")
+        if p.is_file()
+    }
+    assert shipped == in_tree
+
+
+def test_the_installed_package_loads_its_rules_outside_the_tree(
+    wheel: Path, tmp_path: Path
+) -> None:
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)  # what pip install does for a pure wheel
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != ENV_RULES_DIR}
+    env["PYTHONPATH"] = str(site)  # before the venv's site-packages and its editable install
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    assert Path(found["package"]).is_relative_to(site)
+    assert Path(found["rules"]) == site / "kyma_gpu" / "values-rules"
+    assert found["chart"] == "v26.7.0"
+    # The environment still wins over the package data (the Dockerfile and tests use it).
+    env[ENV_RULES_DIR] = str(REPO / "values-rules")
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["rules"] == str(REPO / "values-rules")
