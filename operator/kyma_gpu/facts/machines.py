@@ -1,13 +1,13 @@
 """The machine-type registry: GPU model and count per provider machine type.
 
-The data lives in values-rules/machine-types.yaml; this module only gives it a type.
+The data lives in values-rules/machine-types.yaml (validated by rules/models.py); this module
+only gives it a type.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,29 +32,3 @@ class MachineTypeRegistry:
         if not machine_type:
             return None
         return self.types.get(provider, {}).get(machine_type)
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> MachineTypeRegistry:
-        """Build from the YAML document; raises ValueError naming the bad entry."""
-        types: dict[str, dict[str, MachineType]] = {}
-        for provider, entries in data.items():
-            if not isinstance(entries, Mapping):
-                raise ValueError(f"machine types: provider {provider!r} must map types to GPUs")
-            for name, entry in entries.items():
-                if not isinstance(entry, Mapping) or "gpu" not in entry or "count" not in entry:
-                    raise ValueError(
-                        f"machine types: {provider}/{name} needs 'gpu' and 'count', got {entry!r}"
-                    )
-                count = entry["count"]
-                if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-                    raise ValueError(
-                        f"machine types: {provider}/{name} count must be a positive integer,"
-                        f" got {count!r}"
-                    )
-                types.setdefault(str(provider), {})[str(name)] = MachineType(
-                    gpu=str(entry["gpu"]),
-                    count=count,
-                    unofficial=bool(entry.get("unofficial", False)),
-                    partition=entry.get("partition"),
-                )
-        return cls(types=types)
