@@ -101,91 +101,116 @@ def env_pairs(args: str) -> dict[str, str]:
     return pairs
 
 
+Problem = tuple[int, str, str]
+"""(line, rule, message)."""
+
+
 def check(path: Path) -> list[str]:
-    problems: list[str] = []
     instructions = parse(path.read_text(encoding="utf-8"))
     all_stages = stages(instructions)
+    found = _stage_problems(all_stages)
+    if all_stages:
+        final = all_stages[-1]
+        found += _base_problems(all_stages)
+        found += _user_problems(final)
+        found += [(ins.line, "P5", f"ADD is not allowed, use COPY: ADD {ins.args}")
+                  for ins in instructions if ins.keyword == "ADD"]  # fmt: skip
+        found += _final_run_problems(final)
+        found += _entrypoint_problems(final)
+        found += _rules_dir_problems(final)
+    return [f"{path}:{line} {rule}: {message}" for line, rule, message in found]
 
-    def fail(line: int, rule: str, message: str) -> None:
-        problems.append(f"{path}:{line} {rule}: {message}")
 
+def _stage_problems(all_stages: list[Stage]) -> list[Problem]:
+    """P1 and P2: a multi-stage build whose base images are pinned."""
+    found: list[Problem] = []
     if len(all_stages) < 2:
-        fail(
-            1,
-            "P1",
-            f"expected a multi-stage build (builder + final), found {len(all_stages)} stage(s)",
+        message = (
+            f"expected a multi-stage build (builder + final), found {len(all_stages)} stage(s)"
         )
-    for stage in all_stages:
-        if not PINNED_TAG.match(stage.image):
-            fail(
-                stage.line, "P2", f"base image {stage.image!r} is not pinned to an exact X.Y.Z tag"
-            )
-    if not all_stages:
-        return problems
-    final = all_stages[-1]
-    if len(all_stages) >= 2 and final.image != all_stages[0].image:
-        fail(
-            final.line,
-            "P3",
-            f"final base {final.image!r} differs from builder base {all_stages[0].image!r}",
-        )
+        found.append((1, "P1", message))
+    found += [
+        (stage.line, "P2", f"base image {stage.image!r} is not pinned to an exact X.Y.Z tag")
+        for stage in all_stages
+        if not PINNED_TAG.match(stage.image)
+    ]
+    return found
 
+
+def _base_problems(all_stages: list[Stage]) -> list[Problem]:
+    """P3: the final stage has the builder's base image."""
+    final, builder = all_stages[-1], all_stages[0]
+    if len(all_stages) >= 2 and final.image != builder.image:
+        message = f"final base {final.image!r} differs from builder base {builder.image!r}"
+        return [(final.line, "P3", message)]
+    return []
+
+
+def _user_problems(final: Stage) -> list[Problem]:
+    """P4: the final stage ends as a numeric non-root USER."""
     users = [ins for ins in final.instructions if ins.keyword == "USER"]
     if not users:
-        fail(final.line, "P4", "the final stage sets no USER (the image would run as root)")
-    else:
-        user = users[-1]
-        uid, _, gid = user.args.partition(":")
-        if not uid.isdigit() or (gid and not gid.isdigit()):
-            fail(user.line, "P4", f"USER {user.args!r} must be numeric uid[:gid]")
-        elif int(uid) == 0 or (gid and int(gid) == 0):
-            fail(user.line, "P4", f"USER {user.args!r} must not be root (uid/gid 0)")
+        return [(final.line, "P4", "the final stage sets no USER (the image would run as root)")]
+    user = users[-1]
+    uid, _, gid = user.args.partition(":")
+    if not uid.isdigit() or (gid and not gid.isdigit()):
+        return [(user.line, "P4", f"USER {user.args!r} must be numeric uid[:gid]")]
+    if int(uid) == 0 or (gid and int(gid) == 0):
+        return [(user.line, "P4", f"USER {user.args!r} must not be root (uid/gid 0)")]
+    return []
 
-    for ins in instructions:
-        if ins.keyword == "ADD":
-            fail(ins.line, "P5", f"ADD is not allowed, use COPY: ADD {ins.args}")
 
-    for ins in final.instructions:
-        if ins.keyword == "RUN" and BUILD_TOOLS.search(ins.args):
-            fail(
-                ins.line,
-                "P6",
-                f"the final stage must not install packages or build tools: RUN {ins.args}",
-            )
+def _final_run_problems(final: Stage) -> list[Problem]:
+    """P6: no package manager and no build tools in the final stage."""
+    return [
+        (
+            ins.line,
+            "P6",
+            f"the final stage must not install packages or build tools: RUN {ins.args}",
+        )
+        for ins in final.instructions
+        if ins.keyword == "RUN" and BUILD_TOOLS.search(ins.args)
+    ]
 
+
+def _entrypoint_problems(final: Stage) -> list[Problem]:
+    """P7: ENTRYPOINT is exactly ["kyma-gpu", "run"]."""
     entrypoints = [ins for ins in final.instructions if ins.keyword == "ENTRYPOINT"]
     if not entrypoints:
-        fail(final.line, "P7", 'no ENTRYPOINT in the final stage (expected ["kyma-gpu", "run"])')
-    else:
-        try:
-            value = json.loads(entrypoints[-1].args)
-        except json.JSONDecodeError:
-            value = None
-        if value != ["kyma-gpu", "run"]:
-            fail(
-                entrypoints[-1].line,
-                "P7",
-                f'ENTRYPOINT must be ["kyma-gpu", "run"], is {entrypoints[-1].args}',
-            )
+        return [
+            (final.line, "P7", 'no ENTRYPOINT in the final stage (expected ["kyma-gpu", "run"])')
+        ]
+    last = entrypoints[-1]
+    try:
+        value = json.loads(last.args)
+    except json.JSONDecodeError:
+        value = None
+    if value != ["kyma-gpu", "run"]:
+        return [(last.line, "P7", f'ENTRYPOINT must be ["kyma-gpu", "run"], is {last.args}')]
+    return []
 
+
+def _rules_dir_problems(final: Stage) -> list[Problem]:
+    """P8: KYMA_GPU_RULES_DIR is set and values-rules/ is copied there."""
     env: dict[str, str] = {}
     for ins in final.instructions:
         if ins.keyword == "ENV":
             env.update(env_pairs(ins.args))
     rules_dir = env.get("KYMA_GPU_RULES_DIR")
     if not rules_dir:
-        fail(final.line, "P8", "KYMA_GPU_RULES_DIR is not set in the final stage")
-    else:
-        copied = any(
-            ins.keyword == "COPY"
-            and "--from" not in ins.args
-            and ins.args.split()[0].rstrip("/") == "values-rules"
-            and ins.args.split()[-1].rstrip("/") == rules_dir.rstrip("/")
-            for ins in final.instructions
-        )
-        if not copied:
-            fail(final.line, "P8", f"values-rules/ is not copied to KYMA_GPU_RULES_DIR={rules_dir}")
-    return problems
+        return [(final.line, "P8", "KYMA_GPU_RULES_DIR is not set in the final stage")]
+    copied = any(
+        ins.keyword == "COPY"
+        and "--from" not in ins.args
+        and ins.args.split()[0].rstrip("/") == "values-rules"
+        and ins.args.split()[-1].rstrip("/") == rules_dir.rstrip("/")
+        for ins in final.instructions
+    )
+    if not copied:
+        return [
+            (final.line, "P8", f"values-rules/ is not copied to KYMA_GPU_RULES_DIR={rules_dir}")
+        ]
+    return []
 
 
 def main(argv: list[str]) -> int:

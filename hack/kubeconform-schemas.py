@@ -45,7 +45,22 @@ SCHEMAS = ("additionalProperties", "items", "not")
 
 def strict(node: Schema) -> Schema:
     """A copy of a schema with closed objects, int-or-string and nullable spelled out."""
-    out = dict(node)
+    out = {**node, **_strict_children(node)}
+    open_object = "additionalProperties" in node or node.get("x-kubernetes-preserve-unknown-fields")
+    if "properties" in node and not open_object:
+        out["additionalProperties"] = False
+    if node.get("format") == "int-or-string" or node.get("x-kubernetes-int-or-string"):
+        out.pop("type", None)
+        out.pop("format", None)
+        out["anyOf"] = INT_OR_STRING
+    if node.get("nullable") is True and isinstance(node.get("type"), str):
+        out["type"] = [node["type"], "null"]
+    return out
+
+
+def _strict_children(node: Schema) -> Schema:
+    """The subschemas of a schema, each made strict."""
+    out: Schema = {}
     for key in SCHEMA_MAPS:
         if isinstance(node.get(key), dict):
             out[key] = {name: strict(sub) for name, sub in node[key].items()}
@@ -57,15 +72,6 @@ def strict(node: Schema) -> Schema:
             out[key] = strict(node[key])
         elif isinstance(node.get(key), list):
             out[key] = [strict(sub) for sub in node[key]]
-    open_object = "additionalProperties" in node or node.get("x-kubernetes-preserve-unknown-fields")
-    if "properties" in node and not open_object:
-        out["additionalProperties"] = False
-    if node.get("format") == "int-or-string" or node.get("x-kubernetes-int-or-string"):
-        out.pop("type", None)
-        out.pop("format", None)
-        out["anyOf"] = INT_OR_STRING
-    if node.get("nullable") is True and isinstance(node.get("type"), str):
-        out["type"] = [node["type"], "null"]
     return out
 
 

@@ -98,7 +98,7 @@ def install(run: Run) -> None:
     run.kubectl("apply", "--server-side", "-f", "-", input="\n---\n".join(rest))
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kubectl", default="kubectl")
     parser.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG")
@@ -106,103 +106,109 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu", type=Path, default=ROOT / "config" / "samples" / "gpu.yaml")
     parser.add_argument("--timeout", type=float, default=1800.0, help="per step, seconds")
     parser.add_argument("--expect-log", default="Test PASSED", help="'' to skip the log check")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def wait_ready(run: Run, timeout: float) -> None:
+    run.wait("Gpu state Ready", lambda: _gpu_state(run).startswith("Ready"), timeout)
+
+
+def smoke(run: Run, timeout: float) -> None:
+    """Run the cuda-vectoradd Job and wait until it completes."""
+    if run.get("namespace", SMOKE_NAMESPACE) is None:
+        run.kubectl("create", "namespace", SMOKE_NAMESPACE)
+    run.wait(
+        "the default ServiceAccount",
+        lambda: run.get("serviceaccount", "default", "-n", SMOKE_NAMESPACE),
+        60,
+    )
+    run.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(SMOKE_JOB))
+    run.wait(
+        "cuda-vectoradd to complete",
+        lambda: (
+            (run.get("job", "cuda-vectoradd", "-n", SMOKE_NAMESPACE) or {})
+            .get("status", {})
+            .get("succeeded")
+        ),
+        timeout,
+    )
+
+
+def log_check(run: Run, expected: str) -> None:
+    log = run.kubectl("logs", "job/cuda-vectoradd", "-n", SMOKE_NAMESPACE)
+    if expected not in log:
+        raise Failed(f"cuda-vectoradd log lacks {expected!r}:\n{log}")
+
+
+def delete_gpu(run: Run, timeout: float) -> None:
+    run.kubectl("delete", "gpus.gpu.kyma-project.io", "gpu", "--wait=false")
+    run.wait("the Gpu gone", lambda: run.get("gpus.gpu.kyma-project.io", "gpu") is None, timeout)
+
+
+def leftovers(run: Run) -> list[str]:
+    left = []
+    for kind, namespace in (
+        ("helmreleases.helm.toolkit.fluxcd.io", "kyma-system"),
+        ("helmrepositories.source.toolkit.fluxcd.io", "kyma-system"),
+        ("ocirepositories.source.toolkit.fluxcd.io", "kyma-system"),
+        ("daemonsets", "gpu-operator"),
+        ("deployments", "gpu-operator"),
+        ("pods", "gpu-operator"),
+    ):
+        items = (run.get(kind, "-n", namespace) or {}).get("items") or []
+        left += [f"{kind} {namespace}/{i['metadata']['name']}" for i in items]
+    return left
+
+
+def nothing_left(run: Run) -> None:
+    # Garbage collection of operand pods trails the uninstall by a few seconds.
+    deadline = time.monotonic() + 120
+    while (left := leftovers(run)) and time.monotonic() < deadline:
+        time.sleep(3)
+    if left:
+        raise Failed("left behind: " + ", ".join(left))
+
+
+Step = tuple[str, Callable[[], object]]
+
+
+def steps_of(run: Run, args: argparse.Namespace) -> list[Step]:
+    """The steps to run, in order, as (name, action)."""
+    steps: list[Step] = []
+    if args.install:
+        steps.append(("install the module and Flux", lambda: install(run)))
+    steps += [
+        ("apply the Gpu", lambda: run.kubectl("apply", "--server-side", "-f", str(args.gpu))),
+        ("wait for Gpu Ready", lambda: wait_ready(run, args.timeout)),
+        ("run the cuda-vectoradd smoke Job", lambda: smoke(run, args.timeout)),
+    ]
+    if args.expect_log:
+        steps.append(("check the smoke log", lambda: log_check(run, args.expect_log)))
+    delete_smoke = ("delete", "namespace", SMOKE_NAMESPACE, "--wait=true", "--timeout=300s")
+    steps += [
+        ("delete the smoke namespace", lambda: run.kubectl(*delete_smoke)),
+        ("delete the Gpu and wait until Flux uninstalled", lambda: delete_gpu(run, args.timeout)),
+        ("check nothing of the release is left", lambda: nothing_left(run)),
+    ]
+    return steps
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
     run = Run(args.kubectl, args.kubeconfig)
-    steps: list[tuple[str, float]] = []
-
-    def step(name: str, action: Callable[[], object]) -> None:
-        began = time.monotonic()
-        run.say(f"{name} ...")
-        action()
-        steps.append((name, time.monotonic() - began))
-        run.say(f"{name}: ok ({steps[-1][1]:.1f}s)")
-
+    took: list[float] = []
     try:
-        if args.install:
-            step("install the module and Flux", lambda: install(run))
-        step("apply the Gpu", lambda: run.kubectl("apply", "--server-side", "-f", str(args.gpu)))
-        step(
-            "wait for Gpu Ready",
-            lambda: run.wait(
-                "Gpu state Ready", lambda: _gpu_state(run).startswith("Ready"), args.timeout
-            ),
-        )
-
-        def smoke() -> None:
-            if run.get("namespace", SMOKE_NAMESPACE) is None:
-                run.kubectl("create", "namespace", SMOKE_NAMESPACE)
-            run.wait(
-                "the default ServiceAccount",
-                lambda: run.get("serviceaccount", "default", "-n", SMOKE_NAMESPACE),
-                60,
-            )
-            run.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(SMOKE_JOB))
-            run.wait(
-                "cuda-vectoradd to complete",
-                lambda: (
-                    (run.get("job", "cuda-vectoradd", "-n", SMOKE_NAMESPACE) or {})
-                    .get("status", {})
-                    .get("succeeded")
-                ),
-                args.timeout,
-            )
-
-        step("run the cuda-vectoradd smoke Job", smoke)
-        if args.expect_log:
-
-            def log_check() -> None:
-                log = run.kubectl("logs", "job/cuda-vectoradd", "-n", SMOKE_NAMESPACE)
-                if args.expect_log not in log:
-                    raise Failed(f"cuda-vectoradd log lacks {args.expect_log!r}:\n{log}")
-
-            step("check the smoke log", log_check)
-        step(
-            "delete the smoke namespace",
-            lambda: run.kubectl(
-                "delete", "namespace", SMOKE_NAMESPACE, "--wait=true", "--timeout=300s"
-            ),
-        )
-        step(
-            "delete the Gpu and wait until Flux uninstalled",
-            lambda: (
-                run.kubectl("delete", "gpus.gpu.kyma-project.io", "gpu", "--wait=false"),
-                run.wait(
-                    "the Gpu gone",
-                    lambda: run.get("gpus.gpu.kyma-project.io", "gpu") is None,
-                    args.timeout,
-                ),
-            ),
-        )
-
-        def leftovers() -> list[str]:
-            left = []
-            for kind, namespace in (
-                ("helmreleases.helm.toolkit.fluxcd.io", "kyma-system"),
-                ("helmrepositories.source.toolkit.fluxcd.io", "kyma-system"),
-                ("ocirepositories.source.toolkit.fluxcd.io", "kyma-system"),
-                ("daemonsets", "gpu-operator"),
-                ("deployments", "gpu-operator"),
-                ("pods", "gpu-operator"),
-            ):
-                items = (run.get(kind, "-n", namespace) or {}).get("items") or []
-                left += [f"{kind} {namespace}/{i['metadata']['name']}" for i in items]
-            return left
-
-        def nothing_left() -> None:
-            # Garbage collection of operand pods trails the uninstall by a few seconds.
-            deadline = time.monotonic() + 120
-            while (left := leftovers()) and time.monotonic() < deadline:
-                time.sleep(3)
-            if left:
-                raise Failed("left behind: " + ", ".join(left))
-
-        step("check nothing of the release is left", nothing_left)
+        for name, action in steps_of(run, args):
+            began = time.monotonic()
+            run.say(f"{name} ...")
+            action()
+            took.append(time.monotonic() - began)
+            run.say(f"{name}: ok ({took[-1]:.1f}s)")
     except Failed as err:
         run.say(f"FAILED: {err}")
         run.say(f"Gpu: {_gpu_state(run)}")
         return 1
-    total = sum(seconds for _, seconds in steps)
-    print(f"nightly e2e: all {len(steps)} steps ok in {total:.0f}s")
+    print(f"nightly e2e: all {len(took)} steps ok in {sum(took):.0f}s")
     return 0
 
 

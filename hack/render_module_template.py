@@ -228,11 +228,45 @@ def build(
     third_party: list[str],
     channels: list[str],
 ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(ModuleTemplate, ModuleReleaseMeta) of the module."""
     module = short_module_name(config["name"])
     version = str(config["version"])
     objects = [doc for doc in yaml.safe_load_all(manifest) if doc]
-    digest = hashlib.sha256(manifest.encode()).hexdigest()
+    labels = {str(k): str(v) for k, v in (config.get("labels") or {}).items()}
+    labels["operator.kyma-project.io/module-name"] = module
+    annotations = {str(k): str(v) for k, v in (config.get("annotations") or {}).items()}
+    scoped = _cluster_scoped(objects, default_cr)
+    annotations["operator.kyma-project.io/is-cluster-scoped"] = "true" if scoped else "false"
+    resources = _resources(manifest, objects, version, third_party)
+    template: dict[str, Any] = {
+        "apiVersion": "operator.kyma-project.io/v1beta2",
+        "kind": "ModuleTemplate",
+        "metadata": {
+            "name": f"{module}-{version}",
+            "namespace": NAMESPACE,
+            "labels": labels,
+            "annotations": annotations,
+        },
+        "spec": _template_spec(config, module, default_cr, resources),
+    }
+    release_meta = {
+        "apiVersion": "operator.kyma-project.io/v1beta2",
+        "kind": "ModuleReleaseMeta",
+        "metadata": {"name": module, "namespace": NAMESPACE, "labels": labels},
+        "spec": {
+            "moduleName": module,
+            "ocmComponentName": config["name"],
+            "channels": [{"channel": c, "version": version} for c in channels],
+        },
+    }
+    return template, release_meta
 
+
+def _resources(
+    manifest: str, objects: list[dict[str, Any]], version: str, third_party: list[str]
+) -> list[dict[str, Any]]:
+    """The component's resources: the raw manifest, then every image it and the others use."""
+    digest = hashlib.sha256(manifest.encode()).hexdigest()
     resources: list[dict[str, Any]] = [
         {
             "name": "raw-manifest",
@@ -248,88 +282,76 @@ def build(
     ]
     for image in images_of(objects) + [i for i in third_party if i not in images_of(objects)]:
         resources.append(_oci_resource(image))
+    return resources
 
-    labels = {str(k): str(v) for k, v in (config.get("labels") or {}).items()}
-    labels["operator.kyma-project.io/module-name"] = module
-    annotations = {str(k): str(v) for k, v in (config.get("annotations") or {}).items()}
-    scoped = _cluster_scoped(objects, default_cr)
-    annotations["operator.kyma-project.io/is-cluster-scoped"] = "true" if scoped else "false"
+
+def _template_spec(
+    config: dict[str, Any],
+    module: str,
+    default_cr: dict[str, Any],
+    resources: list[dict[str, Any]],
+) -> dict[str, Any]:
     manager = config["manager"]
-    template: dict[str, Any] = {
-        "apiVersion": "operator.kyma-project.io/v1beta2",
-        "kind": "ModuleTemplate",
-        "metadata": {
-            "name": f"{module}-{version}",
-            "namespace": NAMESPACE,
-            "labels": labels,
-            "annotations": annotations,
+    version = str(config["version"])
+    return {
+        "moduleName": module,
+        "version": version,
+        "mandatory": False,
+        "requiresDowntime": bool(config.get("requiresDowntime", False)),
+        "info": {
+            "repository": config["repository"],
+            "documentation": config["documentation"],
+            "icons": [{"name": i["name"], "link": i["link"]} for i in config.get("icons") or []],
         },
-        "spec": {
-            "moduleName": module,
+        "associatedResources": [
+            {"group": r["group"], "version": r["version"], "kind": r["kind"]}
+            for r in config.get("associatedResources") or []
+        ],
+        "data": default_cr,
+        "manager": {
+            "name": manager["name"],
+            "namespace": manager["namespace"],
+            "group": manager["group"],
+            "version": manager["version"],
+            "kind": manager["kind"],
+        },
+        "descriptor": _descriptor(config, version, resources),
+        "resources": [{"name": "rawManifest", "link": config["manifest"]}],
+    }
+
+
+def _descriptor(
+    config: dict[str, Any], version: str, resources: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The OCM component descriptor that KLM reads."""
+    return {
+        "meta": {"schemaVersion": "v2"},
+        "component": {
+            "name": config["name"],
             "version": version,
-            "mandatory": False,
-            "requiresDowntime": bool(config.get("requiresDowntime", False)),
-            "info": {
-                "repository": config["repository"],
-                "documentation": config["documentation"],
-                "icons": [
-                    {"name": i["name"], "link": i["link"]} for i in config.get("icons") or []
-                ],
-            },
-            "associatedResources": [
-                {"group": r["group"], "version": r["version"], "kind": r["kind"]}
-                for r in config.get("associatedResources") or []
+            "provider": "kyma-project.io",
+            "repositoryContexts": [
+                {
+                    "type": "ociRegistry",
+                    "baseUrl": REGISTRY_CONTEXT,
+                    "componentNameMapping": "urlPath",
+                }
             ],
-            "data": default_cr,
-            "manager": {
-                "name": manager["name"],
-                "namespace": manager["namespace"],
-                "group": manager["group"],
-                "version": manager["version"],
-                "kind": manager["kind"],
-            },
-            "descriptor": {
-                "meta": {"schemaVersion": "v2"},
-                "component": {
-                    "name": config["name"],
+            "labels": [
+                {"name": "security.kyma-project.io/scan", "value": "enabled"},
+            ],
+            "componentReferences": [],
+            "sources": [
+                {
+                    "name": "module-sources",
+                    "type": "Github",
                     "version": version,
-                    "provider": "kyma-project.io",
-                    "repositoryContexts": [
-                        {
-                            "type": "ociRegistry",
-                            "baseUrl": REGISTRY_CONTEXT,
-                            "componentNameMapping": "urlPath",
-                        }
-                    ],
-                    "labels": [
-                        {"name": "security.kyma-project.io/scan", "value": "enabled"},
-                    ],
-                    "componentReferences": [],
-                    "sources": [
-                        {
-                            "name": "module-sources",
-                            "type": "Github",
-                            "version": version,
-                            "access": {"type": "gitHub", "repoUrl": config["repository"]},
-                        }
-                    ],
-                    "resources": resources,
-                },
-            },
-            "resources": [{"name": "rawManifest", "link": config["manifest"]}],
+                    "access": {"type": "gitHub", "repoUrl": config["repository"]},
+                }
+            ],
+            "resources": resources,
         },
     }
-    release_meta = {
-        "apiVersion": "operator.kyma-project.io/v1beta2",
-        "kind": "ModuleReleaseMeta",
-        "metadata": {"name": module, "namespace": NAMESPACE, "labels": labels},
-        "spec": {
-            "moduleName": module,
-            "ocmComponentName": config["name"],
-            "channels": [{"channel": c, "version": version} for c in channels],
-        },
-    }
-    return template, release_meta
 
 
 def placeholders(text: str) -> list[str]:

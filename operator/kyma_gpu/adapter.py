@@ -27,6 +27,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kyma_gpu import __version__
 from kyma_gpu.api.models import API_GROUP, API_VERSION, KIND, PLURAL
+from kyma_gpu.api.resources import FLUX_CRD_KINDS, FLUX_KINDS
 from kyma_gpu.errors import (
     ApiError,
     NotFound,
@@ -58,11 +59,7 @@ _POOL_SIZE = 32
 log = logging.getLogger(__name__)
 
 # apiVersion/kind -> plural, for the namespaced Flux objects the plan renders.
-PLURALS = {
-    ("helm.toolkit.fluxcd.io/v2", "HelmRelease"): "helmreleases",
-    ("source.toolkit.fluxcd.io/v1", "HelmRepository"): "helmrepositories",
-    ("source.toolkit.fluxcd.io/v1", "OCIRepository"): "ocirepositories",
-}
+PLURALS = {(k.api_version, k.kind): k.plural for k in FLUX_KINDS}
 # ... and for the objects of the module's own Flux (plan/provision.py, data/flux.yaml).
 BUNDLE_PLURALS = {
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): "customresourcedefinitions",
@@ -73,15 +70,7 @@ BUNDLE_PLURALS = {
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
     ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies",
 }
-FLUX_KINDS = {
-    "HelmRelease": "/apis/helm.toolkit.fluxcd.io/v2/helmreleases",
-    "HelmChart": "/apis/source.toolkit.fluxcd.io/v1/helmcharts",
-    "HelmRepository": "/apis/source.toolkit.fluxcd.io/v1/helmrepositories",
-    "OCIRepository": "/apis/source.toolkit.fluxcd.io/v1/ocirepositories",
-    "GitRepository": "/apis/source.toolkit.fluxcd.io/v1/gitrepositories",
-    "Bucket": "/apis/source.toolkit.fluxcd.io/v1/buckets",
-    "ExternalArtifact": "/apis/source.toolkit.fluxcd.io/v1/externalartifacts",
-}
+FLUX_CRD_PATHS = {k.kind: k.path() for k in FLUX_CRD_KINDS}
 """Every kind of the module's Flux CRDs, in all namespaces: what may still use them."""
 
 
@@ -247,7 +236,7 @@ class KubeAdapter:
         """Up to per_kind objects of each Flux kind, in all namespaces, metadata only;
         a kind whose CRD is gone has none."""
         found: list[tuple[str, dict[str, Any]]] = []
-        for kind, path in FLUX_KINDS.items():
+        for kind, path in FLUX_CRD_PATHS.items():
             query = ListQuery(path, metadata_only=True)
             try:
                 page = await asyncio.to_thread(self.list_page, query, per_kind)

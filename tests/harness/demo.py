@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -129,75 +130,107 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def run_demo(exit_when_ready: bool = False, timeout: float = 300.0) -> int:
-    progress = Progress()
-    cluster = LocalCluster(node_files=[DEMO_FLEET], progress=progress)
+@dataclass
+class _Stack:
+    """What the demo started, so that whatever started is stopped again."""
+
+    cluster: LocalCluster
     flux: FluxStack | None = None
     operator: OperatorProcess | None = None
+
+    def check_operator(self) -> None:
+        if self.operator is not None and not self.operator.alive():
+            raise RuntimeError(f"the operator exited:\n{self.operator.log()}")
+
+    def stop(self) -> None:
+        if self.operator is not None:
+            self.operator.stop()
+        if self.flux is not None:
+            self.flux.stop()
+        self.cluster.stop()
+
+
+def _start(stack: _Stack, progress: Progress) -> FluxStack:
+    """Start the cluster, Flux and the operator, and apply the sample Gpu."""
+    cluster = stack.cluster
+    require(*CLUSTER_BINARIES, *FLUX_BINARIES, FLUX_CLI)  # all missing ones named at once
+    progress("starting the local cluster (etcd, kube-apiserver, controllers, kwok nodes)")
+    cluster.start()
+    progress("starting Flux source-controller and helm-controller, and the Helm repository")
+    flux = stack.flux = FluxStack(cluster, progress=progress).start()
+    progress("installing the Gpu CRD and starting the operator (kyma-gpu run)")
+    install_crds(cluster)
+    stack.operator = OperatorProcess(cluster).start()
+    sample = yaml.safe_load(SAMPLE.read_text())
+    sample["spec"] = {"source": {"chartRepository": flux.helm_repo_url, "insecure": True}}
+    progress(f"applying the sample Gpu (config/samples/gpu.yaml, chart from {flux.helm_repo_url})")
+    cluster.apply(sample)
+    return flux
+
+
+def _wait_ready(stack: _Stack, flux: FluxStack, progress: Progress, timeout: float) -> None:
+    """Show the Gpu's status and the operands as they come, until the Gpu is Ready."""
+    last, deadline = "", time.monotonic() + timeout
+    operands: set[str] = set()
+    while time.monotonic() < deadline:
+        obj = gpu(stack.cluster)
+        line = _status_line(obj)
+        if line != last:
+            progress(line)
+            last = line
+        operands = _show_new_operands(stack.cluster, operands, flux, progress)
+        if ((obj or {}).get("status") or {}).get("state") == "Ready":
+            return
+        stack.check_operator()
+        flux.check_alive()
+        time.sleep(0.5)
+    raise RuntimeError(f"the Gpu did not become Ready within {timeout:.0f}s: {last}")
+
+
+def _print_guide(cluster: LocalCluster) -> None:
+    """What flux and kubectl say now, and the commands to look around."""
+    for args in FLUX_GETS:
+        print()
+        print(f"$ flux {' '.join(args)}")
+        print(flux_cli(cluster, *args).rstrip())
+    print()
+    print("$ kubectl get gpu")
+    print(cluster.kubectl("get", "gpu").stdout.rstrip())
+    print()
+    print(f"export KUBECONFIG={cluster.kubeconfig}")
+    print("Look around (in another terminal, with that KUBECONFIG):")
+    for command in (
+        "get gpu", "describe gpu gpu", f"get helmrelease,helmrepository -n {MODULE_NAMESPACE}",
+        f"get helmrelease gpu-operator -n {MODULE_NAMESPACE} -o yaml",
+        "get daemonsets,pods -n gpu-operator", "get clusterpolicy",
+        "get nodes -L node.kubernetes.io/instance-type",
+    ):  # fmt: skip
+        print(f"  tools/bin/kubectl {command}")
+    for args in FLUX_GETS:
+        print(f"  tools/bin/flux {' '.join(args)}")
+    print(f"Logs (operator, Flux, control plane): {cluster.log_dir}")
+
+
+def _run_until_interrupted(stack: _Stack) -> None:
+    print("Ctrl-C stops everything.", flush=True)
+    while True:
+        stack.cluster.check_alive()
+        stack.check_operator()
+        time.sleep(2)
+
+
+def run_demo(exit_when_ready: bool = False, timeout: float = 300.0) -> int:
+    progress = Progress()
+    stack = _Stack(LocalCluster(node_files=[DEMO_FLEET], progress=progress))
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        require(*CLUSTER_BINARIES, *FLUX_BINARIES, FLUX_CLI)  # all missing ones named at once
-        progress("starting the local cluster (etcd, kube-apiserver, controllers, kwok nodes)")
-        cluster.start()
-        progress("starting Flux source-controller and helm-controller, and the Helm repository")
-        flux = FluxStack(cluster, progress=progress).start()
-        progress("installing the Gpu CRD and starting the operator (kyma-gpu run)")
-        install_crds(cluster)
-        operator = OperatorProcess(cluster).start()
-        sample = yaml.safe_load(SAMPLE.read_text())
-        sample["spec"] = {"source": {"chartRepository": flux.helm_repo_url, "insecure": True}}
-        progress(
-            f"applying the sample Gpu (config/samples/gpu.yaml, chart from {flux.helm_repo_url})"
-        )
-        cluster.apply(sample)
-
-        last, deadline = "", time.monotonic() + timeout
-        operands: set[str] = set()
-        while time.monotonic() < deadline:
-            obj = gpu(cluster)
-            line = _status_line(obj)
-            if line != last:
-                progress(line)
-                last = line
-            operands = _show_new_operands(cluster, operands, flux, progress)
-            if ((obj or {}).get("status") or {}).get("state") == "Ready":
-                break
-            if operator is not None and not operator.alive():
-                raise RuntimeError(f"the operator exited:\n{operator.log()}")
-            flux.check_alive()
-            time.sleep(0.5)
-        else:
-            raise RuntimeError(f"the Gpu did not become Ready within {timeout:.0f}s: {last}")
-
-        for args in FLUX_GETS:
-            print()
-            print(f"$ flux {' '.join(args)}")
-            print(flux_cli(cluster, *args).rstrip())
-        print()
-        print("$ kubectl get gpu")
-        print(cluster.kubectl("get", "gpu").stdout.rstrip())
-        print()
-        print(f"export KUBECONFIG={cluster.kubeconfig}")
-        print("Look around (in another terminal, with that KUBECONFIG):")
-        for command in (
-            "get gpu", "describe gpu gpu", f"get helmrelease,helmrepository -n {MODULE_NAMESPACE}",
-            f"get helmrelease gpu-operator -n {MODULE_NAMESPACE} -o yaml",
-            "get daemonsets,pods -n gpu-operator", "get clusterpolicy",
-            "get nodes -L node.kubernetes.io/instance-type",
-        ):  # fmt: skip
-            print(f"  tools/bin/kubectl {command}")
-        for args in FLUX_GETS:
-            print(f"  tools/bin/flux {' '.join(args)}")
-        print(f"Logs (operator, Flux, control plane): {cluster.log_dir}")
-        if exit_when_ready:
-            return 0
-        print("Ctrl-C stops everything.", flush=True)
-        while True:
-            cluster.check_alive()
-            if operator is not None and not operator.alive():
-                raise RuntimeError(f"the operator exited:\n{operator.log()}")
-            time.sleep(2)
+        flux = _start(stack, progress)
+        _wait_ready(stack, flux, progress, timeout)
+        _print_guide(stack.cluster)
+        if not exit_when_ready:
+            _run_until_interrupted(stack)
+        return 0
     except KeyboardInterrupt:
         print("\nstopping ...", flush=True)
         return 0
@@ -206,16 +239,12 @@ def run_demo(exit_when_ready: bool = False, timeout: float = 300.0) -> int:
         return 2
     except Exception as error:
         print(f"error: {error}", file=sys.stderr)
-        if cluster.log_dir.exists():
-            print(cluster.log_tails(20), file=sys.stderr)
+        if stack.cluster.log_dir.exists():
+            print(stack.cluster.log_tails(20), file=sys.stderr)
         return 1
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        if operator is not None:
-            operator.stop()
-        if flux is not None:
-            flux.stop()
-        cluster.stop()
+        stack.stop()
         signal.signal(signal.SIGINT, signal.default_int_handler)
         print("stopped.", flush=True)
 

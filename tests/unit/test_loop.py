@@ -64,7 +64,7 @@ class World:
             **status,
         }  # fmt: skip
         meta["resourceVersion"] = self.api.next_version()
-        plural = next(p for p, (_, _, k) in FLUX.items() if k == kind)
+        plural = next(p for p, k in FLUX.items() if k.kind == kind)
         entry = Entry(version_of(meta["resourceVersion"]), flux_facts(plural, obj))
         self.store.put(plural, meta["name"], entry)
 
@@ -245,7 +245,7 @@ def test_an_uninstall_past_its_timeout_turns_error_with_the_next_step(world: Wor
     assert requeue is not None
     assert bound + UNINSTALL_GRACE_SECONDS - 5 < requeue <= bound + UNINSTALL_GRACE_SECONDS
     # helm-controller never removes its finalizer: the objects stay, deleting, for years.
-    plural = {kind: plural for plural, (_, _, kind) in FLUX.items()}
+    plural = {k.kind: p for p, k in FLUX.items()}
     for (kind, name), obj in world.api.objects.items():
         obj["metadata"]["deletionTimestamp"] = "2000-01-01T00:00:00Z"
         facts = flux_facts(plural[kind], obj)

@@ -9,12 +9,15 @@ import pytest
 from pydantic import ValidationError
 
 from kyma_gpu.api import GpuSpec
+from kyma_gpu.api.models import ClusterDriverMode
 from kyma_gpu.facts import ClusterFacts, cluster_facts
 from kyma_gpu.plan import Finding, Owner, Plan, Preflight, Severity, make_plan
-from kyma_gpu.plan.plan import PER_POOL
+from kyma_gpu.plan.driver import resolve
+from kyma_gpu.plan.preflight import CHECKS, preflight_findings
 from kyma_gpu.rules.catalog import Catalog
 from tests.unit.builders import cpu_node, facts_of, node, ubuntu_node
 
+PER_POOL = ClusterDriverMode.PER_POOL
 UID = "0b5a8c1e-5f7d-4c2b-9a41-6d2f0e7b9c11"
 INSTALLER = "ghcr.io/gardenlinux/gardenlinux-nvidia-installer/1.17.0"
 FLATCAR = "Flatcar Container Linux by Kinvolk 4081.2.0 (Oklo)"
@@ -639,3 +642,15 @@ def test_preinstalled_pool_of_an_os_without_a_driver_pool_needs_nothing(catalog:
         catalog, node("gl"), ubuntu_node("ub-own", labels=own), ubuntu_node("x", labels=own)
     )
     assert reasons(plan) == []
+
+
+def test_the_plan_is_its_preflight_checks_in_order(catalog: Catalog) -> None:
+    """make_plan's findings (before the mirror step) are the checks' findings, in CHECKS order."""
+    spec = GpuSpec.model_validate({"driver": {"mode": "Upstream", "version": "123"}})
+    facts = facts_of(catalog.machine_types, node("gpu-0"), ubuntu_node("gpu-1"))
+    resolved = resolve(spec, facts, catalog)
+    expected = [f for check in CHECKS for f in check(resolved)]
+    assert expected == preflight_findings(resolved)
+    assert list(make_plan(spec, facts, catalog).preflight.findings) == expected
+    assert [f.reason for f in expected][:2] == ["UpstreamOnGardenLinux", "UnknownDriverVersion"]
+    assert isinstance(make_plan(spec, facts, catalog).driver_mode, ClusterDriverMode)

@@ -20,6 +20,7 @@ from kyma_gpu.api.models import (
     GpuSpec,
     GpuStatus,
 )
+from kyma_gpu.api.resources import module_labels
 from kyma_gpu.yamlio import dump
 
 _DROP = {"title", "additionalProperties", "x-kyma-raw"}
@@ -73,35 +74,47 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
     if not isinstance(node, dict):
         return node
     if node.get("x-kyma-raw"):
-        out: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-        if "description" in node:
-            out["description"] = " ".join(node["description"].split())
-        return out
-    if "$ref" in node:
-        target = defs[node["$ref"].rsplit("/", 1)[-1]]
-        merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
-        return _structural(merged, defs)
-    if "anyOf" in node:
-        branches = [b for b in node["anyOf"] if b.get("type") != "null"]
-        rest = {k: v for k, v in node.items() if k != "anyOf"}
-        if len(branches) == 1:
-            return _structural({**branches[0], **rest}, defs)
+        return _raw(node)
+    resolved = _resolve(node, defs)
+    if resolved is not None:
+        return _structural(resolved, defs)
     if "const" in node:
         node = {**{k: v for k, v in node.items() if k != "const"}, "enum": [node["const"]]}
     out = {}
     for key, value in node.items():
-        if key in _DROP or key == "$defs":
+        if key in _DROP or key == "$defs" or (key == "default" and value is None):
             continue
-        if key == "default" and value is None:
-            continue
-        if key == "description" and isinstance(value, str):
-            out[key] = " ".join(value.split())
-            continue
-        if key == "properties":
-            out[key] = {name: _structural(prop, defs) for name, prop in value.items()}
-        else:
-            out[key] = _structural(value, defs)
+        out[key] = _structural_field(key, value, defs)
     return out
+
+
+def _raw(node: dict[str, Any]) -> dict[str, Any]:
+    """A field of raw YAML (x-kyma-raw): any object, kept as it is."""
+    out: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    if "description" in node:
+        out["description"] = " ".join(node["description"].split())
+    return out
+
+
+def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any] | None:
+    """A $ref inlined, or an optional (anyOf with null) made plain; None when neither."""
+    if "$ref" in node:
+        target = defs[node["$ref"].rsplit("/", 1)[-1]]
+        return {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+    if "anyOf" in node:
+        branches = [b for b in node["anyOf"] if b.get("type") != "null"]
+        rest = {k: v for k, v in node.items() if k != "anyOf"}
+        if len(branches) == 1:
+            return {**branches[0], **rest}
+    return None
+
+
+def _structural_field(key: str, value: Any, defs: dict[str, Any]) -> Any:
+    if key == "description" and isinstance(value, str):
+        return " ".join(value.split())
+    if key == "properties":
+        return {name: _structural(prop, defs) for name, prop in value.items()}
+    return _structural(value, defs)
 
 
 def _schema(model: type[GpuSpec] | type[GpuStatus]) -> dict[str, Any]:
@@ -128,59 +141,62 @@ def _printer_columns() -> list[dict[str, Any]]:
     ]
 
 
-def crd() -> dict[str, Any]:
-    """The CustomResourceDefinition as a plain dict."""
+def _metadata() -> dict[str, Any]:
+    return {"name": f"{PLURAL}.{API_GROUP}", "labels": module_labels("gpu-manager")}
+
+
+def _names() -> dict[str, Any]:
+    return {
+        "kind": KIND,
+        "listKind": f"{KIND}List",
+        "plural": PLURAL,
+        "singular": KIND.lower(),
+        "categories": ["kyma-modules", "kyma-gpu"],
+    }
+
+
+def _open_api_schema() -> dict[str, Any]:
+    """The whole object's schema: the generated spec and status, with the CEL rules."""
     spec = _schema(GpuSpec)
     spec["properties"]["source"]["x-kubernetes-validations"] = _SOURCE_RULES
     _refuse_values(spec["properties"]["values"])
     status = _schema(GpuStatus)
     return {
+        "description": "Gpu makes the GPU worker pools of the cluster "
+        "usable: it detects GPU nodes and has Flux install the NVIDIA GPU "
+        f"Operator with fitting values. A singleton named '{SINGLETON_NAME}'.",
+        "type": "object",
+        "required": ["spec"],
+        "x-kubernetes-validations": _ROOT_RULES,
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": spec,
+            "status": status,
+        },
+    }
+
+
+def crd() -> dict[str, Any]:
+    """The CustomResourceDefinition as a plain dict."""
+    version = {
+        "name": API_VERSION,
+        "served": True,
+        "storage": True,
+        "subresources": {"status": {}},
+        "additionalPrinterColumns": _printer_columns(),
+        "schema": {"openAPIV3Schema": _open_api_schema()},
+    }
+    return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {
-            "name": f"{PLURAL}.{API_GROUP}",
-            "labels": {
-                "kyma-project.io/module": "gpu",
-                "app.kubernetes.io/name": "gpu-manager",
-                "app.kubernetes.io/part-of": "kyma-gpu",
-            },
-        },
+        "metadata": _metadata(),
         "spec": {
             "group": API_GROUP,
-            "names": {
-                "kind": KIND,
-                "listKind": f"{KIND}List",
-                "plural": PLURAL,
-                "singular": KIND.lower(),
-                "categories": ["kyma-modules", "kyma-gpu"],
-            },
+            "names": _names(),
             "scope": "Cluster",
-            "versions": [
-                {
-                    "name": API_VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": _printer_columns(),
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "description": "Gpu makes the GPU worker pools of the cluster "
-                            "usable: it detects GPU nodes and has Flux install the NVIDIA GPU "
-                            f"Operator with fitting values. A singleton named '{SINGLETON_NAME}'.",
-                            "type": "object",
-                            "required": ["spec"],
-                            "x-kubernetes-validations": _ROOT_RULES,
-                            "properties": {
-                                "apiVersion": {"type": "string"},
-                                "kind": {"type": "string"},
-                                "metadata": {"type": "object"},
-                                "spec": spec,
-                                "status": status,
-                            },
-                        }
-                    },
-                }
-            ],
+            "versions": [version],
         },
     }
 

@@ -123,6 +123,16 @@ class DriverMode(StrEnum):
     UPSTREAM = "Upstream"
 
 
+class ClusterDriverMode(StrEnum):
+    """The driver mode of the whole cluster, as the plan and the status report it."""
+
+    PRECOMPILED = "Precompiled"
+    PREINSTALLED = "Preinstalled"
+    UPSTREAM = "Upstream"
+    PER_POOL = "PerPool"
+    """GPU pools with different OSes need drivers: one NVIDIADriver per pool."""
+
+
 class DriverSpec(_Model):
     """The NVIDIA driver."""
 

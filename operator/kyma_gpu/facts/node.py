@@ -159,11 +159,23 @@ def _bounded(value: Any) -> str:
     return text if len(text) <= FIELD_LIMIT else text[: FIELD_LIMIT - 3] + "..."
 
 
-def node_facts(node: Mapping[str, Any], registry: MachineTypeRegistry) -> NodeFacts:
-    """Compact facts of one Node body (as the API or `kubectl get node -o yaml` gives it).
+_DRIVER_IN_IMAGE = (OsFamily.FLATCAR, OsFamily.BOTTLEROCKET, OsFamily.TALOS)
+"""Immutable OSes that ship the NVIDIA driver in the image: none is installed on them."""
 
-    Raises NodeError when the body is not a Node or lacks metadata.name.
-    """
+
+@dataclass(frozen=True, slots=True)
+class _NodeParts:
+    """The parts of a Node body that detection reads, each checked to be a mapping."""
+
+    name: str
+    labels: dict[str, str]
+    spec: Mapping[str, Any]
+    info: Mapping[str, Any]
+    capacity: Mapping[str, Any]
+
+
+def _parts(node: Mapping[str, Any]) -> _NodeParts:
+    """Raises NodeError when the body is not a Node or lacks metadata.name."""
     if not isinstance(node, Mapping):
         raise NodeError(f"expected a Node object, got {type(node).__name__}")
     kind = node.get("kind")
@@ -183,49 +195,53 @@ def node_facts(node: Mapping[str, Any], registry: MachineTypeRegistry) -> NodeFa
     status = _mapping(node.get("status"), f"{where}: status")
     info = _mapping(status.get("nodeInfo"), f"{where}: status.nodeInfo")
     capacity = _mapping(status.get("capacity"), f"{where}: status.capacity")
+    return _NodeParts(name, labels, spec, info, capacity)
 
-    os_image = _bounded(info.get("osImage"))
-    family, version = parse_os_image(os_image)
-    provider_id = spec.get("providerID")
-    provider = _bounded(parse_provider(provider_id if isinstance(provider_id, str) else None))
-    machine_type = labels.get(LABEL_INSTANCE_TYPE) or labels.get(LABEL_INSTANCE_TYPE_BETA)
-    arch = _bounded(info.get("architecture") or labels.get(LABEL_ARCH)) or "unknown"
 
+def _evidence(labels: Mapping[str, str], registered: bool, capacity_gpus: int | None) -> list[str]:
+    """Why the node counts as a GPU node, in a fixed order."""
     evidence: list[str] = []
-    model: str | None = None
-    count: int | None = None
-    known = registry.lookup(provider, machine_type)
-    if known is not None:
+    if registered:
         evidence.append("registry")
-        model, count = known.gpu, known.count
     if labels.get(LABEL_NFD_NVIDIA_PCI) == "true":
         evidence.append("nfd-pci")
     if labels.get(LABEL_GPU_PRESENT) == "true":
         evidence.append("gpu-present")
-    capacity_gpus = _int(capacity.get(RESOURCE_GPU))
     if capacity_gpus:
         evidence.append("capacity")
-    opt_in = labels.get(LABEL_OPT_IN)
-    if opt_in == "true":
+    if labels.get(LABEL_OPT_IN) == "true":
         evidence.append("opt-in")
+    return evidence
 
-    model = labels.get(LABEL_MODEL) or model or labels.get(LABEL_GFD_PRODUCT)
+
+def node_facts(node: Mapping[str, Any], registry: MachineTypeRegistry) -> NodeFacts:
+    """Compact facts of one Node body (as the API or `kubectl get node -o yaml` gives it).
+
+    Raises NodeError when the body is not a Node or lacks metadata.name.
+    """
+    parts = _parts(node)
+    labels, info = parts.labels, parts.info
+    os_image = _bounded(info.get("osImage"))
+    family, version = parse_os_image(os_image)
+    provider_id = parts.spec.get("providerID")
+    provider = _bounded(parse_provider(provider_id if isinstance(provider_id, str) else None))
+    machine_type = labels.get(LABEL_INSTANCE_TYPE) or labels.get(LABEL_INSTANCE_TYPE_BETA)
+    known = registry.lookup(provider, machine_type)
+    capacity_gpus = _int(parts.capacity.get(RESOURCE_GPU))
+    known_model, known_count = (known.gpu, known.count) if known is not None else (None, None)
+    model = labels.get(LABEL_MODEL) or known_model or labels.get(LABEL_GFD_PRODUCT)
     count = (
-        _int(labels.get(LABEL_COUNT)) or count or capacity_gpus or _int(labels.get(LABEL_GFD_COUNT))
+        _int(labels.get(LABEL_COUNT))
+        or known_count
+        or capacity_gpus
+        or _int(labels.get(LABEL_GFD_COUNT))
     )
     excluded = labels.get(LABEL_DEPLOY_DRIVER) == "false"
     preinstalled = (
-        labels.get(LABEL_PREINSTALLED) == "true"
-        or excluded
-        or family
-        in (
-            OsFamily.FLATCAR,
-            OsFamily.BOTTLEROCKET,
-            OsFamily.TALOS,
-        )
+        labels.get(LABEL_PREINSTALLED) == "true" or excluded or family in _DRIVER_IN_IMAGE
     )
     return NodeFacts(
-        name=name,
+        name=parts.name,
         provider=provider,
         machine_type=machine_type,
         gpu_model=model,
@@ -233,12 +249,12 @@ def node_facts(node: Mapping[str, Any], registry: MachineTypeRegistry) -> NodeFa
         os=family,
         os_version=version,
         os_image=os_image,
-        arch=arch,
+        arch=_bounded(info.get("architecture") or labels.get(LABEL_ARCH)) or "unknown",
         kernel=_bounded(info.get("kernelVersion")) or None,
         pool=labels.get(LABEL_POOL),
-        evidence=tuple(evidence),
+        evidence=tuple(_evidence(labels, known is not None, capacity_gpus)),
         preinstalled_driver=preinstalled,
-        opted_out=opt_in == "false",
+        opted_out=labels.get(LABEL_OPT_IN) == "false",
         nfd_missing=not all(labels.get(key) for key in NFD_LABELS_NEEDED),
         driver_excluded=excluded,
     )

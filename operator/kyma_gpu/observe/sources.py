@@ -22,11 +22,11 @@ from functools import partial
 from typing import Any
 
 from kyma_gpu.adapter import ListQuery
+from kyma_gpu.api.resources import FLUX_KINDS, OURS, FluxKind
 from kyma_gpu.facts import NodeError, node_facts
 from kyma_gpu.facts.machines import MachineTypeRegistry
 from kyma_gpu.observe.informer import Source
 from kyma_gpu.plan.actions import LiveObject, live_object
-from kyma_gpu.plan.flux import LABELS
 from kyma_gpu.plan.provision import crd_facts
 from kyma_gpu.status import (
     HelmReleaseFacts,
@@ -43,20 +43,15 @@ DAEMONSETS = "daemonsets"
 CLUSTER_POLICIES = "clusterpolicies"
 CRDS = "crds"
 PODS = "pods"
-FLUX = {
-    "helmreleases": ("helm.toolkit.fluxcd.io", "v2", "HelmRelease"),
-    "helmrepositories": ("source.toolkit.fluxcd.io", "v1", "HelmRepository"),
-    "ocirepositories": ("source.toolkit.fluxcd.io", "v1", "OCIRepository"),
-}
+FLUX: dict[str, FluxKind] = {k.plural: k for k in FLUX_KINDS}
 GATED = {
-    **{f"{plural}.{group}": plural for plural, (group, _, _) in FLUX.items()},
+    **{k.crd_name: k.plural for k in FLUX_KINDS},
     "clusterpolicies.nvidia.com": CLUSTER_POLICIES,
 }
 """CRD name -> the resource it serves: its observer lists again when the CRD appears."""
 REQUIRED = (NODES, DAEMONSETS, CRDS, *FLUX)
 """Listed (or found absent) before the first reconcile: planning without them would be wrong.
 The ClusterPolicy is not among them: a CRD of our own chart must never delay anything."""
-OURS = f"app.kubernetes.io/part-of={LABELS['app.kubernetes.io/part-of']}"
 
 
 def node_source(registry: MachineTypeRegistry) -> Source:
@@ -80,14 +75,13 @@ FluxFacts = tuple[LiveObject, HelmReleaseFacts]
 
 def flux_facts(plural: str, body: Mapping[str, Any]) -> FluxFacts:
     """A Flux object of ours: what planning compares, and what status mirrors."""
-    group, version, kind = FLUX[plural]
-    full = {"apiVersion": f"{group}/{version}", "kind": kind, **body}
+    kind = FLUX[plural]
+    full = {"apiVersion": kind.api_version, "kind": kind.kind, **body}
     return (live_object(full), helm_release_facts(full))
 
 
 def flux_source(plural: str, namespace: str) -> Source:
-    group, version, _ = FLUX[plural]
-    path = f"/apis/{group}/{version}/namespaces/{namespace}/{plural}"
+    path = FLUX[plural].path(namespace)
     return Source(plural, ListQuery(path, label_selector=OURS), partial(flux_facts, plural),
                   key=_name)  # fmt: skip
 

@@ -12,21 +12,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from kyma_gpu.api.models import API_GROUP, API_VERSION, KIND, SINGLETON_NAME
+from kyma_gpu.api.resources import HELM_RELEASE, HELM_REPOSITORY, OCI_REPOSITORY, module_labels
 from kyma_gpu.rules.catalog import Defaults
 
-HELM_RELEASE_API = "helm.toolkit.fluxcd.io/v2"
-SOURCE_API = "source.toolkit.fluxcd.io/v1"
 HELM_CHART_LAYER = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
 SPEC_HASH = "gpu.kyma-project.io/spec-hash"
 """Annotation with a hash of what the module last applied: a field removed from the plan
 changes the hash, so the object is applied again and server-side apply drops the field."""
 
-LABELS = {
-    "kyma-project.io/module": "gpu",
-    "app.kubernetes.io/name": "gpu-operator",
-    "app.kubernetes.io/part-of": "kyma-gpu",
-    "app.kubernetes.io/managed-by": "kyma-gpu",
-}
+LABELS = module_labels("gpu-operator", managed_by="kyma-gpu")
 
 # Fields of release objects that something other than Helm legitimately changes; drift detection
 # must not fight over them. Each entry says who writes the field.
@@ -102,6 +96,21 @@ def _metadata(name: str, settings: FluxSettings, owner: Owner | None) -> dict[st
     return meta
 
 
+@dataclass(frozen=True, slots=True)
+class ChartSource:
+    """Where the chart comes from: a Helm repository, or an OCI one (oci://)."""
+
+    repository: str
+    name: str
+    version: str
+    insecure: bool
+    secret_ref: str | None
+
+    @property
+    def oci(self) -> bool:
+        return self.repository.startswith("oci://")
+
+
 def flux_objects(
     settings: FluxSettings,
     *,
@@ -114,87 +123,88 @@ def flux_objects(
     owner: Owner | None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(source, HelmRelease), in the order they must be applied."""
-    name = settings.release_name
-    oci = chart_repository.startswith("oci://")
-    source_spec: dict[str, Any] = {"interval": settings.source_interval}
-    if oci:
-        source: dict[str, Any] = {
-            "apiVersion": SOURCE_API,
-            "kind": "OCIRepository",
-            "metadata": _metadata(name, settings, owner),
-            "spec": {
-                **source_spec,
-                "url": f"{chart_repository.rstrip('/')}/{chart_name}",
-                "ref": {"tag": chart_version},
-                "layerSelector": {"mediaType": HELM_CHART_LAYER, "operation": "copy"},
-            },
-        }
-        if insecure:
-            source["spec"]["insecure"] = True
-        chart: dict[str, Any] = {
-            "chartRef": {"kind": "OCIRepository", "name": name, "namespace": settings.namespace}
-        }
-    else:
-        source = {
-            "apiVersion": SOURCE_API,
-            "kind": "HelmRepository",
-            "metadata": _metadata(name, settings, owner),
-            "spec": {**source_spec, "url": chart_repository},
-        }
-        chart = {
-            "chart": {
-                "spec": {
-                    "chart": chart_name,
-                    "version": chart_version,
-                    "sourceRef": {
-                        "kind": "HelmRepository",
-                        "name": name,
-                        "namespace": settings.namespace,
-                    },
-                    "interval": settings.source_interval,
-                }
-            }
-        }
-    if secret_ref:
-        source["spec"]["secretRef"] = {"name": secret_ref}
-
-    retry = {"name": "RetryOnFailure", "retryInterval": settings.retry_interval}
-
+    chart = ChartSource(chart_repository, chart_name, chart_version, insecure, secret_ref)
+    source = _source(chart, settings, owner)
     release = {
-        "apiVersion": HELM_RELEASE_API,
-        "kind": "HelmRelease",
-        "metadata": _metadata(name, settings, owner),
-        "spec": {
-            **chart,
-            "interval": settings.interval,
-            "releaseName": settings.release_name,
-            "serviceAccountName": settings.service_account_name,
-            "targetNamespace": settings.target_namespace,
-            "storageNamespace": settings.target_namespace,
-            "timeout": settings.timeout,
-            "install": {
-                # The module manifest owns the target namespace (config/namespace/), and the
-                # release's ServiceAccount may only read it.
-                "createNamespace": False,
-                # Flux skips CRD upgrades by default; stale GPU operator CRDs prune fields.
-                "crds": "CreateReplace",
-                "strategy": retry,
-            },
-            "upgrade": {
-                "crds": "CreateReplace",
-                "cleanupOnFail": True,
-                "strategy": retry,
-            },
-            "uninstall": {
-                "keepHistory": False,
-                "deletionPropagation": "foreground",
-                "timeout": settings.uninstall_timeout,
-            },
-            "driftDetection": {"mode": "enabled", "ignore": [dict(r) for r in DRIFT_IGNORE]},
-            "values": copy.deepcopy(dict(values)),
-        },
+        "apiVersion": HELM_RELEASE.api_version,
+        "kind": HELM_RELEASE.kind,
+        "metadata": _metadata(settings.release_name, settings, owner),
+        "spec": {**_chart_ref(chart, settings), **_release_spec(settings, values)},
     }
     return _with_hash(source), _with_hash(release)
+
+
+def _source(chart: ChartSource, settings: FluxSettings, owner: Owner | None) -> dict[str, Any]:
+    """The OCIRepository or HelmRepository the release reads its chart from."""
+    kind = OCI_REPOSITORY if chart.oci else HELM_REPOSITORY
+    spec: dict[str, Any] = {"interval": settings.source_interval}
+    if chart.oci:
+        spec["url"] = f"{chart.repository.rstrip('/')}/{chart.name}"
+        spec["ref"] = {"tag": chart.version}
+        spec["layerSelector"] = {"mediaType": HELM_CHART_LAYER, "operation": "copy"}
+        if chart.insecure:
+            spec["insecure"] = True
+    else:
+        spec["url"] = chart.repository
+    if chart.secret_ref:
+        spec["secretRef"] = {"name": chart.secret_ref}
+    return {
+        "apiVersion": kind.api_version,
+        "kind": kind.kind,
+        "metadata": _metadata(settings.release_name, settings, owner),
+        "spec": spec,
+    }
+
+
+def _chart_ref(chart: ChartSource, settings: FluxSettings) -> dict[str, Any]:
+    """How the HelmRelease names its chart: a chartRef to the OCIRepository, or a chart
+    template over the HelmRepository."""
+    name, namespace = settings.release_name, settings.namespace
+    if chart.oci:
+        return {"chartRef": {"kind": OCI_REPOSITORY.kind, "name": name, "namespace": namespace}}
+    return {
+        "chart": {
+            "spec": {
+                "chart": chart.name,
+                "version": chart.version,
+                "sourceRef": {"kind": HELM_REPOSITORY.kind, "name": name, "namespace": namespace},
+                "interval": settings.source_interval,
+            }
+        }
+    }
+
+
+def _release_spec(settings: FluxSettings, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The HelmRelease's settings after its chart: names, timeouts, remediation, values."""
+    retry = {"name": "RetryOnFailure", "retryInterval": settings.retry_interval}
+    return {
+        "interval": settings.interval,
+        "releaseName": settings.release_name,
+        "serviceAccountName": settings.service_account_name,
+        "targetNamespace": settings.target_namespace,
+        "storageNamespace": settings.target_namespace,
+        "timeout": settings.timeout,
+        "install": {
+            # The module manifest owns the target namespace (config/namespace/), and the
+            # release's ServiceAccount may only read it.
+            "createNamespace": False,
+            # Flux skips CRD upgrades by default; stale GPU operator CRDs prune fields.
+            "crds": "CreateReplace",
+            "strategy": retry,
+        },
+        "upgrade": {
+            "crds": "CreateReplace",
+            "cleanupOnFail": True,
+            "strategy": retry,
+        },
+        "uninstall": {
+            "keepHistory": False,
+            "deletionPropagation": "foreground",
+            "timeout": settings.uninstall_timeout,
+        },
+        "driftDetection": {"mode": "enabled", "ignore": [dict(r) for r in DRIFT_IGNORE]},
+        "values": copy.deepcopy(dict(values)),
+    }
 
 
 def spec_hash(obj: Mapping[str, Any]) -> str:

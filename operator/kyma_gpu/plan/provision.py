@@ -24,6 +24,8 @@ from typing import Any
 
 import yaml
 
+from kyma_gpu.api.resources import FLUX_KINDS, HELM_RELEASE
+
 PROVIDED_LABEL = "gpu.kyma-project.io/flux"
 PROVIDED = "provided"
 BUNDLE_HASH = "gpu.kyma-project.io/flux-bundle-hash"
@@ -31,13 +33,9 @@ SHARD_LABEL = "sharding.fluxcd.io/key"
 SHARD = "kyma-gpu"
 CRD_API = "apiextensions.k8s.io/v1"
 
-REQUIRED_APIS = {
-    "helmreleases.helm.toolkit.fluxcd.io": "helm.toolkit.fluxcd.io/v2",
-    "helmrepositories.source.toolkit.fluxcd.io": "source.toolkit.fluxcd.io/v1",
-    "ocirepositories.source.toolkit.fluxcd.io": "source.toolkit.fluxcd.io/v1",
-}
+REQUIRED_APIS = {k.crd_name: k.api_version for k in FLUX_KINDS}
 """CRD name -> the API version the module writes (Flux 2.6 or newer serves all three)."""
-MARKER_CRD = "helmreleases.helm.toolkit.fluxcd.io"
+MARKER_CRD = HELM_RELEASE.crd_name
 """Applied last: its bundle hash says the whole bundle is in place."""
 
 

@@ -22,8 +22,9 @@ from typing import Any, Protocol
 import cachetools
 from pydantic import ValidationError
 
-from kyma_gpu.adapter import PLURALS, ObjectRef
+from kyma_gpu.adapter import ObjectRef
 from kyma_gpu.api.models import GpuSpec, GpuStatus
+from kyma_gpu.api.resources import FLUX_KINDS
 from kyma_gpu.errors import ApiError, PermanentError
 from kyma_gpu.facts import ClusterFacts
 from kyma_gpu.metrics import Metrics, Observed
@@ -97,7 +98,7 @@ interval is over."""
 SYNC_REPORT_SECONDS = 5.0
 FOLLOWER_SECONDS = 0.25
 """How often a follower checks whether it leads now."""
-_FLUX_PLURAL = {kind: plural for (_, kind), plural in PLURALS.items()}
+_FLUX_PLURAL = {k.kind: k.plural for k in FLUX_KINDS}
 
 
 class Writer(Protocol):

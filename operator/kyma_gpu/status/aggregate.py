@@ -53,7 +53,6 @@ class Observed:
     applied: bool = True
     """False when the Flux objects could not be written (the error is in apply_error)."""
     apply_error: str = ""
-    extra_findings: tuple[str, ...] = field(default_factory=tuple)
     driver_version_before: str | None = None
     """status.driverVersion as last written: while a driver rollout replaces pods, the
     versions seen before it still run on some nodes."""
