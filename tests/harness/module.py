@@ -153,11 +153,36 @@ def module_on(
     try:
         yield process
     finally:
+        remove_gpus(cluster, process)
         process.stop()
-        cluster.kubectl("delete", "gpus.gpu.kyma-project.io", "--all", "--wait=false",
-                        check=False)  # fmt: skip
         for node in nodes:
             cluster.delete_node(node)
+
+
+GPU_REMOVAL_SECONDS = 180.0
+"""How long a teardown lets the operator uninstall a Gpu that a test left behind."""
+
+
+def remove_gpus(cluster: LocalCluster, process: OperatorProcess) -> None:
+    """Delete every Gpu while the operator still runs, so that it uninstalls and releases its
+    finalizer; what is not gone after GPU_REMOVAL_SECONDS loses its finalizers (the Flux
+    objects then go with their owner). A test that failed half-way must not hand the next
+    test module a Gpu that is still being deleted."""
+    cluster.kubectl("delete", "gpus.gpu.kyma-project.io", "--all", "--wait=false", check=False)
+    deadline = time.monotonic() + (GPU_REMOVAL_SECONDS if process.alive() else 0.0)
+    while _gpu_names(cluster) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for name in _gpu_names(cluster):
+        print(f"teardown: Gpu {name} not gone after {GPU_REMOVAL_SECONDS:.0f}s; "
+              "removing its finalizers")  # fmt: skip
+        cluster.kubectl("patch", "gpus.gpu.kyma-project.io", name, "--type=merge",
+                        "-p", '{"metadata":{"finalizers":null}}', check=False)  # fmt: skip
+    wait_until(lambda: not _gpu_names(cluster), 30, "every Gpu gone after the teardown")
+
+
+def _gpu_names(cluster: LocalCluster) -> list[str]:
+    listed = cluster.kubectl("get", "gpus.gpu.kyma-project.io", "-o", "name", check=False)
+    return [line.split("/", 1)[-1] for line in listed.stdout.split()]
 
 
 def gpu(cluster: LocalCluster, name: str = "gpu") -> dict[str, Any] | None:
