@@ -80,6 +80,11 @@ EVERY_SWITCH: dict[str, Any] = {
     "nodeStatusExporter": {"enabled": True},
     "dcgmExporter": {"enabled": True, "serviceMonitor": {"enabled": True}},
     "gfd": {"enabled": True},
+    "gds": {"enabled": True},
+    "gdrcopy": {"enabled": True},
+    "sandboxWorkloads": {"enabled": True},
+    "vgpuManager": {"enabled": True},
+    "ccManager": {"enabled": True},
 }
 """Optional components switched on, so that their objects are covered too."""
 
@@ -144,7 +149,9 @@ def _render(chart: Path, values: dict[str, Any], label: str) -> list[dict[str, A
         result = subprocess.run(
             [str(HELM), "template", "gpu-operator", str(chart), "--namespace", TARGET_NAMESPACE,
              "--include-crds", "--kube-version", "v1.36.0",
-             "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor", "-f", handle.name],
+             "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor",
+             # the DRA stack (spec.stack DRA) renders only where resource.k8s.io is served
+             "--api-versions", "resource.k8s.io/v1/DeviceClass", "-f", handle.name],
             capture_output=True, text=True, check=False,
         )  # fmt: skip
     if result.returncode != 0:

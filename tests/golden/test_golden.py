@@ -39,7 +39,88 @@ INTENT: dict[str, tuple[str, str, list[str], str | None]] = {
     "sovereign-mirror": ("Precompiled", "ok", [], "OCIRepository"),
     "user-values-override": ("Precompiled", "ok", [], "HelmRepository"),
     "gcp-n1-opt-in": ("Precompiled", "ok", ["UnknownMachineType"], "HelmRepository"),
+    # spec.driver.upgradePolicy: every field away from its default
+    "upgrade-policy": ("Precompiled", "ok", [], "HelmRepository"),
+    # spec.sharing: a time-sliced default and two profiles (MPS, none)
+    "time-slicing-and-mps": ("Upstream", "ok", [], "HelmRepository"),
+    # the extras that build kernel modules, the MIG manager and strategy, where they can run
+    "extras-on-ubuntu-a100": ("Upstream", "ok", [], "HelmRepository"),
+    # ... and refused where they cannot: Garden Linux has no compilers, the installer no images
+    "gds-on-gardenlinux": ("Precompiled", "error", ["NeedsDriverContainer"], None),
+    # VMs: Kata, the vGPU Manager and Confidential Computing on H100 cloud VMs
+    "sandbox-vgpu-confidential": (
+        "Precompiled",
+        "warning",
+        ["NoVgpuImagesForGardenLinux", "SandboxNeedsBareMetal"],
+        "HelmRepository",
+    ),
+    # spec.stack DRA: the GPUCluster and per-pool NVIDIADriver objects
+    "dra-stack": ("Precompiled", "ok", ["DraExperimental"], "HelmRepository"),
+    # ... refused with an old chart, with sharing and with ClusterPolicy-only operands
+    "dra-refused": (
+        "Precompiled",
+        "error",
+        [
+            "SharingNeedsDevicePlugin",
+            "NoMigCapableGpus",
+            "StackNotInChart",
+            "NotOnDraStack",
+            "DraExperimental",
+        ],
+        None,
+    ),
 }
+
+# The chart values a typed field must produce, checked on the plan like INTENT: dotted paths
+# into `values` (a number indexes a list) and what they must hold.
+VALUES_INTENT: dict[str, dict[str, object]] = {
+    "upgrade-policy": {
+        "driver.upgradePolicy.maxParallelUpgrades": 2,
+        "driver.upgradePolicy.maxUnavailable": 3,  # a number, not "3": an IntOrString
+        "driver.upgradePolicy.waitForCompletion.podSelector": "app=training",
+        "driver.upgradePolicy.gpuPodDeletion.force": True,
+        "driver.upgradePolicy.gpuPodDeletion.deleteEmptyDir": True,
+        "driver.upgradePolicy.drain.enable": True,
+        "driver.upgradePolicy.drain.timeoutSeconds": 900,
+    },
+    "time-slicing-and-mps": {
+        "devicePlugin.config.create": True,
+        "devicePlugin.config.default": "default",
+    },
+    "extras-on-ubuntu-a100": {
+        "gds.enabled": True,
+        "gdrcopy.enabled": True,
+        "migManager.enabled": True,
+        "mig.strategy": "mixed",
+        "nodeStatusExporter.enabled": True,
+        "sandboxWorkloads.enabled": False,
+    },
+    "sandbox-vgpu-confidential": {
+        "sandboxWorkloads.enabled": True,
+        "sandboxWorkloads.mode": "kata",
+        "vgpuManager.enabled": True,
+        "vgpuManager.repository": "registry.corp.internal/nvidia",
+        "vgpuManager.image": "vgpu-manager",
+        "vgpuManager.version": "580.95.02",
+        "ccManager.enabled": True,
+    },
+    "dra-stack": {
+        "clusterPolicy.deployCR": False,
+        "gpuCluster.deployCR": True,
+        "driver.nvidiaDriverCRD.enabled": True,
+        "driver.nvidiaDriverCRD.deployDefaultCR": False,
+        "extraObjects.0.kind": "NVIDIADriver",
+        "extraObjects.0.spec.imagePullPolicy": "Always",
+        "extraObjects.0.spec.upgradePolicy.maxParallelUpgrades": 1,
+        "extraObjects.0.spec.upgradePolicy.podDeletion.force": False,
+    },
+}
+
+
+def _dig(values: object, path: str) -> object:
+    for key in path.split("."):
+        values = values[int(key)] if isinstance(values, list) else values[key]  # type: ignore[index]
+    return values
 
 
 def _plan(scenario: Path) -> str:
@@ -122,3 +203,10 @@ def test_the_console_script_prints_the_same() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == _plan(scenario)
+
+
+@pytest.mark.parametrize("scenario", sorted(VALUES_INTENT))
+def test_scenario_values(scenario: str) -> None:
+    plan = yaml.safe_load(_plan(SCENARIOS_DIR / scenario))
+    actual = {path: _dig(plan["values"], path) for path in VALUES_INTENT[scenario]}
+    assert actual == VALUES_INTENT[scenario]

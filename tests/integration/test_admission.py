@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from kyma_gpu.api.base import DNS_NAME_PATTERN
 from kyma_gpu.api.models import (
     CHART_REPOSITORY_PATTERN,
     CHART_VERSION_PATTERN,
-    DNS_NAME_PATTERN,
     IMAGE_REGISTRY_PATTERN,
     INSTALLER_RELEASE_PATTERN,
     REFUSED_VALUES,

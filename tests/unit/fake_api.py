@@ -31,6 +31,9 @@ class FakeApi:
     events: list[GpuEvent] = field(default_factory=list)
     others: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     """Flux objects of someone else's, found when the module's own Flux goes."""
+    drop: tuple[str, ...] = ()
+    """spec fields the server drops on apply, as a CRD schema without them does (an older
+    Flux)."""
 
     def _maybe_fail(self, what: str) -> None:
         self.calls.append(what)
@@ -42,6 +45,8 @@ class FakeApi:
         key = (str(obj["kind"]), str(obj["metadata"]["name"]))
         old = self.objects.get(key)
         stored = copy.deepcopy(dict(obj))
+        for dropped in self.drop:
+            stored.get("spec", {}).pop(dropped, None)
         meta = stored["metadata"]
         generation = (old or {}).get("metadata", {}).get("generation", 0)
         changed = old is None or old.get("spec") != stored.get("spec")

@@ -423,3 +423,22 @@ def test_removal_waits_while_an_object_of_the_module_terminates(catalog: Catalog
     world.api.others = [("HelmChart", chart)]
     assert world.run() is Phase.REMOVING_FLUX
     assert world.api.calls == []  # source-controller must finish it first
+
+
+def test_a_field_the_server_drops_is_not_applied_again(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An older Flux's CRD has no spec.healthCheckExprs: the API server drops it. The answer is
+    the live object; applying it again would change nothing, so the module does not."""
+    world.api.drop = ("healthCheckExprs",)
+    installed(world)
+    assert "healthCheckExprs" not in world.api.objects[("HelmRelease", "gpu-operator")]["spec"]
+    assert "spec.healthCheckExprs of HelmRelease kyma-system/gpu-operator" in caplog.text
+    for _ in range(3):
+        world.run()
+        assert not [w for w in world.api.writes() if w.startswith("apply")]
+    world.change_spec({"driver": {"version": "580"}})
+    world.run()
+    assert world.api.writes().count("apply HelmRelease") == 1
+    world.run()
+    assert not [w for w in world.api.writes() if w.startswith("apply")]

@@ -9,10 +9,12 @@ import pytest
 from pydantic import ValidationError
 
 from kyma_gpu.api import GpuSpec
+from kyma_gpu.api.conditions import PreflightReason
 from kyma_gpu.api.models import ClusterDriverMode
 from kyma_gpu.facts import ClusterFacts, cluster_facts
 from kyma_gpu.plan import Finding, Owner, Plan, Preflight, Severity, make_plan
 from kyma_gpu.plan.driver import resolve
+from kyma_gpu.plan.features import FEATURE_CHECKS
 from kyma_gpu.plan.preflight import CHECKS, preflight_findings
 from kyma_gpu.rules.catalog import Catalog
 from tests.unit.builders import cpu_node, facts_of, node, ubuntu_node
@@ -97,12 +99,16 @@ def test_a_fixed_mode_applies_to_every_node(
     assert sorted(_drivers(mixed)) == drivers
 
 
+def without(values: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if k not in keys}
+
+
 def test_precompiled_garden_linux_values(catalog: Catalog) -> None:
     plan = plan_for(catalog, node(), cpu_node())
     values = plan.values
     assert plan.driver_mode == "Precompiled"
     assert plan.installer_release == "1.17.0"
-    assert values["driver"] == {
+    assert without(values["driver"], "upgradePolicy") == {
         "imagePullPolicy": "Always",
         "usePrecompiled": True,
         "version": "590",
@@ -132,7 +138,7 @@ def test_a_spec_branch_and_installer_release(catalog: Catalog) -> None:
 
 def test_upstream_values(catalog: Catalog) -> None:
     plan = plan_for(catalog, ubuntu_node())
-    assert plan.values["driver"] == {"usePrecompiled": False}
+    assert without(plan.values["driver"], "upgradePolicy") == {"usePrecompiled": False}
     assert plan.installer_release is None
     # The chart's default driver is what runs; status says so.
     assert (plan.driver_branch, plan.driver_version) == ("595", "595.91.07")
@@ -153,7 +159,7 @@ def test_preinstalled_values(catalog: Catalog) -> None:
         ubuntu_node(labels={"gpu.kyma-project.io/driver-preinstalled": "true"}),
     )
     assert plan.driver_mode == "Preinstalled"
-    assert plan.values["driver"] == {"enabled": False}
+    assert without(plan.values["driver"], "upgradePolicy") == {"enabled": False}
     assert plan.driver_summary == ""
     assert plan.installer_release is None
 
@@ -323,7 +329,8 @@ def test_the_matrix_ignores_other_pools(catalog: Catalog) -> None:
 def test_preflight_verdict(
     severities: tuple[Severity, ...], verdict: str, worst: str | None
 ) -> None:
-    preflight = Preflight(tuple(Finding(s, f"R{i}", "m") for i, s in enumerate(severities)))
+    reasons = list(PreflightReason)
+    preflight = Preflight(tuple(Finding(s, reasons[i], "m") for i, s in enumerate(severities)))
     assert preflight.verdict == verdict
     found = preflight.worst()
     assert (str(found.severity) if found else None) == worst
@@ -645,12 +652,14 @@ def test_preinstalled_pool_of_an_os_without_a_driver_pool_needs_nothing(catalog:
 
 
 def test_the_plan_is_its_preflight_checks_in_order(catalog: Catalog) -> None:
-    """make_plan's findings (before the mirror step) are the checks' findings, in CHECKS order."""
+    """make_plan's findings (before the mirror step) are the checks' findings, in order: the
+    driver checks (CHECKS), then the typed operations' (FEATURE_CHECKS)."""
     spec = GpuSpec.model_validate({"driver": {"mode": "Upstream", "version": "123"}})
     facts = facts_of(catalog.machine_types, node("gpu-0"), ubuntu_node("gpu-1"))
     resolved = resolve(spec, facts, catalog)
-    expected = [f for check in CHECKS for f in check(resolved)]
-    assert expected == preflight_findings(resolved)
+    checks = (*CHECKS, *FEATURE_CHECKS)
+    expected = [f for check in checks for f in check(resolved)]
+    assert expected == preflight_findings(resolved, checks)
     assert list(make_plan(spec, facts, catalog).preflight.findings) == expected
     assert [f.reason for f in expected][:2] == ["UpstreamOnGardenLinux", "UnknownDriverVersion"]
     assert isinstance(make_plan(spec, facts, catalog).driver_mode, ClusterDriverMode)

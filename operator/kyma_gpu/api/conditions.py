@@ -41,10 +41,37 @@ class NodesReason(StrEnum):
 
 
 class PreflightReason(StrEnum):
-    """PreflightPassed, or the worst finding's reason (the plan's findings: NoDriverImage,
-    UnknownOs, ...)."""
+    """PreflightPassed, or the worst finding's reason: every reason a preflight finding
+    (plan/preflight.py, plan/features.py) can carry."""
 
     PASSED = "PreflightPassed"
+    # detection and the driver
+    NO_GPU_NODES = "NoGpuNodes"
+    UNKNOWN_OS = "UnknownOs"
+    UPSTREAM_ON_GARDEN_LINUX = "UpstreamOnGardenLinux"
+    UNKNOWN_MACHINE_TYPE = "UnknownMachineType"
+    UNKNOWN_INSTALLER_RELEASE = "UnknownInstallerRelease"
+    UNKNOWN_DRIVER_VERSION = "UnknownDriverVersion"
+    UNKNOWN_CHART_VERSION = "UnknownChartVersion"
+    NO_DRIVER_IMAGE = "NoDriverImage"
+    PREINSTALLED_NODE_NOT_EXCLUDED = "PreinstalledNodeNotExcluded"
+    NO_DRIVER_FOR_UNKNOWN_OS = "NoDriverForUnknownOs"
+    MIRROR_NEEDS_CHART_FACTS = "MirrorNeedsChartFacts"
+    # the typed operations (spec.driver.upgradePolicy, spec.sharing, the extras, spec.stack)
+    AUTO_UPGRADE_OFF = "AutoUpgradeOff"
+    UPGRADE_POLICY_IGNORED = "UpgradePolicyIgnored"
+    SHARING_NEEDS_DEVICE_PLUGIN = "SharingNeedsDevicePlugin"
+    MPS_WITH_MIG = "MpsWithMig"
+    NO_MIG_CAPABLE_GPUS = "NoMigCapableGpus"
+    NEEDS_DRIVER_CONTAINER = "NeedsDriverContainer"
+    VGPU_NEEDS_SANDBOX = "VgpuNeedsSandbox"
+    NO_VGPU_IMAGES_FOR_GARDEN_LINUX = "NoVgpuImagesForGardenLinux"
+    CONFIDENTIAL_COMPUTING_NEEDS_KATA = "ConfidentialComputingNeedsKata"
+    NO_CONFIDENTIAL_COMPUTING_GPUS = "NoConfidentialComputingGpus"
+    SANDBOX_NEEDS_BARE_METAL = "SandboxNeedsBareMetal"
+    STACK_NOT_IN_CHART = "StackNotInChart"
+    NOT_ON_DRA_STACK = "NotOnDraStack"
+    DRA_EXPERIMENTAL = "DraExperimental"
 
 
 class ReleaseReason(StrEnum):

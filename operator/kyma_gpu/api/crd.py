@@ -17,9 +17,11 @@ from kyma_gpu.api.models import (
     REFUSED_VALUES,
     SINGLETON_MESSAGE,
     SINGLETON_NAME,
+    VGPU_NEEDS_IMAGE,
     GpuSpec,
     GpuStatus,
 )
+from kyma_gpu.api.operations import PROFILE_NAME_RESERVED, REPLICAS_NEEDED, TIME_SLICING_ONLY
 from kyma_gpu.api.resources import module_labels
 from kyma_gpu.yamlio import dump
 
@@ -39,6 +41,39 @@ _SOURCE_RULES = [
         "message": HTTP_NEEDS_INSECURE,
     }
 ]
+
+_SHARING_RULES = [
+    {
+        "rule": "!has(self.mode) || self.mode == 'None' || has(self.replicas)",
+        "message": REPLICAS_NEEDED,
+    },
+    {
+        "rule": "!(has(self.failRequestsGreaterThanOne) && self.failRequestsGreaterThanOne)"
+        " || (has(self.mode) && self.mode == 'TimeSlicing')",
+        "message": TIME_SLICING_ONLY,
+    },
+]
+_PROFILES_RULES = [
+    {"rule": "self.all(p, p.name != 'default')", "message": PROFILE_NAME_RESERVED},
+]
+_COMPONENTS_RULES = [
+    {
+        "rule": "!(has(self.vgpuManager) && self.vgpuManager) || has(self.vgpuManagerImage)",
+        "message": VGPU_NEEDS_IMAGE,
+    }
+]
+
+
+def _add_rules(spec: dict[str, Any]) -> None:
+    """The CEL rules that mirror the models' own validators."""
+    props = spec["properties"]
+    props["source"]["x-kubernetes-validations"] = _SOURCE_RULES
+    props["components"]["x-kubernetes-validations"] = _COMPONENTS_RULES
+    sharing = props["sharing"]
+    sharing["x-kubernetes-validations"] = _SHARING_RULES
+    profiles = sharing["properties"]["profiles"]
+    profiles["x-kubernetes-validations"] = _PROFILES_RULES
+    profiles["items"]["x-kubernetes-validations"] = _SHARING_RULES
 
 
 def _refuse_values(values: dict[str, Any]) -> None:
@@ -158,7 +193,7 @@ def _names() -> dict[str, Any]:
 def _open_api_schema() -> dict[str, Any]:
     """The whole object's schema: the generated spec and status, with the CEL rules."""
     spec = _schema(GpuSpec)
-    spec["properties"]["source"]["x-kubernetes-validations"] = _SOURCE_RULES
+    _add_rules(spec)
     _refuse_values(spec["properties"]["values"])
     status = _schema(GpuStatus)
     return {

@@ -14,7 +14,6 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     StrictBool,
@@ -22,8 +21,19 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
+
+from kyma_gpu.api.base import DNS_NAME_PATTERN
+from kyma_gpu.api.base import Model as _Model
+from kyma_gpu.api.operations import (
+    IMAGE_PATTERN,
+    GpuStack,
+    MigStrategy,
+    SandboxMode,
+    SharingMode,
+    SharingSpec,
+    UpgradePolicySpec,
+)
 
 API_GROUP = "gpu.kyma-project.io"
 API_VERSION = "v1beta1"
@@ -41,7 +51,6 @@ INSTALLER_RELEASE_PATTERN = r"^[0-9]+\.[0-9]+\.[0-9]+$"
 CHART_VERSION_PATTERN = r"^v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$"
 CHART_REPOSITORY_PATTERN = r"^(https|oci|http)://[^\s/$.?#][^\s]*$"
 IMAGE_REGISTRY_PATTERN = r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9._-]+)*$"
-DNS_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,17 +110,11 @@ HTTP_NEEDS_INSECURE = (
 """Said by the CEL rule on spec.source and by the model."""
 
 
+VGPU_NEEDS_IMAGE = "spec.components.vgpuManager needs spec.components.vgpuManagerImage"
+"""Said by the CEL rule on spec.components and by the model."""
+
+
 SecretName = Annotated[str, StringConstraints(pattern=DNS_NAME_PATTERN, max_length=253)]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        frozen=True,
-        use_attribute_docstrings=True,
-    )
 
 
 class DriverMode(StrEnum):
@@ -152,6 +155,9 @@ class DriverSpec(_Model):
     )
     """gardenlinux-nvidia-installer release (tag, e.g. "1.17.0") whose images and recommended
     chart values are adopted whole. Empty: the module's pinned default."""
+
+    upgrade_policy: UpgradePolicySpec = Field(default_factory=UpgradePolicySpec)
+    """How a changed driver reaches the nodes: node by node, GPU pods moved away first."""
 
 
 class SourceSpec(_Model):
@@ -208,6 +214,37 @@ class ComponentsSpec(_Model):
     node_status_exporter: StrictBool = False
     """Node status exporter: metrics about the operator's validations."""
 
+    mig_strategy: MigStrategy = MigStrategy.SINGLE
+    """How MIG instances are advertised: None, Single (the chart's default) or Mixed. The MIG
+    layout itself is the MIG manager's (migManager) or the node admin's."""
+
+    vgpu_manager: StrictBool = False
+    """NVIDIA vGPU Manager: the host driver that splits GPUs into vGPUs for virtual machines.
+    Needs sandboxWorkloads and vgpuManagerImage (a licensed NVIDIA AI Enterprise image)."""
+
+    vgpu_manager_image: str | None = Field(default=None, pattern=IMAGE_PATTERN, max_length=255)
+    """The vGPU Manager image, registry/path/name:tag, built from NVIDIA's licensed sources."""
+
+    sandbox_workloads: SandboxMode = SandboxMode.OFF
+    """GPUs passed through to virtual machines: Off, KubeVirt or Kata. Nodes opt in with the
+    label nvidia.com/gpu.workload.config=vm-passthrough (or vm-vgpu); others run containers."""
+
+    confidential_computing: StrictBool = False
+    """Confidential Computing manager: GPUs in CC mode for confidential VMs (Hopper and newer,
+    with Kata)."""
+
+    gpu_direct_storage: StrictBool = False
+    """GPUDirect Storage (nvidia-fs): DMA between NVMe or RDMA storage and GPU memory."""
+
+    gdrcopy: StrictBool = False
+    """GDRCopy (gdrdrv): low-latency copies between CPU and GPU memory."""
+
+    @model_validator(mode="after")
+    def _vgpu_needs_image(self) -> ComponentsSpec:
+        if self.vgpu_manager and self.vgpu_manager_image is None:
+            raise ValueError(VGPU_NEEDS_IMAGE)
+        return self
+
 
 class GpuSpec(_Model):
     """Desired state. The empty spec is valid and does the right thing."""
@@ -223,6 +260,13 @@ class GpuSpec(_Model):
 
     components: ComponentsSpec = Field(default_factory=ComponentsSpec)
     """Optional components."""
+
+    sharing: SharingSpec = Field(default_factory=SharingSpec)
+    """GPU sharing through the device plugin: time-slicing or MPS, per node pool."""
+
+    stack: GpuStack = GpuStack.DEVICE_PLUGIN
+    """DevicePlugin (the ClusterPolicy) or DRA (the GPUCluster with the NVIDIA DRA driver; chart
+    v26.7.0 and newer, experimental)."""
 
     values: dict[str, Any] | None = Field(default=None, json_schema_extra={"x-kyma-raw": True})
     """Raw chart values, deep-merged after every rule. An escape hatch: what is set here wins,
@@ -323,6 +367,26 @@ class ComponentStatus(_Model):
     """Pods available."""
 
 
+class SharingStatus(_Model):
+    """GPU sharing as the device plugin is told it."""
+
+    mode: SharingMode
+    """The configuration every GPU node gets: None, TimeSlicing or MPS."""
+
+    replicas: int | None = None
+    """Replicas per GPU of that configuration."""
+
+    profiles: list[str] = Field(default_factory=list)
+    """Profiles that nodes can pick with the label nvidia.com/device-plugin.config."""
+
+    config_map: str | None = None
+    """The device plugin's ConfigMap in the GPU operator's namespace."""
+
+    active: bool = False
+    """The NVIDIA operator runs the device plugin with this configuration (the ClusterPolicy
+    names it and the device plugin DaemonSet has rolled out)."""
+
+
 class GpuStatus(_Model):
     """Observed state, written by the operator only."""
 
@@ -383,6 +447,12 @@ class GpuStatus(_Model):
 
     helm_release: str | None = None
     """namespace/name of the Flux HelmRelease."""
+
+    stack: GpuStack | None = None
+    """DevicePlugin (ClusterPolicy) or DRA (GPUCluster)."""
+
+    sharing: SharingStatus | None = None
+    """GPU sharing, when spec.sharing configures any."""
 
 
 class GpuMeta(_Model):

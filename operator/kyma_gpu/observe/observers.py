@@ -25,7 +25,8 @@ class Observers:
     """The module's and the GPU operator's namespaces: their pods are not users' workloads."""
 
     def start(self, registry: MachineTypeRegistry, module_ns: str, target_ns: str) -> None:
-        """Nodes, operand DaemonSets, our Flux objects, the ClusterPolicy and the CRDs."""
+        """Nodes, operand DaemonSets, our Flux objects, the ClusterPolicy, the GPUCluster and
+        the CRDs."""
         self.stack_namespaces = tuple(dict.fromkeys((module_ns, target_ns)))
         self.store.listen(sources.CRDS, self._crd_changed)
         for source in (
@@ -33,6 +34,7 @@ class Observers:
             sources.daemonset_source(target_ns),
             *(sources.flux_source(plural, module_ns) for plural in sources.FLUX),
             sources.cluster_policy_source(),
+            sources.gpu_cluster_source(),
             sources.crd_source(),
         ):
             self._start(source)

@@ -6,6 +6,7 @@
 | daemonsets        | DaemonSets in the target namespace only       | DaemonSetFacts            |
 | helmreleases, ... | our Flux objects (label selector), module ns  | LiveObject + status facts |
 | clusterpolicies   | ClusterPolicies, while their CRD is installed | ClusterPolicyFacts        |
+| gpuclusters       | GPUClusters (DRA), while their CRD is there   | ClusterPolicyFacts        |
 | crds              | CRDs, metadata only: which of ours are served | CrdFacts (uid, labels)    |
 | pods              | only while a deletion waits: running pods     | "namespace/name" of GPU   |
 |                   | outside the stack's namespaces (field         | pods not terminating      |
@@ -32,6 +33,7 @@ from kyma_gpu.status import (
     HelmReleaseFacts,
     cluster_policy_facts,
     daemonset_facts,
+    gpu_cluster_facts,
     helm_release_facts,
     is_gpu_workload,
 )
@@ -41,17 +43,20 @@ log = logging.getLogger(__name__)
 NODES = "nodes"
 DAEMONSETS = "daemonsets"
 CLUSTER_POLICIES = "clusterpolicies"
+GPU_CLUSTERS = "gpuclusters"
 CRDS = "crds"
 PODS = "pods"
 FLUX: dict[str, FluxKind] = {k.plural: k for k in FLUX_KINDS}
 GATED = {
     **{k.crd_name: k.plural for k in FLUX_KINDS},
     "clusterpolicies.nvidia.com": CLUSTER_POLICIES,
+    "gpuclusters.nvidia.com": GPU_CLUSTERS,
 }
 """CRD name -> the resource it serves: its observer lists again when the CRD appears."""
 REQUIRED = (NODES, DAEMONSETS, CRDS, *FLUX)
 """Listed (or found absent) before the first reconcile: planning without them would be wrong.
-The ClusterPolicy is not among them: a CRD of our own chart must never delay anything."""
+The ClusterPolicy and the GPUCluster are not among them: a CRD of our own chart must never
+delay anything."""
 
 
 def node_source(registry: MachineTypeRegistry) -> Source:
@@ -89,6 +94,13 @@ def flux_source(plural: str, namespace: str) -> Source:
 def cluster_policy_source() -> Source:
     query = ListQuery("/apis/nvidia.com/v1/clusterpolicies")
     return Source(CLUSTER_POLICIES, query, cluster_policy_facts, key=_name)
+
+
+def gpu_cluster_source() -> Source:
+    """The DRA stack's GPUCluster: an empty watch on the default stack (the CRD comes with the
+    v26.7.0 chart either way), one object on the DRA stack."""
+    query = ListQuery("/apis/nvidia.com/v1alpha1/gpuclusters")
+    return Source(GPU_CLUSTERS, query, gpu_cluster_facts, key=_name)
 
 
 def crd_source() -> Source:

@@ -29,6 +29,11 @@ class LiveObject:
     """The deletionTimestamp, when deleting."""
     applied_hash: str | None = None
     """The module's spec-hash annotation: what it last applied."""
+    generation: int = 0
+    as_applied: bool = False
+    """This is the answer to the module's own apply of applied_hash, and its spec has not changed
+    since (same generation): a planned field it lacks was dropped by the API server (a CRD
+    schema without it, as an older Flux has), and applying again would not bring it back."""
 
 
 def live_object(body: Mapping[str, Any]) -> LiveObject:
@@ -44,6 +49,7 @@ def live_object(body: Mapping[str, Any]) -> LiveObject:
         deleting=bool(meta.get("deletionTimestamp")),
         deleted_at=str(meta.get("deletionTimestamp") or ""),
         applied_hash=(meta.get("annotations") or {}).get(SPEC_HASH),
+        generation=_int(meta.get("generation")),
     )
 
 
@@ -62,6 +68,21 @@ def contains(live: Any, desired: Any) -> bool:
     return bool(live == desired) and type(live) is type(desired)
 
 
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) else 0
+
+
+def missing(live: Any, desired: Any, path: str = "spec") -> list[str]:
+    """The dotted paths of desired that live lacks or holds with another value."""
+    if not (isinstance(desired, Mapping) and isinstance(live, Mapping)):
+        return [] if contains(live, desired) else [path]
+    paths: list[str] = []
+    for key, value in desired.items():
+        here = f"{path}.{key}"
+        paths.extend(missing(live[key], value, here) if key in live else [here])
+    return paths
+
+
 def up_to_date(desired: Mapping[str, Any], live: LiveObject | None) -> bool:
     if live is None or live.deleting:
         return False
@@ -72,7 +93,7 @@ def up_to_date(desired: Mapping[str, Any], live: LiveObject | None) -> bool:
         live.applied_hash == (meta.get("annotations") or {}).get(SPEC_HASH)
         and contains(live.labels, meta.get("labels") or {})
         and all(uid in live.owner_uids for uid in uids)
-        and contains(live.spec, desired.get("spec") or {})
+        and (live.as_applied or contains(live.spec, desired.get("spec") or {}))
     )
 
 

@@ -41,6 +41,18 @@ DRIFT_IGNORE: tuple[dict[str, Any], ...] = (
 )
 
 
+# The NVIDIA operator's custom resources report Ready only once every GPU node runs the stack.
+# Helm's wait (kstatus, which reads a Ready condition) would hold each install and upgrade until
+# then: through a node-by-node driver rollout (spec.driver.upgradePolicy, an hour on a big pool)
+# and past the release timeout, failing and retrying a release that went fine. Helm waits for
+# the chart's own Deployments and DaemonSets; the Gpu status follows these resources.
+HEALTH_CHECKS: tuple[dict[str, str], ...] = (
+    {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "current": "true"},
+    {"apiVersion": "nvidia.com/v1alpha1", "kind": "NVIDIADriver", "current": "true"},
+    {"apiVersion": "nvidia.com/v1alpha1", "kind": "GPUCluster", "current": "true"},
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Owner:
     """The Gpu that owns the Flux objects (cluster-scoped, so namespaced owners are fine)."""
@@ -203,6 +215,7 @@ def _release_spec(settings: FluxSettings, values: Mapping[str, Any]) -> dict[str
             "timeout": settings.uninstall_timeout,
         },
         "driftDetection": {"mode": "enabled", "ignore": [dict(r) for r in DRIFT_IGNORE]},
+        "healthCheckExprs": [dict(h) for h in HEALTH_CHECKS],
         "values": copy.deepcopy(dict(values)),
     }
 

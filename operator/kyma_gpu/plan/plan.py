@@ -10,18 +10,37 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kyma_gpu.api.conditions import PreflightReason
 from kyma_gpu.api.models import ClusterDriverMode, GpuNodeStatus, GpuSpec
+from kyma_gpu.api.operations import GpuStack, SharingMode
 from kyma_gpu.facts.cluster import ClusterFacts
 from kyma_gpu.plan.context import Contexts, rule_context
 from kyma_gpu.plan.driver import DriverPool, Resolved, resolve
+from kyma_gpu.plan.features import FEATURE_CHECKS
 from kyma_gpu.plan.flux import FluxSettings, Owner, flux_objects
 from kyma_gpu.plan.mirror import mirror_values
-from kyma_gpu.plan.preflight import Finding, Preflight, Severity, preflight_findings
+from kyma_gpu.plan.preflight import CHECKS, Finding, Preflight, Severity, preflight_findings
+from kyma_gpu.plan.sharing import config_map_name, device_plugin_configs
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.rules.engine import Provenance, deep_merge, evaluate, matches
 from kyma_gpu.rules.installer import branch_of
 
 __all__ = ["DriverPool", "Finding", "Plan", "Preflight", "Severity", "make_plan"]
+
+
+@dataclass(frozen=True, slots=True)
+class SharingPlan:
+    """spec.sharing as the device plugin gets it."""
+
+    mode: SharingMode
+    replicas: int | None
+    profiles: tuple[str, ...]
+    config_map: str
+    """The ConfigMap the chart creates (a hash of its data in the name)."""
+
+    def document(self) -> dict[str, Any]:
+        return {"mode": str(self.mode), "replicas": self.replicas,
+                "profiles": list(self.profiles), "configMap": self.config_map}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -42,6 +61,9 @@ class Plan:
     provenance: Provenance
     rules_applied: tuple[str, ...]
     objects: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    stack: GpuStack = GpuStack.DEVICE_PLUGIN
+    sharing: SharingPlan | None = None
+    """None unless spec.sharing configures the device plugin."""
 
     @property
     def helm_release(self) -> dict[str, Any] | None:
@@ -64,7 +86,7 @@ class Plan:
             "preflight": {
                 "verdict": self.preflight.verdict,
                 "findings": [
-                    {"severity": str(f.severity), "reason": f.reason, "message": f.message}
+                    {"severity": str(f.severity), "reason": str(f.reason), "message": f.message}
                     for f in self.preflight.findings
                 ],
             },
@@ -84,6 +106,8 @@ class Plan:
                 "version": self.chart_version,
                 "repository": self.chart_repository,
             },
+            "stack": str(self.stack),
+            **({"sharing": self.sharing.document()} if self.sharing else {}),
             "rulesApplied": list(self.rules_applied),
             "values": self.values,
             "provenance": dict(sorted(self.provenance.items())),
@@ -108,7 +132,7 @@ def make_plan(
 ) -> Plan:
     """The plan. Never raises for bad cluster data: problems become preflight findings."""
     resolved = resolve(spec, facts, catalog)
-    findings = preflight_findings(resolved)
+    findings = preflight_findings(resolved, (*CHECKS, *FEATURE_CHECKS))
     values = evaluate_rules(resolved, rule_context(resolved), findings)
     preflight = Preflight(tuple(findings))
     objects = flux(resolved, values, owner) if preflight.verdict != "error" else ()
@@ -144,7 +168,7 @@ def mirror(r: Resolved, values: dict[str, Any], provenance: Provenance) -> list[
             f"spec.source.imageRegistry is set but chart {r.chart_version} has no facts "
             "in values-rules/charts/, so its images cannot be redirected"
         )
-        return [Finding(Severity.ERROR, "MirrorNeedsChartFacts", message)]
+        return [Finding(Severity.ERROR, PreflightReason.MIRROR_NEEDS_CHART_FACTS, message)]
     mirror_values(values, provenance, r.chart, registry)
     return []
 
@@ -213,4 +237,15 @@ def _assemble(
         provenance=values.provenance,
         rules_applied=values.applied,
         objects=objects,
+        stack=r.spec.stack,
+        sharing=_sharing(r.spec),
     )
+
+
+def _sharing(spec: GpuSpec) -> SharingPlan | None:
+    sharing = spec.sharing
+    if not sharing.configured:
+        return None
+    configs = device_plugin_configs(sharing, spec.components.mig_strategy)
+    profiles = tuple(p.name for p in sharing.profiles)
+    return SharingPlan(sharing.mode, sharing.replicas, profiles, config_map_name(configs))

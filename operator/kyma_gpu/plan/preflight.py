@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from kyma_gpu.api.conditions import PreflightReason as R
 from kyma_gpu.api.models import ClusterDriverMode, DriverMode
 from kyma_gpu.facts.node import OsFamily
 from kyma_gpu.plan.driver import DriverPool, Resolved
@@ -23,7 +24,7 @@ class Finding:
     """One preflight observation. Reasons are stable CamelCase words."""
 
     severity: Severity
-    reason: str
+    reason: R
     message: str
 
 
@@ -56,14 +57,14 @@ def no_gpu_nodes(r: Resolved) -> list[Finding]:
         "no GPU nodes detected; the GPU stack is installed and prepared for Garden Linux "
         f"({r.facts.cpu_node_count} CPU-only nodes ignored). Add a GPU worker pool."
     )
-    return [Finding(Severity.WARNING, "NoGpuNodes", message)]
+    return [Finding(Severity.WARNING, R.NO_GPU_NODES, message)]
 
 
 def unknown_os(r: Resolved) -> list[Finding]:
     return [
         Finding(
             Severity.WARNING,
-            "UnknownOs",
+            R.UNKNOWN_OS,
             f"node {node.name}: OS {node.os_image or '(empty osImage)'!r} is not known to the "
             f"module; using {r.node_mode(node)} driver mode",
         )
@@ -80,14 +81,14 @@ def upstream_on_garden_linux(r: Resolved) -> list[Finding]:
         "spec.driver.mode Upstream on Garden Linux nodes: NVIDIA's driver container "
         "compiles on the node and Garden Linux has no compilers; use Auto or Precompiled"
     )
-    return [Finding(Severity.WARNING, "UpstreamOnGardenLinux", message)]
+    return [Finding(Severity.WARNING, R.UPSTREAM_ON_GARDEN_LINUX, message)]
 
 
 def unknown_machine_type(r: Resolved) -> list[Finding]:
     return [
         Finding(
             Severity.INFO,
-            "UnknownMachineType",
+            R.UNKNOWN_MACHINE_TYPE,
             f"node {node.name}: machine type {node.machine_type or '(none)'} is not in the "
             f"registry; GPU detected by {', '.join(node.evidence)}",
         )
@@ -102,7 +103,7 @@ def unknown_installer_release(r: Resolved) -> list[Finding]:
         f"spec.driver.installerRelease {r.release_tag!r} is not adopted by this module "
         f"(known: {', '.join(r.catalog.installer_releases())})"
     )
-    return [Finding(Severity.ERROR, "UnknownInstallerRelease", message)]
+    return [Finding(Severity.ERROR, R.UNKNOWN_INSTALLER_RELEASE, message)]
 
 
 def unknown_driver_version(r: Resolved) -> list[Finding]:
@@ -113,7 +114,7 @@ def unknown_driver_version(r: Resolved) -> list[Finding]:
         f"spec.driver.version {version!r}: the Upstream driver container needs "
         "a full version (e.g. 590.48.01) and no known release maps this branch to one"
     )
-    return [Finding(Severity.ERROR, "UnknownDriverVersion", message)]
+    return [Finding(Severity.ERROR, R.UNKNOWN_DRIVER_VERSION, message)]
 
 
 def unknown_chart_version(r: Resolved) -> list[Finding]:
@@ -123,7 +124,7 @@ def unknown_chart_version(r: Resolved) -> list[Finding]:
         f"chart version {r.chart_version} has no facts in values-rules/charts/; images and "
         "the default driver version cannot be checked before Flux installs it"
     )
-    return [Finding(Severity.WARNING, "UnknownChartVersion", message)]
+    return [Finding(Severity.WARNING, R.UNKNOWN_CHART_VERSION, message)]
 
 
 def no_driver_image(r: Resolved) -> list[Finding]:
@@ -148,7 +149,7 @@ def _pool_image_findings(
     bad = {n.name: why for n in pool.nodes if (why := answers[(n.os_version, n.arch)])}
     severity = Severity.ERROR if len(bad) == len(pool.nodes) else Severity.WARNING
     return [
-        Finding(severity, "NoDriverImage", f"node {name}: {why}")
+        Finding(severity, R.NO_DRIVER_IMAGE, f"node {name}: {why}")
         for name, why in sorted(bad.items())
     ]
 
@@ -176,7 +177,7 @@ def preinstalled_not_excluded(r: Resolved) -> list[Finding]:
         "nvidia.com/gpu.deploy.driver=false (a worker pool label), which the NVIDIA "
         "operator honours"
     )
-    return [Finding(Severity.WARNING, "PreinstalledNodeNotExcluded", message)]
+    return [Finding(Severity.WARNING, R.PREINSTALLED_NODE_NOT_EXCLUDED, message)]
 
 
 def no_driver_for_unknown_os(r: Resolved) -> list[Finding]:
@@ -195,14 +196,14 @@ def no_driver_for_unknown_os(r: Resolved) -> list[Finding]:
         "know, so no per-pool NVIDIADriver can select them and they get no driver; "
         "label them gpu.kyma-project.io/driver-preinstalled=true if they have one"
     )
-    return [Finding(Severity.WARNING, "NoDriverForUnknownOs", message)]
+    return [Finding(Severity.WARNING, R.NO_DRIVER_FOR_UNKNOWN_OS, message)]
 
 
 def mixed_fleet_without_version(r: Resolved) -> list[Finding]:
     if r.mode is not ClusterDriverMode.PER_POOL or r.chart is not None or r.full_version:
         return []
     message = "mixed fleet: the upstream pool needs a driver version; set spec.driver.version"
-    return [Finding(Severity.ERROR, "UnknownDriverVersion", message)]
+    return [Finding(Severity.ERROR, R.UNKNOWN_DRIVER_VERSION, message)]
 
 
 # In this order: the findings keep it in status and in `kyma-gpu plan`.
@@ -221,5 +222,5 @@ CHECKS: tuple[Check, ...] = (
 )
 
 
-def preflight_findings(r: Resolved) -> list[Finding]:
-    return [finding for check in CHECKS for finding in check(r)]
+def preflight_findings(r: Resolved, checks: tuple[Check, ...] = CHECKS) -> list[Finding]:
+    return [finding for check in checks for finding in check(r)]

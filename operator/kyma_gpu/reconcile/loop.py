@@ -16,7 +16,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import cachetools
@@ -34,6 +34,7 @@ from kyma_gpu.observe.sources import (
     DAEMONSETS,
     FLUX,
     GATED,
+    GPU_CLUSTERS,
     NODES,
     PODS,
     REQUIRED,
@@ -41,7 +42,7 @@ from kyma_gpu.observe.sources import (
 )
 from kyma_gpu.observe.store import Entry, Store, version_of
 from kyma_gpu.plan import Owner, Plan, make_plan
-from kyma_gpu.plan.actions import LiveObject
+from kyma_gpu.plan.actions import LiveObject, live_object, missing
 from kyma_gpu.plan.provision import (
     BUNDLE_HASH,
     PROVIDED_LABEL,
@@ -127,14 +128,34 @@ def now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def snapshot(store: Store) -> Snapshot:
+FluxKey = tuple[str, str, str]
+"""kind, namespace, name of one of the module's Flux objects."""
+
+
+def _key(obj: LiveObject) -> FluxKey:
+    return (obj.kind, obj.namespace, obj.name)
+
+
+def snapshot(
+    store: Store, as_applied: Mapping[FluxKey, tuple[str | None, int]] | None = None
+) -> Snapshot:
+    """The store's facts; `as_applied` (key -> spec hash, generation) marks the Flux objects
+    that still are the answer to an apply whose planned fields the API server dropped."""
     flux = [facts for plural in FLUX for facts in store.facts(plural)]
+    marks = as_applied or {}
+    live = tuple(
+        replace(obj, as_applied=True)
+        if marks.get(_key(obj)) == (obj.applied_hash, obj.generation)
+        else obj
+        for obj, _ in flux
+    )
     return Snapshot(
         nodes=tuple(store.facts(NODES)),
-        flux=tuple(obj for obj, _ in flux),
+        flux=live,
         flux_status=tuple(status for _, status in flux),
         daemonsets=tuple(sorted(store.facts(DAEMONSETS), key=lambda d: d.name)),
         cluster_policy=store.get(CLUSTER_POLICIES, "cluster-policy"),
+        gpu_cluster=store.get(GPU_CLUSTERS, "gpu-cluster"),
         gpu_workloads=tuple(sorted(store.facts(PODS))) if store.synced(PODS) else None,
         flux_api=flux_api(store),
     )
@@ -196,6 +217,9 @@ class Loop:
     events_sent: dict[str, tuple[Sent, ...]] = field(default_factory=dict)
     """Each Gpu's recent Events by its uid (a new Gpu of the same name starts afresh), for
     their budget and deduplication (events.admit)."""
+    as_applied: dict[FluxKey, tuple[str | None, int]] = field(default_factory=dict)
+    """Flux objects whose apply answer lacked planned fields (the server dropped them): their
+    spec hash and generation then. Not applied again while both stay (see LiveObject)."""
     metrics: Metrics = field(default_factory=Metrics)
     error_count: int = 0
     """Failed writes and failed passes so far: a reconcile that adds one did not succeed."""
@@ -258,7 +282,7 @@ class Loop:
         """Steps until one has nothing left to write; logs the pass."""
         began, writes, errors = time.monotonic(), 0, self.error_count
         for _ in range(MAX_STEPS):
-            step = decide(Inputs(gpu, snapshot(self.store), self.plan,
+            step = decide(Inputs(gpu, snapshot(self.store, self.as_applied), self.plan,
                                  self.failures.get(gpu.name), time.monotonic(), now()))  # fmt: skip
             done = await self.perform(gpu, step)
             writes += done
@@ -298,7 +322,9 @@ class Loop:
             done += 1
         for obj in step.apply:
             log.info("applying %s", ObjectRef.of(obj))
-            self._put_flux(obj["kind"], await self.writer.apply(obj))
+            answer = await self.writer.apply(obj)
+            self._note_dropped(obj, answer)
+            self._put_flux(obj["kind"], answer)
             done += 1
         for live in step.delete:
             log.info("deleting %s/%s/%s", live.kind, live.namespace, live.name)
@@ -339,6 +365,22 @@ class Loop:
             log.warning("%s", message)
             await self._announce(gpu, GpuEvent(EventType.NORMAL, "FluxHandedOver", message))
         return done
+
+    def _note_dropped(self, obj: Mapping[str, Any], answer: Mapping[str, Any]) -> None:
+        """An answer that lacks planned fields: the server dropped them (an older Flux's CRD
+        has no such field). Said once; not applied again until the object changes."""
+        if obj["kind"] not in _FLUX_PLURAL:
+            return
+        live = live_object(answer)
+        lacking = missing(live.spec, obj.get("spec") or {})
+        if not lacking:
+            self.as_applied.pop(_key(live), None)
+            return
+        if _key(live) not in self.as_applied:
+            log.warning("the API server dropped %s of %s %s/%s, which the module applies "
+                        "(a Flux whose CRD lacks them?); not applying again for them",
+                        ", ".join(lacking), live.kind, live.namespace, live.name)  # fmt: skip
+        self.as_applied[_key(live)] = (live.applied_hash, live.generation)
 
     def _failed(self, gpu: GpuObject, step: Step, err: ApiError) -> None:
         previous = self.failures.get(gpu.name)

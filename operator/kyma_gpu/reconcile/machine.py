@@ -136,6 +136,8 @@ class Snapshot:
     flux_status: tuple[HelmReleaseFacts, ...] = ()
     daemonsets: tuple[DaemonSetFacts, ...] = ()
     cluster_policy: ClusterPolicyFacts | None = None
+    gpu_cluster: ClusterPolicyFacts | None = None
+    """The DRA stack's GPUCluster gpu-cluster."""
     gpu_workloads: tuple[str, ...] | None = None
     """namespace/name of running GPU pods; None while they are not observed."""
     flux_api: FluxApi = field(default_factory=external_flux)
@@ -339,6 +341,7 @@ def _status(
         source=_find(snap.flux_status, plan.source),
         daemonsets=snap.daemonsets,
         cluster_policy=snap.cluster_policy,
+        gpu_cluster=snap.gpu_cluster,
         gpu_workloads=snap.gpu_workloads or (),
         nodes_without_features=tuple(n.name for n in snap.nodes if n.is_gpu and n.nfd_missing),
         deleting=inputs.gpu.deleting,

@@ -53,8 +53,18 @@ def chart_facts(
     return {
         "version": version,
         "defaultDriverVersion": str(driver.get("version", "")),
+        "stacks": stacks(values),
         "images": sorted(images, key=lambda i: str(i["path"])),
     }
+
+
+def stacks(values: Mapping[str, Any]) -> list[str]:
+    """The GPU stacks the chart can deploy: the ClusterPolicy (device plugin) always; the
+    GPUCluster (DRA) when its values have the gpuCluster.deployCR switch (v26.7.0 and newer)."""
+    found = ["DevicePlugin"]
+    if isinstance(values.get("gpuCluster"), Mapping) and "deployCR" in values["gpuCluster"]:
+        found.append("DRA")
+    return found
 
 
 def _default_version(image: dict[str, Any], app_version: str | None) -> dict[str, Any]:

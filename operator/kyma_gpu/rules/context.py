@@ -48,6 +48,10 @@ class DriverContext(_Section):
 
     mode: Literal["Precompiled", "Preinstalled", "Upstream", "PerPool"]
     """The cluster's driver mode; PerPool when GPU pools with different OSes need drivers."""
+    nvidia_driver_objects: bool
+    """Drivers come from one NVIDIADriver object per OS pool (forEach pools), not from the
+    ClusterPolicy: in a mixed fleet (PerPool), and on the DRA stack (which has no ClusterPolicy)
+    whenever a pool needs a driver."""
     os: str
     """The single OS family of the GPU nodes, or "mixed"."""
     branch: str
@@ -87,6 +91,94 @@ class SourceContext(_Section):
     """The same as [{name: ...}] (Kubernetes LocalObjectReferences)."""
 
 
+class WaitForCompletionValues(_Section):
+    """spec.driver.upgradePolicy.waitForCompletion."""
+
+    timeout_seconds: int
+    pod_selector: str
+
+
+class PodDeletionValues(_Section):
+    """spec.driver.upgradePolicy.gpuPodDeletion."""
+
+    force: bool
+    timeout_seconds: int
+    delete_empty_dir: bool
+
+
+class DrainValues(_Section):
+    """spec.driver.upgradePolicy.drain."""
+
+    enable: bool
+    force: bool
+    pod_selector: str
+    timeout_seconds: int
+    delete_empty_dir: bool
+
+
+class UpgradePolicyContext(_Section):
+    """spec.driver.upgradePolicy, in the shape of the chart's driver.upgradePolicy (and of an
+    NVIDIADriver's spec.upgradePolicy, which names gpuPodDeletion podDeletion)."""
+
+    auto_upgrade: bool
+    """Let the NVIDIA operator roll driver changes out."""
+    max_parallel_upgrades: int
+    """Nodes upgraded at once (0: no limit)."""
+    max_unavailable: int | str
+    """A number of nodes, or a percentage ("25%")."""
+    wait_for_completion: WaitForCompletionValues
+    """{timeoutSeconds, podSelector}."""
+    pod_deletion: PodDeletionValues
+    """{force, timeoutSeconds, deleteEmptyDir}."""
+    drain: DrainValues
+    """{enable, force, podSelector, timeoutSeconds, deleteEmptyDir}."""
+
+
+class SharingContext(_Section):
+    """spec.sharing, rendered into the device plugin's configuration (plan/sharing.py)."""
+
+    configured: bool
+    """spec.sharing sets a mode other than None, or profiles."""
+    mode: Literal["None", "TimeSlicing", "MPS"]
+    """The mode every GPU node gets unless its label picks a profile."""
+    config_map: str
+    """The ConfigMap the chart creates: kyma-gpu-device-plugin-config and a hash of its data,
+    so that a change rolls the device plugin out."""
+    default: str
+    """The configuration nodes get without the label nvidia.com/device-plugin.config."""
+    configs: dict[str, str]
+    """Configuration name -> the device plugin's configuration file (YAML text)."""
+
+
+class StackContext(_Section):
+    """spec.stack."""
+
+    mode: Literal["DevicePlugin", "DRA"]
+    """DevicePlugin (ClusterPolicy) or DRA (GPUCluster)."""
+
+
+class MigContext(_Section):
+    """spec.components.migStrategy as the chart spells it."""
+
+    strategy: Literal["none", "single", "mixed"]
+
+
+class SandboxContext(_Section):
+    """spec.components.sandboxWorkloads as the chart spells it."""
+
+    enabled: bool
+    mode: Literal["kubevirt", "kata"]
+    """kubevirt also when sandbox workloads are off (the chart's default)."""
+
+
+class VgpuContext(_Section):
+    """spec.components.vgpuManagerImage, split as the chart wants it; null without one."""
+
+    repository: str | None
+    image: str | None
+    version: str | None
+
+
 class RuleContext(_Section):
     """What every rule sees, as dotted keys: cluster.gpuNodes, driver.mode, ..."""
 
@@ -96,7 +188,14 @@ class RuleContext(_Section):
     nvidia: NvidiaContext
     source: SourceContext
     components: ComponentsSpec
-    """spec.components, one boolean each."""
+    """spec.components as they are (switches, the MIG strategy, the sandbox mode, the vGPU
+    Manager image)."""
+    upgrade_policy: UpgradePolicyContext
+    sharing: SharingContext
+    stack: StackContext
+    mig: MigContext
+    sandbox: SandboxContext
+    vgpu: VgpuContext
 
     @classmethod
     def checked(cls, flat: Mapping[str, Any]) -> dict[str, Any]:
@@ -105,7 +204,7 @@ class RuleContext(_Section):
         return cls.model_validate(_nest(flat)).flat()
 
     def flat(self) -> dict[str, Any]:
-        return dict(_flatten(self.model_dump(by_alias=True)))
+        return dict(_flatten(self.model_dump(by_alias=True, mode="json")))
 
 
 class PoolContext(_Section):
@@ -134,7 +233,7 @@ class PoolContext(_Section):
         return cls.model_validate(_nest(flat)["pool"]).flat()
 
     def flat(self) -> dict[str, Any]:
-        return dict(_flatten({"pool": self.model_dump(by_alias=True)}))
+        return dict(_flatten({"pool": self.model_dump(by_alias=True, mode="json")}))
 
 
 def _nest(flat: Mapping[str, Any]) -> dict[str, Any]:

@@ -319,6 +319,8 @@ class ChartFacts(_CamelData):
 
     version: StrictStr
     default_driver_version: StrictStr
+    stacks: tuple[Literal["DevicePlugin", "DRA"], ...] = ("DevicePlugin",)
+    """The GPU stacks the chart deploys: DevicePlugin (ClusterPolicy), DRA (GPUCluster)."""
     images: tuple[ChartImage, ...]
 
 

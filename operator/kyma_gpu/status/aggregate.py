@@ -20,7 +20,9 @@ from kyma_gpu.api.models import (
     Condition,
     GpuState,
     GpuStatus,
+    SharingStatus,
 )
+from kyma_gpu.api.operations import GpuStack
 from kyma_gpu.plan.plan import Plan
 from kyma_gpu.status import conditions as c
 from kyma_gpu.status.conditions import NO_GPU_NODES_MESSAGE, Verdict, cond, flux_failed
@@ -41,6 +43,8 @@ class Observed:
     """The chart source (HelmRepository or OCIRepository) the HelmRelease reads."""
     daemonsets: tuple[DaemonSetFacts, ...] = ()
     cluster_policy: ClusterPolicyFacts | None = None
+    gpu_cluster: ClusterPolicyFacts | None = None
+    """The DRA stack's GPUCluster gpu-cluster."""
     gpu_workloads: tuple[str, ...] = ()
     """namespace/name of running pods that request nvidia.com/gpu."""
     nodes_without_features: tuple[str, ...] = ()
@@ -88,13 +92,20 @@ def conditions_of(plan: Plan, observed: Observed, generation: int | None) -> lis
         release,
         c.source_ready(observed.source, release, generation),
         c.driver_ready(plan, observed.daemonsets, release, generation),
-        c.components_ready(
-            observed.cluster_policy,
-            observed.daemonsets,
-            observed.nodes_without_features,
-            generation,
-        ),
+        _components(plan, observed, generation),
     ]
+
+
+def _components(plan: Plan, observed: Observed, generation: int | None) -> Verdict:
+    """ComponentsReady of the plan's stack: the ClusterPolicy's, or the GPUCluster's."""
+    dra = plan.stack is GpuStack.DRA
+    return c.components_ready(
+        observed.gpu_cluster if dra else observed.cluster_policy,
+        observed.daemonsets,
+        observed.nodes_without_features,
+        generation,
+        c.GPU_CLUSTER if dra else c.CLUSTER_POLICY,
+    )
 
 
 _GATES = (ConditionType.RELEASE_READY, ConditionType.DRIVER_READY, ConditionType.COMPONENTS_READY)
@@ -161,7 +172,24 @@ def _status(
         chart_version=plan.chart_version,
         installed_chart_version=hr.installed_chart_version if hr else None,
         helm_release=f"{release['namespace']}/{release['name']}" if release else None,
+        stack=plan.stack,
+        sharing=sharing_status(plan, observed),
     )
+
+
+def sharing_status(plan: Plan, observed: Observed) -> SharingStatus | None:
+    """What the device plugin is told to share, and whether it runs so: the ClusterPolicy
+    names the configuration and the device plugin DaemonSet has rolled out with it."""
+    sharing = plan.sharing
+    if sharing is None:
+        return None
+    policy = observed.cluster_policy
+    named = policy is not None and policy.device_plugin_config == sharing.config_map
+    plugins = [d for d in observed.daemonsets if d.device_plugin]
+    rolled = bool(plugins) and all(d.rolled_out and d.ready for d in plugins)
+    return SharingStatus(mode=sharing.mode, replicas=sharing.replicas,
+                         profiles=list(sharing.profiles), config_map=sharing.config_map,
+                         active=named and rolled)  # fmt: skip
 
 
 def _ready_message(gpu_nodes: int) -> str:

@@ -248,11 +248,18 @@ def driver_ready(
     return Verdict(cond(kind, "False", DriverReason.NOT_READY, message, generation))
 
 
-def _features_missing_message(nodes: Sequence[str], policy: ClusterPolicyFacts | None) -> str:
+CLUSTER_POLICY = "ClusterPolicy cluster-policy"
+GPU_CLUSTER = "GPUCluster gpu-cluster"
+"""The stack's custom resource, as messages name it (spec.stack DevicePlugin, DRA)."""
+
+
+def _features_missing_message(
+    nodes: Sequence[str], policy: ClusterPolicyFacts | None, name: str
+) -> str:
     shown = ", ".join(nodes[:5]) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
     state = policy.state if policy and policy.state else "not reported"
     return (
-        f"ClusterPolicy cluster-policy is {state}, and GPU nodes lack the node-feature-discovery "
+        f"{name} is {state}, and GPU nodes lack the node-feature-discovery "
         f"labels system-os_release.ID and kernel-version.full, which the NVIDIA operator needs "
         f"to pick a driver: {shown}. Check that an NFD worker pod runs on each (kubectl get pods "
         f"-n gpu-operator -l role=worker -o wide); a taint it does not tolerate keeps it off"
@@ -264,26 +271,29 @@ def components_ready(
     sets: Sequence[DaemonSetFacts],
     nodes_without_features: Sequence[str],
     generation: int | None,
+    name: str = CLUSTER_POLICY,
 ) -> Verdict:
+    """The stack's custom resource (`name`: the ClusterPolicy, or the GPUCluster on the DRA
+    stack) and the operand DaemonSets other than the drivers."""
     kind = ConditionType.COMPONENTS_READY
     others = [d for d in sets if not d.driver]
     not_ready = [d for d in others if not d.ready]
     if nodes_without_features and policy is not None:
         # The NVIDIA operator skips such nodes: they get no driver, even with the policy ready.
-        message = _features_missing_message(nodes_without_features, policy)
+        message = _features_missing_message(nodes_without_features, policy, name)
         return Verdict(cond(kind, "False", ComponentsReason.NODE_FEATURES_MISSING, message,
                             generation))  # fmt: skip
     if policy is not None and policy.state == "ready" and not not_ready:
-        message = f"ClusterPolicy ready; {len(others)} DaemonSets ready"
+        message = f"{name.split(maxsplit=1)[0]} ready; {len(others)} DaemonSets ready"
         return Verdict(cond(kind, "True", ComponentsReason.READY, message, generation))
     if policy is None and not others:
-        message = "no ClusterPolicy status and no GPU operand DaemonSets yet"
+        message = f"no {name.split(maxsplit=1)[0]} status and no GPU operand DaemonSets yet"
         return Verdict(cond(kind, "Unknown", ComponentsReason.WAITING, message, generation))
     parts = []
     if policy is None or policy.state != "ready":
         state = policy.state if policy and policy.state else "not reported"
         detail = f" ({policy.message})" if policy and policy.message else ""
-        parts.append(f"ClusterPolicy cluster-policy is {state}{detail}")
+        parts.append(f"{name} is {state}{detail}")
     if not_ready:
         parts.append("not ready: " + daemonset_summary(not_ready))
     return Verdict(cond(kind, "False", ComponentsReason.NOT_READY, "; ".join(parts), generation))

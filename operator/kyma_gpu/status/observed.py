@@ -120,8 +120,9 @@ class DaemonSetFacts:
 
 DRIVER_COMPONENT = ("app.kubernetes.io/component", "nvidia-driver")
 """The label the NVIDIA operator puts on every driver DaemonSet it renders."""
-DEVICE_PLUGIN_APP = ("app", "nvidia-device-plugin-daemonset")
-"""The label of the device plugin DaemonSet the NVIDIA operator renders."""
+GPU_SERVERS = ("nvidia-device-plugin-daemonset", "nvidia-dra-driver-kubelet-plugin")
+"""The `app` label of what hands GPUs to pods: the device plugin DaemonSet (ClusterPolicy), or
+the DRA driver's kubelet plugin (GPUCluster)."""
 DRIVER_CONTAINER = "nvidia-driver-ctr"
 _DRIVER_TAG = re.compile(r"^([0-9]{3}(?:\.[0-9]+){0,2})(?:-|$)")
 """<version>-<os> (driver container), <version>-<kernel>-<os> (precompiled), or a bare
@@ -171,15 +172,20 @@ def daemonset_facts(body: Mapping[str, Any]) -> DaemonSetFacts:
         driver=driver,
         number_ready=_int(status.get("numberReady")) or 0,
         version=_driver_version(spec) if driver else None,
-        device_plugin=labels.get(DEVICE_PLUGIN_APP[0]) == DEVICE_PLUGIN_APP[1],
+        device_plugin=labels.get("app") in GPU_SERVERS,
     )
 
 
 @dataclass(frozen=True, slots=True)
 class ClusterPolicyFacts:
+    """The stack's custom resource: the ClusterPolicy cluster-policy, or (DRA) the GPUCluster
+    gpu-cluster; both report a state and an Error condition the same way."""
+
     state: str | None
     """ready | notReady | ignored, or None before the operator reports."""
     message: str = ""
+    device_plugin_config: str | None = None
+    """The ClusterPolicy's spec.devicePlugin.config.name: the sharing ConfigMap it runs."""
 
 
 def cluster_policy_facts(body: Mapping[str, Any]) -> ClusterPolicyFacts:
@@ -191,7 +197,14 @@ def cluster_policy_facts(body: Mapping[str, Any]) -> ClusterPolicyFacts:
         if cond.get("type") == "Error" and cond.get("status") == "True":
             message = str(cond.get("message", ""))
     state = status.get("state")
-    return ClusterPolicyFacts(state=str(state) if state else None, message=message)
+    plugin = ((body.get("spec") or {}).get("devicePlugin") or {}).get("config") or {}
+    config = plugin.get("name") if isinstance(plugin, Mapping) else None
+    return ClusterPolicyFacts(state=str(state) if state else None, message=message,
+                              device_plugin_config=str(config) if config else None)  # fmt: skip
+
+
+gpu_cluster_facts = cluster_policy_facts
+"""A GPUCluster's status has the ClusterPolicy's shape (state, an Error condition)."""
 
 
 def requests_gpu(body: Mapping[str, Any]) -> bool:
