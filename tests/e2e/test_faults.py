@@ -24,6 +24,7 @@ def stack(local_cluster: LocalCluster, flux_stack: FluxStack) -> Iterator[Operat
         yield process
 
 
+@pytest.mark.timeout(1800)  # four phases, each bounded by CONVERGE_TIMEOUT
 def test_faults_converge(
     local_cluster: LocalCluster, flux_stack: FluxStack, stack: OperatorProcess
 ) -> None:

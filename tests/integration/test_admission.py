@@ -22,8 +22,16 @@ from kyma_gpu.api.models import (
     IMAGE_REGISTRY_PATTERN,
     INSTALLER_RELEASE_PATTERN,
     REFUSED_VALUES,
+    VGPU_NEEDS_IMAGE,
 )
 from kyma_gpu.api.models import DRIVER_VERSION_PATTERN as DRIVER
+from kyma_gpu.api.operations import (
+    IMAGE_PATTERN,
+    MAX_UNAVAILABLE_PATTERN,
+    PROFILE_NAME_RESERVED,
+    REPLICAS_NEEDED,
+    TIME_SLICING_ONLY,
+)
 from kyma_gpu.cli import main
 from tests.harness.cluster import LocalCluster
 from tests.harness.module import CRD
@@ -110,8 +118,44 @@ ROWS: list[tuple[str, dict[str, Any], str]] = [
      _type("spec.components.migManager", "integer", "boolean")),
     ("components-list", {"components": ["dcgmExporter"]},
      _type("spec.components", "array", "object")),
-    ("component-unknown", {"components": {"vgpuManager": True}},
-     'unknown field "spec.components.vgpuManager"'),
+    ("component-unknown", {"components": {"kataManager": True}},
+     'unknown field "spec.components.kataManager"'),
+    ("vgpu-without-image", {"components": {"vgpuManager": True}},
+     f"spec.components: Invalid value: {VGPU_NEEDS_IMAGE}"),
+    ("vgpu-image-without-tag", {"components": {"vgpuManagerImage": "r.corp/nv/vgpu-manager"}},
+     _pattern("spec.components.vgpuManagerImage", "r.corp/nv/vgpu-manager", IMAGE_PATTERN)),
+    ("sandbox-unknown", {"components": {"sandboxWorkloads": "Docker"}},
+     'spec.components.sandboxWorkloads: Unsupported value: "Docker": supported values: '
+     '"Off", "KubeVirt", "Kata"'),
+    ("mig-strategy-lowercase", {"components": {"migStrategy": "mixed"}},
+     'spec.components.migStrategy: Unsupported value: "mixed": supported values: '
+     '"None", "Single", "Mixed"'),
+    ("upgrade-unavailable-150", {"driver": {"upgradePolicy": {"maxUnavailable": "150%"}}},
+     _pattern("spec.driver.upgradePolicy.maxUnavailable", "150%", MAX_UNAVAILABLE_PATTERN)),
+    ("upgrade-parallel-negative", {"driver": {"upgradePolicy": {"maxParallelUpgrades": -1}}},
+     "spec.driver.upgradePolicy.maxParallelUpgrades: Invalid value: -1: "
+     "spec.driver.upgradePolicy.maxParallelUpgrades in body should be greater than or equal to 0"),
+    ("upgrade-drain-timeout-string",
+     {"driver": {"upgradePolicy": {"drain": {"timeoutSeconds": "5m"}}}},
+     _type("spec.driver.upgradePolicy.drain.timeoutSeconds", "string", "integer")),
+    ("sharing-without-replicas", {"sharing": {"mode": "TimeSlicing"}},
+     f"spec.sharing: Invalid value: {REPLICAS_NEEDED}"),
+    ("sharing-one-replica", {"sharing": {"mode": "MPS", "replicas": 1}},
+     "spec.sharing.replicas: Invalid value: 1: "
+     "spec.sharing.replicas in body should be greater than or equal to 2"),
+    ("sharing-mps-fail-requests",
+     {"sharing": {"mode": "MPS", "replicas": 2, "failRequestsGreaterThanOne": True}},
+     f"spec.sharing: Invalid value: {TIME_SLICING_ONLY}"),
+    ("sharing-profile-default", {"sharing": {"profiles": [{"name": "default"}]}},
+     f"spec.sharing: Invalid value: {PROFILE_NAME_RESERVED}"),
+    ("sharing-profile-without-replicas",
+     {"sharing": {"profiles": [{"name": "mps", "mode": "MPS"}]}},
+     f"spec.sharing.profiles[0]: Invalid value: {REPLICAS_NEEDED}"),
+    ("sharing-mode-unknown", {"sharing": {"mode": "Fractional", "replicas": 2}},
+     'spec.sharing.mode: Unsupported value: "Fractional": supported values: '
+     '"None", "TimeSlicing", "MPS"'),
+    ("stack-unknown", {"stack": "Both"},
+     'spec.stack: Unsupported value: "Both": supported values: "DevicePlugin", "DRA"'),
     ("spec-unknown-field", {"colour": "blue"}, 'unknown field "spec.colour"'),
     ("values-not-object", {"values": "driver: {}"},
      _type("spec.values", "string", "object")),
@@ -178,6 +222,17 @@ def test_a_valid_spec_passes_both(gpu_crd: LocalCluster, tmp_path: Path) -> None
     code, out = _admission(gpu_crd, spec)
     assert code == 0, out
     assert _plan(tmp_path, spec)[0] == 0
+
+
+def test_duplicate_profile_names_are_refused_by_both(gpu_crd: LocalCluster, tmp_path: Path) -> None:
+    """The API server refuses them as duplicate keys of a list-map, the model in its own words."""
+    spec = {"sharing": {"profiles": [{"name": "a"}, {"name": "a"}]}}
+    code, said = _admission(gpu_crd, spec)
+    assert code != 0
+    assert "spec.sharing.profiles[1]: Duplicate value" in said, said
+    code, said = _plan(tmp_path, spec)
+    assert code == 2
+    assert "the names of the sharing profiles must be unique" in said
 
 
 @pytest.mark.parametrize(("spec", "message"), [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])

@@ -298,3 +298,16 @@ def test_the_dra_kubelet_plugin_counts_the_ready_nodes() -> None:
                                     updated=3, strategy="RollingUpdate", number_ready=2,
                                     device_plugin=True)  # fmt: skip
     assert nodes_ready((kubelet_plugin,), 3) == 2
+
+
+def test_a_gpu_cluster_left_behind_is_a_stack_conflict(catalog: Catalog) -> None:
+    """Back on the device plugin, the chart keeps the GPUCluster (resource policy keep): the
+    Gpu says so, and how to end it, instead of mirroring a ClusterPolicy that never gets ready."""
+    plan = plan_for(catalog, node(), spec={})
+    left = Observed(cluster_policy=ClusterPolicyFacts("notReady"),
+                    gpu_cluster=ClusterPolicyFacts("ready"))  # fmt: skip
+    status = aggregate(plan, left, 3)
+    components = next(c for c in status.conditions if c.type == "ComponentsReady")
+    assert (components.status, components.reason) == ("False", "StackConflict")
+    assert str(status.state) == "Error"
+    assert "kubectl delete gpuclusters.nvidia.com gpu-cluster" in status.message

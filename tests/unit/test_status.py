@@ -619,6 +619,19 @@ def test_helm_release_facts() -> None:
         ({"spec": {"containers": [{"resources": {"requests": {"nvidia.com/gpu": 2}}}]}}, True),
         ({"spec": {"initContainers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}, True),
         ({"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "0"}}}]}}, False),
+        # spec.sharing renameByDefault, and MIG instances of the Mixed strategy
+        (
+            {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu.shared": "1"}}}]}},
+            True,
+        ),
+        (
+            {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/mig-1g.10gb": 1}}}]}},
+            True,
+        ),
+        (
+            {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpumem": "1000"}}}]}},
+            False,
+        ),
         ({"spec": {"containers": [{"resources": {"limits": {"cpu": "1"}}}]}}, False),
         ({"spec": {"containers": [{}]}}, False),
         (

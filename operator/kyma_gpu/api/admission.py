@@ -83,6 +83,15 @@ def _wrong_type(path: str, err: ErrorDetails) -> str:
     return f'{path}: Invalid value: "{got}": {path} in body must be of type {want}: "{got}"'
 
 
+def _bound(path: str, err: ErrorDetails) -> str:
+    ctx = err.get("ctx") or {}
+    side, limit = ("greater", ctx["ge"]) if "ge" in ctx else ("less", ctx.get("le"))
+    return (
+        f"{path}: Invalid value: {_quoted(err['input'])}: {path} in body should be {side} than "
+        f"or equal to {limit}"
+    )
+
+
 def _required(path: str, err: ErrorDetails) -> str:
     return f"{path}: Required value"
 
@@ -105,6 +114,8 @@ _FORMATS: Mapping[str, Callable[[str, ErrorDetails], str]] = {
     "string_too_long": _too_long,
     "too_long": _too_long,
     "extra_forbidden": _unknown,
+    "greater_than_equal": _bound,
+    "less_than_equal": _bound,
     "missing": _required,
     "value_error": _custom,
     "refused_value": _custom,

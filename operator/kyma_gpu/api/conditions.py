@@ -108,6 +108,9 @@ class ComponentsReason(StrEnum):
     NOT_READY = "ComponentsNotReady"
     NODE_FEATURES_MISSING = "NodeFeaturesMissing"
     WAITING = "WaitingForComponents"
+    STACK_CONFLICT = "StackConflict"
+    """The other stack's custom resource is still there (the GPUCluster after spec.stack went
+    back to DevicePlugin): the NVIDIA operator runs neither next to the other."""
 
 
 class FluxReason(StrEnum):

@@ -53,9 +53,10 @@ _SHARING_RULES = [
         "message": TIME_SLICING_ONLY,
     },
 ]
-_PROFILES_RULES = [
-    {"rule": "self.all(p, p.name != 'default')", "message": PROFILE_NAME_RESERVED},
-]
+_PROFILES_RULE = {
+    "rule": "!has(self.profiles) || self.profiles.all(p, p.name != 'default')",
+    "message": PROFILE_NAME_RESERVED,
+}
 _COMPONENTS_RULES = [
     {
         "rule": "!(has(self.vgpuManager) && self.vgpuManager) || has(self.vgpuManagerImage)",
@@ -70,10 +71,8 @@ def _add_rules(spec: dict[str, Any]) -> None:
     props["source"]["x-kubernetes-validations"] = _SOURCE_RULES
     props["components"]["x-kubernetes-validations"] = _COMPONENTS_RULES
     sharing = props["sharing"]
-    sharing["x-kubernetes-validations"] = _SHARING_RULES
-    profiles = sharing["properties"]["profiles"]
-    profiles["x-kubernetes-validations"] = _PROFILES_RULES
-    profiles["items"]["x-kubernetes-validations"] = _SHARING_RULES
+    sharing["x-kubernetes-validations"] = [*_SHARING_RULES, _PROFILES_RULE]
+    sharing["properties"]["profiles"]["items"]["x-kubernetes-validations"] = _SHARING_RULES
 
 
 def _refuse_values(values: dict[str, Any]) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import Field, StrictBool, model_validator
+from pydantic import Field, StrictBool, StrictInt, model_validator
 
 from kyma_gpu.api.base import DNS_LABEL_PATTERN, Model
 
@@ -32,7 +32,7 @@ class WaitForCompletionSpec(Model):
     pod_selector: str = Field(default="", max_length=1024)
     """Label selector of pods (e.g. batch jobs) to wait for; empty: wait for none."""
 
-    timeout_seconds: int = Field(default=0, ge=0, le=604800)
+    timeout_seconds: StrictInt = Field(default=0, ge=0, le=604800)
     """How long to wait for them; 0: as long as they run."""
 
 
@@ -43,7 +43,7 @@ class GpuPodDeletionSpec(Model):
     """Also delete GPU pods that no controller (Deployment, Job, ...) would recreate. Off:
     such a pod stops the node's upgrade until it ends or is deleted by hand."""
 
-    timeout_seconds: int = Field(default=300, ge=0, le=86400)
+    timeout_seconds: StrictInt = Field(default=300, ge=0, le=86400)
     """How long to wait for their deletion; 0: forever."""
 
     delete_empty_dir: StrictBool = False
@@ -63,7 +63,7 @@ class DrainSpec(Model):
     pod_selector: str = Field(default="", max_length=1024)
     """Label selector of the pods to drain; empty: all of them."""
 
-    timeout_seconds: int = Field(default=300, ge=0, le=86400)
+    timeout_seconds: StrictInt = Field(default=300, ge=0, le=86400)
     """How long a drain may take; 0: forever (not recommended: a stuck drain never ends)."""
 
     delete_empty_dir: StrictBool = False
@@ -81,7 +81,7 @@ class UpgradePolicySpec(Model):
     """Let the NVIDIA operator roll new drivers out. Off: the driver DaemonSets change, but a
     node keeps its old driver until its driver pod is deleted by hand."""
 
-    max_parallel_upgrades: int = Field(default=1, ge=0, le=10000)
+    max_parallel_upgrades: StrictInt = Field(default=1, ge=0, le=10000)
     """Nodes upgraded at the same time; 0: no limit (only maxUnavailable)."""
 
     max_unavailable: str = Field(default="25%", pattern=MAX_UNAVAILABLE_PATTERN, max_length=6)
@@ -123,7 +123,7 @@ class SharingConfig(Model):
     mode: SharingMode = SharingMode.NONE
     """None, TimeSlicing or MPS."""
 
-    replicas: int | None = Field(default=None, ge=2, le=128)
+    replicas: StrictInt | None = Field(default=None, ge=2, le=128)
     """Each GPU is advertised as this many nvidia.com/gpu (required with TimeSlicing or MPS)."""
 
     rename_by_default: StrictBool = False
@@ -152,6 +152,7 @@ class SharingProfile(SharingConfig):
 
 
 PROFILE_NAME_RESERVED = f"a sharing profile may not be named '{DEFAULT_PROFILE}'"
+PROFILE_NAMES_UNIQUE = "the names of the sharing profiles must be unique"
 
 
 class SharingSpec(SharingConfig):
@@ -172,8 +173,11 @@ class SharingSpec(SharingConfig):
 
     @model_validator(mode="after")
     def _profile_names(self) -> SharingSpec:
-        if any(p.name == DEFAULT_PROFILE for p in self.profiles):
+        names = [p.name for p in self.profiles]
+        if DEFAULT_PROFILE in names:
             raise ValueError(PROFILE_NAME_RESERVED)
+        if len(set(names)) < len(names):  # the API server: the list is a map keyed by name
+            raise ValueError(PROFILE_NAMES_UNIQUE)
         return self
 
     @property

@@ -99,6 +99,8 @@ def conditions_of(plan: Plan, observed: Observed, generation: int | None) -> lis
 def _components(plan: Plan, observed: Observed, generation: int | None) -> Verdict:
     """ComponentsReady of the plan's stack: the ClusterPolicy's, or the GPUCluster's."""
     dra = plan.stack is GpuStack.DRA
+    if not dra and observed.gpu_cluster is not None and not observed.deleting:
+        return c.stack_conflict(generation)
     return c.components_ready(
         observed.gpu_cluster if dra else observed.cluster_policy,
         observed.daemonsets,

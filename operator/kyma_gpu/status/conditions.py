@@ -266,6 +266,20 @@ def _features_missing_message(
     )
 
 
+STACK_CONFLICT_MESSAGE = (
+    "spec.stack is DevicePlugin, but the GPUCluster gpu-cluster of the DRA stack is still there: "
+    "the chart keeps it on purpose (deleting it drains the pods that hold GPUs through DRA), and "
+    "the NVIDIA operator runs no ClusterPolicy next to it. When its workloads may go, delete it: "
+    "kubectl delete gpuclusters.nvidia.com gpu-cluster"
+)
+
+
+def stack_conflict(generation: int | None) -> Verdict:
+    condition = cond(ConditionType.COMPONENTS_READY, "False", ComponentsReason.STACK_CONFLICT,
+                     STACK_CONFLICT_MESSAGE, generation)  # fmt: skip
+    return Verdict(condition, error=STACK_CONFLICT_MESSAGE)
+
+
 def components_ready(
     policy: ClusterPolicyFacts | None,
     sets: Sequence[DaemonSetFacts],

@@ -230,13 +230,19 @@ def is_gpu_workload(body: Mapping[str, Any], stack_namespaces: Collection[str]) 
     return requests_gpu(body) or (claims and phase not in ("Succeeded", "Failed"))
 
 
+def is_gpu_resource(name: str) -> bool:
+    """nvidia.com/gpu, a renamed shared GPU (nvidia.com/gpu.shared, spec.sharing's
+    renameByDefault) or a MIG instance of the Mixed strategy (nvidia.com/mig-1g.10gb)."""
+    return name == RESOURCE_GPU or name.startswith((f"{RESOURCE_GPU}.", "nvidia.com/mig-"))
+
+
 def asks_for_gpu(body: Mapping[str, Any]) -> bool:
-    """A pod whose containers ask for nvidia.com/gpu, whatever its phase."""
+    """A pod whose containers ask for a GPU resource (is_gpu_resource), whatever its phase."""
     spec = body.get("spec") or {}
     for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
         resources = container.get("resources") or {}
         for section in ("limits", "requests"):
-            amount = (resources.get(section) or {}).get(RESOURCE_GPU)
-            if amount not in (None, "0", 0):
+            asked = resources.get(section) or {}
+            if any(is_gpu_resource(str(k)) and v not in (None, "0", 0) for k, v in asked.items()):
                 return True
     return False

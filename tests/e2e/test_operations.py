@@ -1,0 +1,300 @@
+"""The typed GPU operations on the local cluster, with the real Flux and the real NVIDIA GPU
+Operator controller (tests/harness/nvidia.py): what the controller creates from
+spec.driver.upgradePolicy, spec.sharing, a switch (the MIG manager with its strategy) and
+spec.stack DRA. Tests run in file order and build on each other.
+
+What is not shown here, said plainly: kwok nodes have no GPUs, so no device plugin runs; the
+nodes' nvidia.com/gpu capacity is what the fleet file says and does not change with sharing.
+The DRA kubelet plugin publishes no ResourceSlices, so the DRA validator pods cannot be
+scheduled and the GPUCluster stays notReady; what is checked is what the controller renders.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.harness.cluster import LocalCluster
+from tests.harness.flux import FluxStack
+from tests.harness.module import (
+    TARGET_NAMESPACE,
+    OperatorProcess,
+    condition,
+    gpu,
+    module_on,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+
+UPGRADE_STATE = "nvidia.com/gpu-driver-upgrade-state"
+"""The node label the NVIDIA operator's upgrade controller walks through per node."""
+DONE = "upgrade-done"
+RESTING = {DONE, "upgrade-required", ""}
+"""States of a node that is not being upgraded right now."""
+POLICY = {
+    "maxParallelUpgrades": 1,
+    "maxUnavailable": "1",
+    "gpuPodDeletion": {"timeoutSeconds": 120, "deleteEmptyDir": True},
+    "drain": {"enable": False, "timeoutSeconds": 240},
+}
+
+
+@pytest.fixture(scope="module")
+def stack(local_cluster: LocalCluster, flux_stack: FluxStack) -> Iterator[OperatorProcess]:
+    with module_on(local_cluster, name="operator-operations") as process:
+        yield process
+
+
+def _patch(cluster: LocalCluster, spec: dict[str, Any]) -> None:
+    cluster.kubectl("patch", "gpus.gpu.kyma-project.io", "gpu", "--type=merge",
+                    "-p", json.dumps({"spec": spec}))  # fmt: skip
+
+
+def _status(cluster: LocalCluster) -> dict[str, Any]:
+    return dict((gpu(cluster) or {}).get("status") or {})
+
+
+def _ready(cluster: LocalCluster) -> bool:
+    obj = gpu(cluster) or {}
+    status = obj.get("status") or {}
+    generation = (obj.get("metadata") or {}).get("generation")
+    return status.get("state") == "Ready" and status.get("observedGeneration") == generation
+
+
+def _policy(cluster: LocalCluster) -> dict[str, Any]:
+    return cluster.get_object("clusterpolicies.nvidia.com", "cluster-policy") or {}
+
+
+def _gpu_nodes(cluster: LocalCluster) -> list[str]:
+    return [n["name"] for n in _status(cluster).get("nodes") or []]
+
+
+def _upgrade_states(cluster: LocalCluster) -> dict[str, str]:
+    states = {}
+    for name in _gpu_nodes(cluster):
+        labels = ((cluster.get_object("node", name) or {}).get("metadata") or {}).get("labels")
+        states[name] = str((labels or {}).get(UPGRADE_STATE, ""))
+    return states
+
+
+def _daemonsets(cluster: LocalCluster) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in cluster.list_objects("daemonsets", TARGET_NAMESPACE)}
+
+
+def _container_env(ds: dict[str, Any]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    pod = ds["spec"]["template"]["spec"]
+    for container in [*pod.get("initContainers", []), *pod["containers"]]:
+        env.update({e["name"]: str(e.get("value", "")) for e in container.get("env") or []})
+    return env
+
+
+def test_upgrade_policy_reaches_the_controller(
+    local_cluster: LocalCluster, flux_stack: FluxStack, stack: OperatorProcess
+) -> None:
+    source = {"chartRepository": flux_stack.helm_repo_url, "insecure": True}
+    local_cluster.apply({
+        "apiVersion": "gpu.kyma-project.io/v1beta1", "kind": "Gpu", "metadata": {"name": "gpu"},
+        "spec": {"source": source, "driver": {"upgradePolicy": POLICY}},
+    })  # fmt: skip
+    wait_until(lambda: _ready(local_cluster), 300, "Ready with the upgrade policy")
+    rendered = _policy(local_cluster)["spec"]["driver"]["upgradePolicy"]
+    assert rendered["autoUpgrade"] is True
+    assert rendered["maxParallelUpgrades"] == 1
+    assert rendered["maxUnavailable"] == 1
+    assert rendered["podDeletion"] == {"force": False, "timeoutSeconds": 120,
+                                       "deleteEmptyDir": True}  # fmt: skip
+    assert rendered["drain"]["enable"] is False
+    assert rendered["drain"]["timeoutSeconds"] == 240
+
+
+@pytest.mark.timeout(900)  # at least 2 minutes per node, the loop below bounds it at 600 s
+def test_a_branch_change_rolls_node_by_node(
+    local_cluster: LocalCluster, flux_stack: FluxStack, stack: OperatorProcess
+) -> None:
+    """590 -> 580: the driver DaemonSet changes, then the upgrade controller takes one node at
+    a time (maxParallelUpgrades 1) through its states, labelling each node as it goes."""
+    _patch(local_cluster, {"driver": {"version": "580"}})
+    seen: dict[str, list[str]] = {}
+    busy_at_once = 0
+    began = time.monotonic()
+    while time.monotonic() - began < 600:
+        states = _upgrade_states(local_cluster)
+        for name, state in states.items():
+            if not seen.get(name) or seen[name][-1] != state:
+                seen.setdefault(name, []).append(state)
+        busy_at_once = max(busy_at_once, sum(1 for s in states.values() if s not in RESTING))
+        moved = all(len(v) > 1 for v in seen.values()) and len(seen) == 2
+        if moved and all(s == DONE for s in states.values()) and _ready(local_cluster):
+            break
+        time.sleep(0.5)
+    print(f"\nupgrade states per node in {time.monotonic() - began:.0f}s: {seen}")
+    assert len(seen) == 2, seen
+    for history in seen.values():
+        assert history[-1] == DONE, seen
+        assert any(state not in RESTING for state in history), f"a node never upgraded: {seen}"
+    assert busy_at_once == 1, f"maxParallelUpgrades 1, yet {busy_at_once} nodes at once: {seen}"
+    assert _status(local_cluster)["driverVersion"] == "580"
+
+
+def test_auto_upgrade_off_hands_the_nodes_back(
+    local_cluster: LocalCluster, flux_stack: FluxStack, stack: OperatorProcess
+) -> None:
+    _patch(local_cluster, {"driver": {"upgradePolicy": {"autoUpgrade": False}}})
+    wait_until(lambda: not any(_upgrade_states(local_cluster).values()), 180,
+               "the upgrade state labels removed")  # fmt: skip
+    preflight = condition(gpu(local_cluster), "Preflight") or {}
+    assert "autoUpgrade is off" in preflight.get("message", "")
+    wait_until(lambda: _ready(local_cluster), 120, "Ready without automatic upgrades")
+
+
+def _plugin(cluster: LocalCluster) -> dict[str, Any]:
+    return _daemonsets(cluster).get("nvidia-device-plugin-daemonset") or {}
+
+
+def _config_volume(ds: dict[str, Any]) -> str | None:
+    volumes = ((ds.get("spec") or {}).get("template") or {}).get("spec", {}).get("volumes") or []
+    names = [v["configMap"]["name"] for v in volumes if "configMap" in v]
+    return next((n for n in names if n.startswith("kyma-gpu-device-plugin-config")), None)
+
+
+def _config_manager_env(ds: dict[str, Any]) -> dict[str, str]:
+    containers = ds["spec"]["template"]["spec"]["containers"]
+    manager = next(c for c in containers if c["name"] == "config-manager")
+    return {e["name"]: str(e.get("value", "")) for e in manager.get("env") or []}
+
+
+SHARING = {"mode": "TimeSlicing", "replicas": 4, "profiles": [{"name": "mps-2", "mode": "MPS",
+                                                             "replicas": 2}]}  # fmt: skip
+
+
+def test_sharing_configures_the_device_plugin(
+    local_cluster: LocalCluster, flux_stack: FluxStack, stack: OperatorProcess
+) -> None:
+    _patch(local_cluster, {"sharing": SHARING})
+    wait_until(lambda: (_status(local_cluster).get("sharing") or {}).get("active"), 240,
+               "status.sharing active")  # fmt: skip
+    shown = _status(local_cluster)["sharing"]
+    assert (shown["mode"], shown["replicas"], shown["profiles"]) == ("TimeSlicing", 4, ["mps-2"])
+    config_map = shown["configMap"]
+    data = (local_cluster.get_object("configmap", config_map, TARGET_NAMESPACE) or {})["data"]
+    assert sorted(data) == ["default", "mps-2"]
+    assert "timeSlicing:" in data["default"]
+    assert "replicas: 4" in data["default"]
+    assert "mps:" in data["mps-2"]
+    assert _policy(local_cluster)["spec"]["devicePlugin"]["config"] == {
+        "name": config_map, "default": "default"}  # fmt: skip
+    # What the real controller makes of it: the files mounted into the device plugin, and its
+    # config manager told the default (it reads nvidia.com/device-plugin.config per node).
+    plugin = _plugin(local_cluster)
+    assert _config_volume(plugin) == config_map
+    assert _config_manager_env(plugin)["DEFAULT_CONFIG"] == "default"
+    mps = _daemonsets(local_cluster)["nvidia-device-plugin-mps-control-daemon"]
+    assert _config_volume(mps) == config_map
+    # Not shown locally: the kwok nodes' capacity stays what the fleet says (no device plugin
+    # runs to advertise replicas).
+    for name in _gpu_nodes(local_cluster):
+        node = local_cluster.get_object("node", name) or {}
+        assert node["status"]["capacity"]["nvidia.com/gpu"] == "1"
+
+
+def test_a_sharing_change_rolls_the_device_plugin(
+    local_cluster: LocalCluster, flux_stack: FluxStack, stack: OperatorProcess
+) -> None:
+    """The NVIDIA operator does not watch the ConfigMap's data: a new name (its hash) is what
+    changes the device plugin's template, so the new replicas reach the nodes."""
+    before = _status(local_cluster)["sharing"]["configMap"]
+    generation = _plugin(local_cluster)["metadata"]["generation"]
+    _patch(local_cluster, {"sharing": {**SHARING, "replicas": 8}})
+    wait_until(lambda: _config_volume(_plugin(local_cluster)) not in (None, before), 180,
+               "the device plugin on the new ConfigMap")  # fmt: skip
+    assert _plugin(local_cluster)["metadata"]["generation"] > generation
+    wait_until(lambda: (_status(local_cluster).get("sharing") or {}).get("active"), 180,
+               "the new configuration active")  # fmt: skip
+    assert _status(local_cluster)["sharing"]["replicas"] == 8
+    wait_until(lambda: local_cluster.get_object("configmap", before, TARGET_NAMESPACE) is None,
+               60, "the old ConfigMap gone (Helm)")  # fmt: skip
+    _patch(local_cluster, {"sharing": {"mode": "None", "replicas": None, "profiles": None}})
+    wait_until(lambda: _config_volume(_plugin(local_cluster)) is None, 180,
+               "the device plugin without a sharing configuration")  # fmt: skip
+    assert "sharing" not in _status(local_cluster)
+
+
+def test_the_mig_manager_and_strategy(
+    local_cluster: LocalCluster, flux_stack: FluxStack, stack: OperatorProcess
+) -> None:
+    _patch(local_cluster, {"components": {"migManager": True, "migStrategy": "Mixed"}})
+    mig = wait_until(lambda: _daemonsets(local_cluster).get("nvidia-mig-manager"), 180,
+                     "the MIG manager DaemonSet")  # fmt: skip
+    selector = mig["spec"]["template"]["spec"]["nodeSelector"]
+    assert selector == {"nvidia.com/gpu.deploy.mig-manager": "true"}
+    assert _policy(local_cluster)["spec"]["mig"]["strategy"] == "mixed"
+    wait_until(lambda: _container_env(_plugin(local_cluster)).get("MIG_STRATEGY") == "mixed", 120,
+               "the device plugin told the MIG strategy")  # fmt: skip
+    # The L4 nodes have no MIG: the preflight says so, and no node takes the MIG manager (the
+    # NVIDIA operator labels only nodes whose GPUs report MIG for it).
+    preflight = condition(gpu(local_cluster), "Preflight") or {}
+    assert preflight.get("reason") == "NoMigCapableGpus"
+    assert mig["status"]["desiredNumberScheduled"] == 0
+    _patch(local_cluster, {"components": {"migManager": False, "migStrategy": "Single"}})
+    wait_until(lambda: "nvidia-mig-manager" not in _daemonsets(local_cluster), 180,
+               "the MIG manager gone")  # fmt: skip
+
+
+DRA_OPERANDS = ("nvidia-dra-driver-kubelet-plugin", "nvidia-dra-validator")
+
+
+def _device_classes(cluster: LocalCluster) -> set[str]:
+    return {c["metadata"]["name"] for c in cluster.list_objects("deviceclasses.resource.k8s.io")}
+
+
+def _follows_gpu_cluster(cluster: LocalCluster) -> bool:
+    components = condition(gpu(cluster), "ComponentsReady") or {}
+    return _status(cluster).get("stack") == "DRA" and "GPUCluster gpu-cluster" in str(
+        components.get("message", ""))  # fmt: skip
+
+
+def test_the_dra_stack(
+    local_cluster: LocalCluster, flux_stack: FluxStack, stack: OperatorProcess
+) -> None:
+    """spec.stack DRA: the GPUCluster replaces the ClusterPolicy, drivers come from per-pool
+    NVIDIADrivers, and the real controller renders the DRA driver and its DeviceClasses."""
+    _patch(local_cluster, {"stack": "DRA", "operatorVersion": "v26.7.0"})
+    cluster = wait_until(lambda: local_cluster.get_object("gpuclusters.nvidia.com", "gpu-cluster"),
+                         240, "the GPUCluster")  # fmt: skip
+    assert cluster["spec"]["draDriver"]["image"] == "dra-driver-nvidia-gpu"
+    wait_until(lambda: not _policy(local_cluster), 120, "the ClusterPolicy gone")
+    drivers = local_cluster.list_objects("nvidiadrivers.nvidia.com")
+    assert [d["metadata"]["name"] for d in drivers] == ["gpu-gardenlinux"]
+    assert drivers[0]["spec"]["upgradePolicy"]["maxParallelUpgrades"] == 1
+    wait_until(lambda: "gpu.nvidia.com" in _device_classes(local_cluster), 180,
+               "the DeviceClass gpu.nvidia.com")  # fmt: skip
+    plugin = wait_until(lambda: _daemonsets(local_cluster).get(DRA_OPERANDS[0]), 180,
+                        "the DRA kubelet plugin DaemonSet")  # fmt: skip
+    assert plugin["metadata"]["labels"]["app"] == DRA_OPERANDS[0]
+    wait_until(lambda: _follows_gpu_cluster(local_cluster), 180,
+               "the Gpu status following the GPUCluster")  # fmt: skip
+    status = _status(local_cluster)
+    print(f"\nGPUCluster: {cluster.get('status')}; Gpu: {status['state']}: {status['message']}")
+    preflight = condition(gpu(local_cluster), "Preflight") or {}
+    assert "DraExperimental" not in preflight.get("reason", "")  # information, not a warning
+
+
+def test_back_to_the_device_plugin(
+    local_cluster: LocalCluster, flux_stack: FluxStack, stack: OperatorProcess
+) -> None:
+    """The chart keeps the GPUCluster when spec.stack goes back (resource policy keep): the Gpu
+    says so, with the command that ends it; once it is gone, the ClusterPolicy serves again."""
+    _patch(local_cluster, {"stack": "DevicePlugin"})
+    wait_until(lambda: (condition(gpu(local_cluster), "ComponentsReady") or {}).get("reason")
+               == "StackConflict", 180, "StackConflict")  # fmt: skip
+    assert _status(local_cluster)["state"] == "Error"
+    assert "kubectl delete gpuclusters.nvidia.com gpu-cluster" in _status(local_cluster)["message"]
+    local_cluster.kubectl("delete", "gpuclusters.nvidia.com", "gpu-cluster", "--timeout=120s")
+    wait_until(lambda: _policy(local_cluster), 180, "the ClusterPolicy back")
+    wait_until(lambda: _ready(local_cluster), 300, "Ready on the device plugin again")
