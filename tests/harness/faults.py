@@ -21,6 +21,7 @@ from tests.harness.cluster import LocalCluster
 from tests.harness.flux import FluxStack
 from tests.harness.module import (
     MODULE_NAMESPACE,
+    WRITTEN_FLUX_CRDS,
     OperatorProcess,
     gpu,
     helm_release,
@@ -29,8 +30,6 @@ from tests.harness.module import (
 )
 
 OURS = "app.kubernetes.io/part-of=kyma-gpu"
-FLUX_KINDS = ("helmreleases.helm.toolkit.fluxcd.io", "helmrepositories.source.toolkit.fluxcd.io",
-              "ocirepositories.source.toolkit.fluxcd.io")  # fmt: skip
 CONVERGE_TIMEOUT = 480.0
 """A chart bump converges only when the NVIDIA operator has replaced the driver node by node
 (maxParallelUpgrades 1; its upgrade controller looks again every 2 minutes): about 2 minutes
@@ -65,7 +64,7 @@ def _ready_at(cluster: LocalCluster, check: Callable[[dict[str, Any]], bool]) ->
 
 def _our_flux_objects(cluster: LocalCluster) -> dict[str, list[str]]:
     out = {}
-    for kind in FLUX_KINDS:
+    for kind in WRITTEN_FLUX_CRDS:
         items = cluster.list_objects(kind, MODULE_NAMESPACE, selector=OURS)
         out[kind.split(".")[0]] = [i["metadata"]["name"] for i in items]
     return out

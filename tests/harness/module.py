@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from kyma_gpu.api.resources import FLUX_CRD_KINDS, FLUX_KINDS, HELM_RELEASE
 from tests.harness.cluster import LocalCluster
 from tests.harness.flux import flux_crd_files
 from tests.harness.nodes import DEMO_FLEET
@@ -28,13 +29,10 @@ ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "config" / "crd" / "bases" / "gpu.kyma-project.io_gpus.yaml"
 NAMESPACE_MANIFEST = ROOT / "config" / "namespace" / "namespace.yaml"
 RELEASE_RBAC = ROOT / "config" / "rbac" / "release_rbac.yaml"
-FLUX_CRDS = (
-    *(f"{plural}.source.toolkit.fluxcd.io"
-      for plural in ("buckets", "externalartifacts", "gitrepositories", "helmcharts",
-                     "helmrepositories", "ocirepositories")),
-    "helmreleases.helm.toolkit.fluxcd.io",
-)  # fmt: skip
+FLUX_CRDS = tuple(k.crd_name for k in FLUX_CRD_KINDS)
 """Every Flux CRD the harness or the manager's own Flux installs."""
+WRITTEN_FLUX_CRDS = tuple(k.crd_name for k in FLUX_KINDS)
+"""The CRDs of the Flux kinds the manager writes."""
 MODULE_NAMESPACE = "kyma-system"
 TARGET_NAMESPACE = "gpu-operator"
 T = TypeVar("T")
@@ -62,11 +60,8 @@ def install_crds(cluster: LocalCluster, flux: bool = True) -> None:
     for path in files:
         args += ["-f", str(path)]
     cluster.kubectl(*args)
-    flux_crds = (
-        "helmreleases.helm.toolkit.fluxcd.io", "helmrepositories.source.toolkit.fluxcd.io",
-        "ocirepositories.source.toolkit.fluxcd.io",
-    )  # fmt: skip
-    cluster.wait_crds_established("gpus.gpu.kyma-project.io", *(flux_crds if flux else ()))
+    cluster.wait_crds_established("gpus.gpu.kyma-project.io",
+                                  *(WRITTEN_FLUX_CRDS if flux else ()))  # fmt: skip
     if cluster.get_object("namespace", MODULE_NAMESPACE) is None:
         cluster.create_namespace(MODULE_NAMESPACE)
     # The module manifest brings the target namespace and the ServiceAccount helm-controller
@@ -197,9 +192,7 @@ def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
 
 
 def helm_release(cluster: LocalCluster) -> dict[str, Any] | None:
-    return cluster.get_object(
-        "helmreleases.helm.toolkit.fluxcd.io", "gpu-operator", MODULE_NAMESPACE
-    )
+    return cluster.get_object(HELM_RELEASE.crd_name, "gpu-operator", MODULE_NAMESPACE)
 
 
 def operator_writes(cluster: LocalCluster) -> list[dict[str, Any]]:

@@ -47,6 +47,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import quote, urlencode
 
+from kyma_gpu.api.resources import FLUX_KINDS, HELM_RELEASE
+
 from .cluster import LocalCluster
 from .flux import flux_crd_files
 from .module import stop_gracefully
@@ -58,7 +60,7 @@ SCALE_LABEL = "harness.kyma-gpu.test/scale"
 OPERATOR_AGENTS = ('"userAgent":"kopf', '"userAgent":"kyma-gpu')
 RECONCILED = "reconciled: phase="
 GPU_PATH = "/apis/gpu.kyma-project.io/v1beta1/gpus"
-HELMRELEASES = "/apis/helm.toolkit.fluxcd.io/v2/namespaces/kyma-system/helmreleases"
+HELMRELEASES = HELM_RELEASE.path("kyma-system")
 HELMRELEASE_NAME = "gpu-operator"
 MODULE_NAMESPACE = "kyma-system"
 TIMEOUT = "timeout"
@@ -521,10 +523,7 @@ def install_crds(cluster: LocalCluster, gpu_crd: Path) -> None:
         args += ["-f", str(path)]
     cluster.kubectl(*args)
     cluster.wait_crds_established(
-        "gpus.gpu.kyma-project.io",
-        "helmreleases.helm.toolkit.fluxcd.io",
-        "helmrepositories.source.toolkit.fluxcd.io",
-        "ocirepositories.source.toolkit.fluxcd.io",
+        "gpus.gpu.kyma-project.io", *(kind.crd_name for kind in FLUX_KINDS)
     )
 
 

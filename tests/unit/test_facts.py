@@ -364,17 +364,17 @@ def test_cluster_facts_grouping(registry: MachineTypeRegistry) -> None:
     )
     assert [n.name for n in facts.gpu_nodes] == ["flat", "gl-a", "gl-b", "odd", "ub-a"]
     assert facts.cpu_node_count == 3
-    assert facts.os_families == (
+    by_name = {n.name: n for n in facts.gpu_nodes}
+    assert [by_name[n].os for n in ("flat", "gl-a", "ub-a", "odd")] == [
         OsFamily.FLATCAR,
         OsFamily.GARDENLINUX,
         OsFamily.UBUNTU,
         OsFamily.UNKNOWN,
-    )
-    pools = {p.os: p for p in facts.pools}
-    assert [n.name for n in pools[OsFamily.GARDENLINUX].nodes] == ["gl-a", "gl-b"]
-    assert pools[OsFamily.GARDENLINUX].os_versions == ("1877.21", "1877.23")
-    assert pools[OsFamily.FLATCAR].preinstalled is True
-    assert pools[OsFamily.GARDENLINUX].preinstalled is False
+    ]
+    assert sorted(n.os_version or "" for n in facts.gpu_nodes if n.os is OsFamily.GARDENLINUX) == [
+        "1877.21",
+        "1877.23",
+    ]
     assert [n.name for n in facts.unknown_os_nodes] == ["odd"]
     assert [n.name for n in facts.unknown_machine_type_nodes] == ["odd"]
 
@@ -388,5 +388,4 @@ def test_cluster_facts_order_does_not_matter(registry: MachineTypeRegistry) -> N
 def test_no_nodes() -> None:
     facts = cluster_facts([])
     assert facts.gpu_nodes == ()
-    assert facts.pools == ()
     assert facts.cpu_node_count == 0

@@ -1,6 +1,6 @@
 """Node detection: Node bodies -> NodeFacts -> ClusterFacts. Pure."""
 
-from kyma_gpu.facts.cluster import ClusterFacts, OsPool, cluster_facts
+from kyma_gpu.facts.cluster import ClusterFacts, cluster_facts
 from kyma_gpu.facts.machines import MachineType, MachineTypeRegistry
 from kyma_gpu.facts.node import NodeError, NodeFacts, OsFamily, node_facts, parse_os_image
 
@@ -11,7 +11,6 @@ __all__ = [
     "NodeError",
     "NodeFacts",
     "OsFamily",
-    "OsPool",
     "cluster_facts",
     "node_facts",
     "parse_os_image",

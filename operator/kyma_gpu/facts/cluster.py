@@ -1,4 +1,5 @@
-"""Cluster facts: the GPU nodes of the cluster, grouped by OS pool."""
+"""Cluster facts: the GPU nodes of the cluster and the count of the others. Grouping them into
+driver pools is the plan's first step (plan/driver.py)."""
 
 from __future__ import annotations
 
@@ -9,38 +10,11 @@ from kyma_gpu.facts.node import NodeFacts, OsFamily
 
 
 @dataclass(frozen=True, slots=True)
-class OsPool:
-    """GPU nodes that share an OS family: one driver configuration serves them."""
-
-    os: OsFamily
-    nodes: tuple[NodeFacts, ...]
-
-    @property
-    def os_versions(self) -> tuple[str, ...]:
-        return tuple(sorted({n.os_version for n in self.nodes if n.os_version}))
-
-    @property
-    def preinstalled(self) -> bool:
-        return all(n.preinstalled_driver for n in self.nodes)
-
-
-@dataclass(frozen=True, slots=True)
 class ClusterFacts:
     """Everything the plan knows about the cluster. Hashable, so plans can be memoized."""
 
     gpu_nodes: tuple[NodeFacts, ...]
     cpu_node_count: int
-
-    @property
-    def pools(self) -> tuple[OsPool, ...]:
-        by_os: dict[OsFamily, list[NodeFacts]] = {}
-        for node in self.gpu_nodes:
-            by_os.setdefault(node.os, []).append(node)
-        return tuple(OsPool(os=os, nodes=tuple(nodes)) for os, nodes in sorted(by_os.items()))
-
-    @property
-    def os_families(self) -> tuple[OsFamily, ...]:
-        return tuple(pool.os for pool in self.pools)
 
     @property
     def unknown_os_nodes(self) -> tuple[NodeFacts, ...]:
