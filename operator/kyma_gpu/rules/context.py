@@ -12,20 +12,16 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict
-from pydantic.alias_generators import to_camel
 
+from kyma_gpu.api.base import Model
 from kyma_gpu.api.models import ComponentsSpec
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        frozen=True,
-        strict=True,
-        use_attribute_docstrings=True,
-    )
+class _Section(Model):
+    """The API models' base (camelCase, frozen, unknown keys refused), and strict: the context
+    plan/context.py builds must have the documented types exactly."""
+
+    model_config = ConfigDict(strict=True)
 
 
 class NameRef(_Section):
