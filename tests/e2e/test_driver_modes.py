@@ -156,10 +156,14 @@ def _preinstalled_gardenlinux_node() -> dict[str, Any]:
     node = copy.deepcopy(next(n for n in nodes if "gpu-gl" in n["metadata"]["name"]))
     name = "shoot--kyma--c4-gpu-gl-own-driver"
     node["metadata"]["name"] = name
+    # The worker pool labels the docs ask for: with the first two alone, the NVIDIA operator
+    # may see the node before NFD labels it, remove its deploy label and later deploy a
+    # driver there (it did, in a CI run); the PCI label makes it a GPU node from the start.
     node["metadata"]["labels"].update({
         "kubernetes.io/hostname": name,
         "gpu.kyma-project.io/driver-preinstalled": "true",
         "nvidia.com/gpu.deploy.driver": "false",
+        "feature.node.kubernetes.io/pci-10de.present": "true",
     })  # fmt: skip
     return dict(node)
 

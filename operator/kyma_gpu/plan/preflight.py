@@ -8,7 +8,7 @@ from enum import StrEnum
 
 from kyma_gpu.api.conditions import PreflightReason as R
 from kyma_gpu.api.models import ClusterDriverMode, DriverMode
-from kyma_gpu.facts.node import OsFamily
+from kyma_gpu.facts.node import LABEL_DEPLOY_DRIVER, LABEL_NFD_NVIDIA_PCI, OsFamily
 from kyma_gpu.plan.driver import DriverPool, Resolved
 from kyma_gpu.rules.installer import InstallerRelease
 
@@ -158,7 +158,10 @@ def preinstalled_not_excluded(r: Resolved) -> list[Finding]:
     """Preinstalled nodes that a per-pool NVIDIADriver of their OS would also select.
 
     An NVIDIADriver selects by OS ID only; the NVIDIA operator keeps its driver off a node
-    only when the node is labelled nvidia.com/gpu.deploy.driver=false."""
+    only when the node is labelled nvidia.com/gpu.deploy.driver=false. It also removes its
+    nvidia.com/gpu.deploy.* labels from a node that NFD has not yet labelled with the NVIDIA
+    PCI device (pci-10de.present), so a node joining with the first label only loses it to
+    that race: the message asks for both."""
     if r.mode is not ClusterDriverMode.PER_POOL:
         return []
     driven = {p.os for p in r.pools if p.mode is not DriverMode.PREINSTALLED}
@@ -173,9 +176,10 @@ def preinstalled_not_excluded(r: Resolved) -> list[Finding]:
         return []
     message = (
         f"nodes {', '.join(exposed)} have their own driver, but the per-pool NVIDIADriver of "
-        "their OS selects them too and would deploy a second one; label them "
-        "nvidia.com/gpu.deploy.driver=false (a worker pool label), which the NVIDIA "
-        "operator honours"
+        f"their OS selects them too and would deploy a second one; give their worker pool the "
+        f"labels {LABEL_DEPLOY_DRIVER}=false, which the NVIDIA operator honours, and "
+        f"{LABEL_NFD_NVIDIA_PCI}=true (else the NVIDIA operator removes the first from a node "
+        "that NFD has not labelled yet, as a new node is)"
     )
     return [Finding(Severity.WARNING, R.PREINSTALLED_NODE_NOT_EXCLUDED, message)]
 
