@@ -791,6 +791,10 @@ class ObjectWatch:
         with self._cond:
             return int(((self.obj or {}).get("metadata") or {}).get("generation") or 0)
 
+    def current(self) -> Obj | None:
+        with self._cond:
+            return self.obj
+
 
 class Heartbeats:
     """Node status heartbeats at a fixed rate, round robin, as kubelets send them."""
@@ -1131,14 +1135,18 @@ def _percentile(values: Sequence[float], pct: float) -> float:
 
 
 def node_join(s: Session) -> None:
-    """A new GPU node joins: seconds from its create until Gpu.status lists it."""
+    """A new GPU node joins: seconds from its create until Gpu.status counts it (gpuNodeCount;
+    status.nodes lists only the first 100 by name, which the new one need not be among)."""
     index = s.cfg.nodes
     body = scale_node(index, True, s.cfg.octet)
     name = body["metadata"]["name"]
+    before = int(((s.gpu.current() or {}).get("status") or {}).get("gpuNodeCount") or 0)
 
     def listed(gpu: Obj | None) -> bool:
-        nodes = ((gpu or {}).get("status") or {}).get("nodes") or []
-        return any(isinstance(n, dict) and n.get("name") == name for n in nodes)
+        status = (gpu or {}).get("status") or {}
+        nodes = status.get("nodes") or []
+        named = any(isinstance(n, dict) and n.get("name") == name for n in nodes)
+        return named or int(status.get("gpuNodeCount") or 0) > before
 
     began = time.time()
     create_or_keep(s.rest, "/api/v1/nodes", body)
