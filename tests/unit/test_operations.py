@@ -241,27 +241,45 @@ def test_not_on_dra_stack_names_every_switch(catalog: Catalog) -> None:
 # -- status ---------------------------------------------------------------------------------
 
 
-def _plugin(updated: int = 2, generation: int = 2, observed: int = 2) -> DaemonSetFacts:
-    return DaemonSetFacts(name="nvidia-device-plugin-daemonset", generation=generation,
+def _plugin(
+    updated: int = 2,
+    generation: int = 2,
+    observed: int = 2,
+    mounts: tuple[str, ...] = ("CONFIG",),
+    name: str = "nvidia-device-plugin-daemonset",
+) -> DaemonSetFacts:
+    return DaemonSetFacts(name=name, generation=generation,
                           observed_generation=observed, desired=2, available=2, unavailable=0,
                           updated=updated, strategy="RollingUpdate", number_ready=2,
-                          device_plugin=True)  # fmt: skip
+                          device_plugin=name == "nvidia-device-plugin-daemonset",
+                          sharing_consumer=True, config_maps=mounts)  # fmt: skip
+
+
+def _mounting(config_map: str, **kwargs: Any) -> DaemonSetFacts:
+    return _plugin(mounts=(config_map,), **kwargs)
 
 
 def test_sharing_is_active_once_the_cluster_policy_runs_it(catalog: Catalog) -> None:
     plan = plan_for(catalog, ubuntu_node(), spec={"sharing": {"mode": "TimeSlicing",
                                                               "replicas": 4}})  # fmt: skip
     assert plan.sharing is not None
-    named = ClusterPolicyFacts("ready", device_plugin_config=plan.sharing.config_map)
+    config_map = plan.sharing.config_map
+    named = ClusterPolicyFacts("ready", device_plugin_config=config_map)
     other = ClusterPolicyFacts("ready", device_plugin_config="kyma-gpu-device-plugin-config-0")
-    active = sharing_status(plan, Observed(cluster_policy=named, daemonsets=(_plugin(),)))
+    mps = "nvidia-device-plugin-mps-control-daemon"
+    both = (_mounting(config_map), _mounting(config_map, name=mps))
+    active = sharing_status(plan, Observed(cluster_policy=named, daemonsets=both))
     assert active is not None
     assert active.active
     assert active.replicas == 4
     for observed in (
-        Observed(cluster_policy=other, daemonsets=(_plugin(),)),
-        Observed(cluster_policy=named, daemonsets=(_plugin(updated=1),)),
-        Observed(cluster_policy=named, daemonsets=(_plugin(observed=1),)),
+        Observed(cluster_policy=other, daemonsets=(_mounting(config_map),)),
+        Observed(cluster_policy=named, daemonsets=(_mounting(config_map, updated=1),)),
+        Observed(cluster_policy=named, daemonsets=(_mounting(config_map, observed=1),)),
+        # The NVIDIA operator updates the device plugin, then the MPS control daemon: until
+        # both templates mount the new ConfigMap, the configuration is not what runs.
+        Observed(cluster_policy=named, daemonsets=(_plugin(mounts=("old",)),)),
+        Observed(cluster_policy=named, daemonsets=(both[0], _plugin(name=mps, mounts=()))),
         Observed(cluster_policy=named),
     ):
         shown = sharing_status(plan, observed)

@@ -563,6 +563,19 @@ def test_daemonset_facts_of_a_fresh_body() -> None:
     )
 
 
+def test_sharing_consumers_keep_the_config_maps_they_mount() -> None:
+    pod = {"volumes": [{"name": "a", "configMap": {"name": "cm-b"}}, {"name": "host"},
+                       {"name": "c", "configMap": {"name": "cm-a"}}]}  # fmt: skip
+    body: dict[str, Any] = {"spec": {"template": {"spec": pod}}}
+    for app in ("nvidia-device-plugin-daemonset", "nvidia-device-plugin-mps-control-daemon"):
+        body["metadata"] = {"name": app, "labels": {"app": app}}
+        facts = daemonset_facts(body)
+        assert (facts.sharing_consumer, facts.config_maps) == (True, ("cm-a", "cm-b"))
+    body["metadata"] = {"name": "nvidia-dcgm-exporter", "labels": {"app": "nvidia-dcgm-exporter"}}
+    exporter = daemonset_facts(body)
+    assert (exporter.sharing_consumer, exporter.config_maps) == (False, ())
+
+
 def test_missing_node_features_are_named_with_the_next_step(plans: dict[str, Plan]) -> None:
     nodes = tuple(f"node-{i}" for i in range(7))
     observed = world(cluster_policy=ClusterPolicyFacts("notReady"), nodes_without_features=nodes)

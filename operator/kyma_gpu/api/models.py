@@ -384,7 +384,8 @@ class SharingStatus(_Model):
 
     active: bool = False
     """The NVIDIA operator runs the device plugin with this configuration (the ClusterPolicy
-    names it and the device plugin DaemonSet has rolled out)."""
+    names it, and the device plugin and MPS control daemon DaemonSets mount it and have rolled
+    out)."""
 
 
 class GpuStatus(_Model):

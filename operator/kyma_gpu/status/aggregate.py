@@ -181,14 +181,18 @@ def _status(
 
 def sharing_status(plan: Plan, observed: Observed) -> SharingStatus | None:
     """What the device plugin is told to share, and whether it runs so: the ClusterPolicy
-    names the configuration and the device plugin DaemonSet has rolled out with it."""
+    names the configuration, and the device plugin and MPS control daemon DaemonSets mount it
+    and have rolled out with it."""
     sharing = plan.sharing
     if sharing is None:
         return None
     policy = observed.cluster_policy
     named = policy is not None and policy.device_plugin_config == sharing.config_map
     plugins = [d for d in observed.daemonsets if d.device_plugin]
-    rolled = bool(plugins) and all(d.rolled_out and d.ready for d in plugins)
+    consumers = [d for d in observed.daemonsets if d.sharing_consumer]
+    rolled = bool(plugins) and all(
+        sharing.config_map in d.config_maps and d.rolled_out and d.ready for d in consumers
+    )
     return SharingStatus(mode=sharing.mode, replicas=sharing.replicas,
                          profiles=list(sharing.profiles), config_map=sharing.config_map,
                          active=named and rolled)  # fmt: skip

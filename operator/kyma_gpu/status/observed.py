@@ -91,6 +91,10 @@ class DaemonSetFacts:
     """Of a driver DaemonSet: the driver version in its driver container's image tag."""
     device_plugin: bool = False
     """The NVIDIA device plugin's DaemonSet (label DEVICE_PLUGIN_APP)."""
+    sharing_consumer: bool = False
+    """It reads the device plugin's sharing configuration (SHARING_CONSUMERS)."""
+    config_maps: tuple[str, ...] = ()
+    """Of a sharing consumer: the ConfigMaps its pod template mounts."""
 
     @property
     def current(self) -> bool:
@@ -123,6 +127,9 @@ DRIVER_COMPONENT = ("app.kubernetes.io/component", "nvidia-driver")
 GPU_SERVERS = ("nvidia-device-plugin-daemonset", "nvidia-dra-driver-kubelet-plugin")
 """The `app` label of what hands GPUs to pods: the device plugin DaemonSet (ClusterPolicy), or
 the DRA driver's kubelet plugin (GPUCluster)."""
+SHARING_CONSUMERS = ("nvidia-device-plugin-daemonset", "nvidia-device-plugin-mps-control-daemon")
+"""The `app` label of the DaemonSets that mount the device plugin's configuration: the device
+plugin and the MPS control daemon (the NVIDIA operator updates them one after the other)."""
 DRIVER_CONTAINER = "nvidia-driver-ctr"
 _DRIVER_TAG = re.compile(r"^([0-9]{3}(?:\.[0-9]+){0,2})(?:-|$)")
 """<version>-<os> (driver container), <version>-<kernel>-<os> (precompiled), or a bare
@@ -149,12 +156,20 @@ def _driver_version(spec: Mapping[str, Any]) -> str | None:
     return driver_image_version(image) if isinstance(image, str) else None
 
 
+def _config_maps(spec: Mapping[str, Any]) -> tuple[str, ...]:
+    pod = (spec.get("template") or {}).get("spec") or {}
+    volumes = [v for v in pod.get("volumes") or [] if isinstance(v, Mapping)]
+    names = ((v.get("configMap") or {}).get("name") for v in volumes)
+    return tuple(sorted(n for n in names if isinstance(n, str)))
+
+
 def daemonset_facts(body: Mapping[str, Any]) -> DaemonSetFacts:
     meta = body.get("metadata") or {}
     labels = meta.get("labels") or {}
     labels = labels if isinstance(labels, Mapping) else {}
     key, value = DRIVER_COMPONENT
     driver = labels.get(key) == value
+    consumer = labels.get("app") in SHARING_CONSUMERS
     spec = body.get("spec") or {}
     status = body.get("status") or {}
     desired = _int(status.get("desiredNumberScheduled")) or 0
@@ -173,6 +188,8 @@ def daemonset_facts(body: Mapping[str, Any]) -> DaemonSetFacts:
         number_ready=_int(status.get("numberReady")) or 0,
         version=_driver_version(spec) if driver else None,
         device_plugin=labels.get("app") in GPU_SERVERS,
+        sharing_consumer=consumer,
+        config_maps=_config_maps(spec) if consumer else (),
     )
 
 
