@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -127,6 +128,17 @@ class OperatorProcess:
         if not self.log_path.exists():
             return ""
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+_FORBIDDEN = re.compile(r"\b403 Forbidden\b|\bforbidden\b|ForbiddenError", re.IGNORECASE)
+"""A refused API call as the operator, the kubernetes client or kopf write it ("403 Forbidden:
+...", '... is forbidden: User ...', APIForbiddenError). Not a bare "403", which a log's
+millisecond timestamp also contains."""
+
+
+def forbidden_lines(log: str) -> list[str]:
+    """The lines of an operator log that tell of an API call its RBAC did not allow."""
+    return [line for line in log.splitlines() if _FORBIDDEN.search(line)]
 
 
 @contextlib.contextmanager
