@@ -236,6 +236,13 @@ def test_a_sharing_change_rolls_the_device_plugin(
     assert "sharing" not in _status(local_cluster)
 
 
+def _counted(ds: dict[str, Any] | None) -> dict[str, Any] | None:
+    status = (ds or {}).get("status") or {}
+    observed = status.get("observedGeneration")
+    current = ds is not None and observed is not None and observed >= ds["metadata"]["generation"]
+    return ds if current else None
+
+
 def test_the_mig_manager_and_strategy(
     local_cluster: LocalCluster, flux_stack: FluxStack, stack: OperatorProcess
 ) -> None:
@@ -251,7 +258,10 @@ def test_the_mig_manager_and_strategy(
     # NVIDIA operator labels only nodes whose GPUs report MIG for it).
     preflight = condition(gpu(local_cluster), "Preflight") or {}
     assert preflight.get("reason") == "NoMigCapableGpus"
-    assert mig["status"]["desiredNumberScheduled"] == 0
+    # A DaemonSet's status reads 0 until its controller has looked at it: wait for that first.
+    seen = wait_until(lambda: _counted(_daemonsets(local_cluster).get("nvidia-mig-manager")), 60,
+                      "the MIG manager DaemonSet counted by its controller")  # fmt: skip
+    assert seen["status"]["desiredNumberScheduled"] == 0
     _patch(local_cluster, {"components": {"migManager": False, "migStrategy": "Single"}})
     wait_until(lambda: "nvidia-mig-manager" not in _daemonsets(local_cluster), 180,
                "the MIG manager gone")  # fmt: skip
