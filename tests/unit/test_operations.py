@@ -251,8 +251,7 @@ def _plugin(
     return DaemonSetFacts(name=name, generation=generation,
                           observed_generation=observed, desired=2, available=2, unavailable=0,
                           updated=updated, strategy="RollingUpdate", number_ready=2,
-                          device_plugin=name == "nvidia-device-plugin-daemonset",
-                          sharing_consumer=True, config_maps=mounts)  # fmt: skip
+                          app=name, config_maps=mounts)  # fmt: skip
 
 
 def _mounting(config_map: str, **kwargs: Any) -> DaemonSetFacts:
@@ -314,7 +313,7 @@ def test_the_dra_kubelet_plugin_counts_the_ready_nodes() -> None:
     kubelet_plugin = DaemonSetFacts(name="nvidia-dra-driver-kubelet-plugin", generation=1,
                                     observed_generation=1, desired=3, available=2, unavailable=1,
                                     updated=3, strategy="RollingUpdate", number_ready=2,
-                                    device_plugin=True)  # fmt: skip
+                                    app="nvidia-dra-driver-kubelet-plugin")  # fmt: skip
     assert nodes_ready((kubelet_plugin,), 3) == 2
 
 

@@ -89,12 +89,20 @@ class DaemonSetFacts:
     """Nodes that run a ready pod of it (status.numberReady)."""
     version: str | None = None
     """Of a driver DaemonSet: the driver version in its driver container's image tag."""
-    device_plugin: bool = False
-    """The NVIDIA device plugin's DaemonSet (label DEVICE_PLUGIN_APP)."""
-    sharing_consumer: bool = False
-    """It reads the device plugin's sharing configuration (SHARING_CONSUMERS)."""
+    app: str = ""
+    """Its `app` label: what the NVIDIA operator calls the operand."""
     config_maps: tuple[str, ...] = ()
     """Of a sharing consumer: the ConfigMaps its pod template mounts."""
+
+    @property
+    def device_plugin(self) -> bool:
+        """What hands GPUs to pods (GPU_SERVERS)."""
+        return self.app in GPU_SERVERS
+
+    @property
+    def sharing_consumer(self) -> bool:
+        """It reads the device plugin's sharing configuration (SHARING_CONSUMERS)."""
+        return self.app in SHARING_CONSUMERS
 
     @property
     def current(self) -> bool:
@@ -169,7 +177,7 @@ def daemonset_facts(body: Mapping[str, Any]) -> DaemonSetFacts:
     labels = labels if isinstance(labels, Mapping) else {}
     key, value = DRIVER_COMPONENT
     driver = labels.get(key) == value
-    consumer = labels.get("app") in SHARING_CONSUMERS
+    app = str(labels.get("app", ""))
     spec = body.get("spec") or {}
     status = body.get("status") or {}
     desired = _int(status.get("desiredNumberScheduled")) or 0
@@ -187,9 +195,8 @@ def daemonset_facts(body: Mapping[str, Any]) -> DaemonSetFacts:
         driver=driver,
         number_ready=_int(status.get("numberReady")) or 0,
         version=_driver_version(spec) if driver else None,
-        device_plugin=labels.get("app") in GPU_SERVERS,
-        sharing_consumer=consumer,
-        config_maps=_config_maps(spec) if consumer else (),
+        app=app,
+        config_maps=_config_maps(spec) if app in SHARING_CONSUMERS else (),
     )
 
 
