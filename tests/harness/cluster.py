@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, cast
 import yaml
 
 from . import nodes as nodes_module
-from .binaries import CLUSTER_BINARIES, require
+from .binaries import CLUSTER_BINARIES, MissingBinaryError, require
 from .pki import ClusterPKI, create_pki
 from .procs import (
     ManagedProcess,
@@ -118,6 +118,40 @@ def _quiet(_: str) -> None:
 def close_client(api: ApiClient) -> None:
     """Close an ApiClient (kubernetes 37 leaves close() unannotated)."""
     api.close()  # type: ignore[no-untyped-call]
+
+
+_SUMMARY_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "Gpus",
+        (
+            "gpus.gpu.kyma-project.io",
+            "-o",
+            "custom-columns=NAME:.metadata.name,"
+            "STATE:.status.state,GEN:.metadata.generation,OBSERVED:.status.observedGeneration,"
+            "MESSAGE:.status.message",
+        ),
+    ),
+    (
+        "Gpu conditions",
+        (
+            "gpus.gpu.kyma-project.io",
+            "-o",
+            "jsonpath={range .items[*].status"
+            '.conditions[*]}{.type}={.status} {.reason}: {.message}{"\\n"}{end}',
+        ),
+    ),
+    (
+        "ClusterPolicies",
+        (
+            "clusterpolicies.nvidia.com",
+            "-o",
+            "custom-columns=NAME:.metadata.name,STATE:.status.state",
+        ),
+    ),
+    ("nodes", ("nodes", "-L", "nvidia.com/gpu-driver-upgrade-state")),
+    ("DaemonSets", ("daemonsets", "-A")),
+)
+"""The tables of objects_summary: kubectl get arguments (the CRDs may not be installed)."""
 
 
 class LocalCluster:
@@ -624,8 +658,24 @@ class LocalCluster:
             return f"{self.process_status()}\n(log directory {self.log_dir} is gone)"
         return (
             f"process status:\n{self.process_status()}\n"
+            f"objects:\n{self.objects_summary()}\n"
             f"logs in {self.log_dir}:\n{self.log_tails(lines)}"
         )
+
+    def objects_summary(self) -> str:
+        """What the module shows and what it reads, one table each: the Gpu's state and
+        conditions, the ClusterPolicy's state, the nodes' driver upgrade states and the
+        operand DaemonSets. Best effort: a table the API cannot give says why."""
+        tables = []
+        for title, args in _SUMMARY_TABLES:
+            try:
+                result = self.kubectl("get", *args, check=False, timeout=15)
+            except (OSError, subprocess.SubprocessError, MissingBinaryError) as error:
+                tables.append(f"-- {title}: {error}")
+                continue
+            text = (result.stdout or result.stderr).strip() or "(none)"
+            tables.append(f"-- {title}:\n{text}")
+        return "\n".join(tables)
 
     def rss_kib(self) -> dict[str, int]:
         """Resident memory of each running process, KiB."""

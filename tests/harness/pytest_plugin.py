@@ -16,7 +16,8 @@ top-level conftest (tests/conftest.py). Fixtures:
 A missing binary fails the test with an error (never a skip): CI must not go
 green without having run the integration tests. When a test that uses the
 cluster (see ``_uses_cluster``) fails, in its call, setup or teardown, the
-report gets a section with the status of every process and the tail of every
+report gets a section with the status of every process, the Gpus' status and
+the objects it is made of (LocalCluster.objects_summary), and the tail of every
 file in the cluster's log dir (the operator's too; of the audit log only its
 size and last lines).
 Set KYMA_GPU_HARNESS_KEEP=1 to keep the workdir (logs, etcd data) afterwards.
