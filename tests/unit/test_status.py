@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from kyma_gpu.api import GpuSpec, GpuState
+from kyma_gpu.api.models import Condition, GpuStatus
+from kyma_gpu.facts import DriverUpgradeState
 from kyma_gpu.plan import Owner, Plan, make_plan
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status import (
@@ -825,3 +827,51 @@ def test_no_gpu_nodes_is_ready_and_says_the_pool_may_be_scaled_to_zero(
     # Other warnings still count.
     warned = aggregate(plans["warning"], ALL_READY, generation=1)
     assert warned.state is GpuState.WARNING
+
+
+UP = DriverUpgradeState
+
+
+def _driver(status: GpuStatus) -> Condition:
+    return next(c for c in status.conditions if c.type == "DriverReady")
+
+
+def test_a_driver_rollout_holds_ready_and_says_where_it_is(plans: dict[str, Plan]) -> None:
+    """The old driver pods are ready (OnDelete) while the upgrade controller works its way."""
+    upgrades = (("gl-1", UP.POD_RESTART_REQUIRED), ("gl-2", UP.DONE))
+    status = aggregate(plans["gl"], world(driver_upgrades=upgrades), generation=1)
+    driver = _driver(status)
+    assert (driver.status, driver.reason) == ("False", "DriverUpgrading")
+    assert status.state is GpuState.PROCESSING
+    assert status.message.startswith("DriverReady: the NVIDIA upgrade controller replaces")
+    assert "(1/2 nodes upgrade-done; pod-restart-required: gl-1)" in status.message
+
+
+def test_a_rollout_names_the_driver_daemonsets_not_ready(plans: dict[str, Plan]) -> None:
+    restarting = ds(DRIVER_DS, 2, 1, unavailable=1, strategy="OnDelete")
+    observed = world(daemonsets=(restarting, *OPERANDS),
+                     driver_upgrades=(("gl-1", UP.POD_RESTART_REQUIRED),))  # fmt: skip
+    message = _driver(aggregate(plans["gl"], observed, generation=1)).message
+    assert message.endswith(f"; not ready: {DRIVER_DS} (1/2)")
+
+
+def test_a_failed_driver_upgrade_is_an_error(plans: dict[str, Plan]) -> None:
+    upgrades = (("gl-1", UP.FAILED), ("gl-2", UP.UPGRADE_REQUIRED))
+    status = aggregate(plans["gl"], world(driver_upgrades=upgrades), generation=1)
+    assert (_driver(status).status, _driver(status).reason) == ("False", "DriverUpgradeFailed")
+    assert status.state is GpuState.ERROR
+    assert status.message.startswith("the NVIDIA driver upgrade failed on 1 node: gl-1 ")
+
+
+def test_nodes_done_with_the_rollout_hold_nothing(plans: dict[str, Plan]) -> None:
+    upgrades = (("gl-1", UP.DONE), ("gl-2", UP.DONE))
+    status = aggregate(plans["gl"], world(driver_upgrades=upgrades), generation=1)
+    assert (_driver(status).status, _driver(status).reason) == ("True", "DriverDaemonSetsReady")
+    assert status.state is GpuState.READY
+    assert status == aggregate(plans["gl"], world(), generation=1)
+
+
+def test_preinstalled_drivers_ignore_stale_upgrade_labels(plans: dict[str, Plan]) -> None:
+    observed = world(driver_upgrades=(("flat", UP.UPGRADE_REQUIRED),))
+    driver = _driver(aggregate(plans["preinstalled"], observed, generation=1))
+    assert (driver.status, driver.reason) == ("True", "DriverPreinstalled")

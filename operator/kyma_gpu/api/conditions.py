@@ -101,6 +101,10 @@ class DriverReason(StrEnum):
     NOT_READY = "DriverNotReady"
     WAITING = "WaitingForDriver"
     NO_GPU_NODES = "NoGpuNodes"
+    UPGRADING = "DriverUpgrading"
+    """GPU nodes are on their way through the NVIDIA upgrade controller's driver rollout."""
+    UPGRADE_FAILED = "DriverUpgradeFailed"
+    """The controller labelled a node upgrade-failed: its new driver pod did not get ready."""
 
 
 class ComponentsReason(StrEnum):

@@ -32,6 +32,8 @@ LABEL_COUNT = "gpu.kyma-project.io/gpu-count"
 LABEL_PREINSTALLED = "gpu.kyma-project.io/driver-preinstalled"
 LABEL_DEPLOY_DRIVER = "nvidia.com/gpu.deploy.driver"
 """The NVIDIA operator's own switch: "false" keeps its driver DaemonSets off the node."""
+LABEL_DRIVER_UPGRADE = "nvidia.com/gpu-driver-upgrade-state"
+"""Where the NVIDIA upgrade controller keeps each node's place in a driver rollout."""
 LABEL_ARCH = "kubernetes.io/arch"
 RESOURCE_GPU = "nvidia.com/gpu"
 
@@ -52,6 +54,35 @@ class OsFamily(StrEnum):
     BOTTLEROCKET = "bottlerocket"
     TALOS = "talos"
     UNKNOWN = "unknown"
+
+
+class DriverUpgradeState(StrEnum):
+    """The NVIDIA upgrade controller's states (k8s-operator-libs), in the order a node passes
+    them; OTHER is a value this module does not know (a newer controller)."""
+
+    UPGRADE_REQUIRED = "upgrade-required"
+    CORDON_REQUIRED = "cordon-required"
+    WAIT_FOR_JOBS_REQUIRED = "wait-for-jobs-required"
+    POD_DELETION_REQUIRED = "pod-deletion-required"
+    DRAIN_REQUIRED = "drain-required"
+    NODE_MAINTENANCE_REQUIRED = "node-maintenance-required"
+    POST_MAINTENANCE_REQUIRED = "post-maintenance-required"
+    POD_RESTART_REQUIRED = "pod-restart-required"
+    VALIDATION_REQUIRED = "validation-required"
+    UNCORDON_REQUIRED = "uncordon-required"
+    DONE = "upgrade-done"
+    FAILED = "upgrade-failed"
+    OTHER = "other"
+
+
+def parse_upgrade_state(value: str | None) -> DriverUpgradeState | None:
+    """The label's value; none or empty (no rollout ever touched the node) -> None."""
+    if not value:
+        return None
+    try:
+        return DriverUpgradeState(value)
+    except ValueError:
+        return DriverUpgradeState.OTHER
 
 
 # (family, pattern on status.nodeInfo.osImage with the version as group 1). First match wins.
@@ -122,6 +153,8 @@ class NodeFacts:
     """NFD has not (yet) published NFD_LABELS_NEEDED on this node."""
     driver_excluded: bool = False
     """Labelled nvidia.com/gpu.deploy.driver=false: no NVIDIA driver DaemonSet runs here."""
+    driver_upgrade: DriverUpgradeState | None = None
+    """The node's state in the NVIDIA upgrade controller's driver rollout (LABEL_DRIVER_UPGRADE)."""
 
     @property
     def is_gpu(self) -> bool:
@@ -257,4 +290,5 @@ def node_facts(node: Mapping[str, Any], registry: MachineTypeRegistry) -> NodeFa
         opted_out=labels.get(LABEL_OPT_IN) == "false",
         nfd_missing=not all(labels.get(key) for key in NFD_LABELS_NEEDED),
         driver_excluded=excluded,
+        driver_upgrade=parse_upgrade_state(labels.get(LABEL_DRIVER_UPGRADE)),
     )

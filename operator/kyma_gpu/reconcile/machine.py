@@ -344,6 +344,11 @@ def _status(
         gpu_cluster=snap.gpu_cluster,
         gpu_workloads=snap.gpu_workloads or (),
         nodes_without_features=tuple(n.name for n in snap.nodes if n.is_gpu and n.nfd_missing),
+        driver_upgrades=tuple(
+            (n.name, n.driver_upgrade)
+            for n in snap.nodes
+            if n.driver_upgrade is not None and n.is_gpu and not n.preinstalled_driver
+        ),
         deleting=inputs.gpu.deleting,
         skip_protection=inputs.gpu.skip_protection,
         uninstall=uninstall or Uninstall(),

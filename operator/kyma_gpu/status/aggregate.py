@@ -23,6 +23,7 @@ from kyma_gpu.api.models import (
     SharingStatus,
 )
 from kyma_gpu.api.operations import GpuStack
+from kyma_gpu.facts import DriverUpgradeState
 from kyma_gpu.plan.plan import Plan
 from kyma_gpu.status import conditions as c
 from kyma_gpu.status.conditions import NO_GPU_NODES_MESSAGE, Verdict, cond, flux_failed
@@ -57,6 +58,8 @@ class Observed:
     applied: bool = True
     """False when the Flux objects could not be written (the error is in apply_error)."""
     apply_error: str = ""
+    driver_upgrades: tuple[tuple[str, DriverUpgradeState], ...] = ()
+    """GPU nodes that get the NVIDIA driver and carry an upgrade state label, with the state."""
     driver_version_before: str | None = None
     """status.driverVersion as last written: while a driver rollout replaces pods, the
     versions seen before it still run on some nodes."""
@@ -91,7 +94,7 @@ def conditions_of(plan: Plan, observed: Observed, generation: int | None) -> lis
         c.preflight(plan, generation),
         release,
         c.source_ready(observed.source, release, generation),
-        c.driver_ready(plan, observed.daemonsets, release, generation),
+        c.driver_ready(plan, observed.daemonsets, release, generation, observed.driver_upgrades),
         _components(plan, observed, generation),
     ]
 

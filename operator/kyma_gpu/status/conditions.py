@@ -20,6 +20,7 @@ from kyma_gpu.api.conditions import (
     SourceReason,
 )
 from kyma_gpu.api.models import Condition, ConditionStatus
+from kyma_gpu.facts import DriverUpgradeState
 from kyma_gpu.plan.plan import Plan, Preflight, Severity
 from kyma_gpu.status.observed import (
     ClusterPolicyFacts,
@@ -27,6 +28,7 @@ from kyma_gpu.status.observed import (
     FluxCondition,
     HelmReleaseFacts,
 )
+from kyma_gpu.status.upgrades import Rollout, failed_message, progress_message, rollout
 
 # HelmRelease Ready=False reasons that mean "still working on it", not a failure.
 _FLUX_PROGRESS_REASONS = {"Progressing", "ProgressingWithRetry", "DependencyNotReady"}
@@ -227,13 +229,23 @@ def daemonset_summary(sets: Sequence[DaemonSetFacts]) -> str:
 
 
 def driver_ready(
-    plan: Plan, sets: Sequence[DaemonSetFacts], release: Verdict, generation: int | None
+    plan: Plan,
+    sets: Sequence[DaemonSetFacts],
+    release: Verdict,
+    generation: int | None,
+    upgrades: Sequence[tuple[str, DriverUpgradeState]] = (),
 ) -> Verdict:
+    """The driver DaemonSets' readiness; while the NVIDIA upgrade controller rolls a new driver
+    over the nodes (`upgrades`: GPU node and its state label), where the rollout is."""
     kind = ConditionType.DRIVER_READY
     driver_sets = [d for d in sets if d.driver]
     if plan.driver_mode == "Preinstalled":
         return Verdict(cond(kind, "True", DriverReason.PREINSTALLED,
                             "the nodes' own driver is used", generation))  # fmt: skip
+    if upgrades:
+        moving = _upgrade_verdict(rollout(upgrades), driver_sets, generation)
+        if moving is not None:
+            return moving
     if not driver_sets and not plan.nodes:
         status: ConditionStatus = "True" if release.ready else "Unknown"
         return Verdict(cond(kind, status, DriverReason.NO_GPU_NODES,
@@ -246,6 +258,24 @@ def driver_ready(
                             daemonset_summary(driver_sets), generation))  # fmt: skip
     message = "not ready: " + daemonset_summary([d for d in driver_sets if not d.ready])
     return Verdict(cond(kind, "False", DriverReason.NOT_READY, message, generation))
+
+
+def _upgrade_verdict(
+    r: Rollout, driver_sets: Sequence[DaemonSetFacts], generation: int | None
+) -> Verdict | None:
+    """DriverUpgradeFailed (an error), DriverUpgrading, or None when no node is on its way."""
+    kind = ConditionType.DRIVER_READY
+    if r.failed:
+        message = failed_message(r)
+        return Verdict(cond(kind, "False", DriverReason.UPGRADE_FAILED, message, generation),
+                       error=message)  # fmt: skip
+    if not r.moving:
+        return None
+    message = progress_message(r)
+    not_ready = [d for d in driver_sets if not d.ready]
+    if not_ready:
+        message += "; not ready: " + daemonset_summary(not_ready)
+    return Verdict(cond(kind, "False", DriverReason.UPGRADING, message, generation))
 
 
 CLUSTER_POLICY = "ClusterPolicy cluster-policy"
