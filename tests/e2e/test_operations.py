@@ -12,6 +12,7 @@ scheduled and the GPUCluster stays notReady; what is checked is what the control
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -129,9 +130,13 @@ def test_a_branch_change_rolls_node_by_node(
     _patch(local_cluster, {"driver": {"version": "580"}})
     seen: dict[str, list[str]] = {}
     overlaps: list[dict[str, str]] = []
+    progress: list[str] = []
     began = time.monotonic()
     while time.monotonic() - began < 600:
         states = _upgrade_states(local_cluster)
+        driver = condition(gpu(local_cluster), "DriverReady") or {}
+        if driver.get("reason") == "DriverUpgrading" and driver["message"] not in progress:
+            progress.append(driver["message"])
         for name, state in states.items():
             if not seen.get(name) or seen[name][-1] != state:
                 seen.setdefault(name, []).append(state)
@@ -151,6 +156,10 @@ def test_a_branch_change_rolls_node_by_node(
         early = [n for n, s in states.items() if s in BEFORE_RESTART]
         assert len(early) < 2, f"maxParallelUpgrades 1, yet two nodes upgrading: {states}; {seen}"
     assert _status(local_cluster)["driverVersion"] == "580"
+    # The Gpu said where the rollout was, from the same labels.
+    print(f"DriverReady while upgrading: {progress}")
+    assert any("pod-restart-required: " in m for m in progress), progress
+    assert all(re.search(r"\([01]/2 nodes upgrade-done; ", m) for m in progress), progress
 
 
 def test_auto_upgrade_off_hands_the_nodes_back(
