@@ -6,7 +6,9 @@ What it measures, on a synthetic fleet of N nodes (a third GPU nodes, Garden Lin
 - node_facts per Node event (what every Node heartbeat costs the operator),
 - cluster_facts + make_plan for the whole fleet (a real change),
 - a memoized plan lookup (what a reconcile without a change costs),
-- status aggregation,
+- status aggregation, and the same while a driver rollout labels every GPU node,
+- make_plan after one node's driver upgrade label moved (the plan's cache key holds the node
+  facts, so every label step of a rollout plans again),
 - memory of the compact facts kept per Node versus the Node bodies.
 """
 
@@ -23,9 +25,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 
 from kyma_gpu.api.models import GpuSpec
-from kyma_gpu.facts import cluster_facts, node_facts
+from kyma_gpu.facts import DriverUpgradeState, cluster_facts, node_facts
+from kyma_gpu.facts.node import LABEL_DRIVER_UPGRADE
+from kyma_gpu.observe.store import Store
 from kyma_gpu.plan import Owner, make_plan
-from kyma_gpu.reconciler import Reconciler
+from kyma_gpu.reconcile.loop import Loop
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status import Observed, aggregate
 
@@ -70,6 +74,32 @@ def timed(label: str, repeat: int, fn: Callable[[], object]) -> None:
     print(f"{label:<52} {per * scale:10.2f} {unit}  ({repeat} runs)")
 
 
+def _rollout_rows(bodies: list[dict[str, Any]], catalog: Catalog, spec: GpuSpec,
+                  owner: Owner) -> None:  # fmt: skip
+    """A driver rollout half way: every GPU node labelled, a third of them done."""
+    states = (DriverUpgradeState.DONE, DriverUpgradeState.UPGRADE_REQUIRED,
+              DriverUpgradeState.POD_RESTART_REQUIRED)  # fmt: skip
+    for i, body in enumerate(b for b in bodies if b["status"]["capacity"].get("nvidia.com/gpu")):
+        body["metadata"]["labels"][LABEL_DRIVER_UPGRADE] = str(states[i % 3])
+    facts = [node_facts(b, catalog.machine_types) for b in bodies]
+    cfacts = cluster_facts(facts)
+    plan = make_plan(spec, cfacts, catalog, owner)
+    upgrades = tuple((n.name, n.driver_upgrade) for n in cfacts.gpu_nodes if n.driver_upgrade)
+    observed = Observed(driver_upgrades=upgrades)
+    timed(f"status aggregation, {len(upgrades)} nodes in a rollout", 200,
+          lambda: aggregate(plan, observed, 1, (), "now"))  # fmt: skip
+    first = bodies.index(next(b for b in bodies if LABEL_DRIVER_UPGRADE in b["metadata"]["labels"]))
+
+    def one_label_moved() -> object:
+        labels = bodies[first]["metadata"]["labels"]
+        done = labels[LABEL_DRIVER_UPGRADE] == DriverUpgradeState.DONE
+        labels[LABEL_DRIVER_UPGRADE] = "upgrade-required" if done else "upgrade-done"
+        facts[first] = node_facts(bodies[first], catalog.machine_types)
+        return make_plan(spec, cluster_facts(facts), catalog, owner)
+
+    timed("cluster_facts + make_plan after one upgrade label moved", 20, one_label_moved)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=3000)
@@ -89,14 +119,15 @@ def main() -> None:
         20,
         lambda: make_plan(spec, cfacts, catalog, owner),
     )
-    reconciler = Reconciler(catalog=catalog, adapter=None)  # type: ignore[arg-type]
+    loop = Loop(store=Store(), writer=None, catalog=catalog)  # type: ignore[arg-type]
     timed(
         "memoized plan lookup (reconcile without change)",
         200,
-        lambda: reconciler.plan(spec, cfacts, owner),
+        lambda: loop.plan(spec, cfacts, owner),
     )
     plan = make_plan(spec, cfacts, catalog, owner)
     timed("status aggregation", 200, lambda: aggregate(plan, Observed(), 1, (), "now"))
+    _rollout_rows(bodies, catalog, spec, owner)
 
     tracemalloc.start()
     snapshot = [node_facts(b, registry) for b in bodies]
