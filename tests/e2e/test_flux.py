@@ -352,6 +352,42 @@ def test_toolkit_and_components(
     wait_until(lambda: _state(local_cluster) == "Ready", 120, "Ready with the DCGM exporter")
 
 
+DRIVER_STEP_S = 120
+"""The NVIDIA upgrade controller looks again every 2 minutes (plannedRequeueInterval) while a
+node waits for its new driver pod, so a driver rollout takes about that long per node
+(docs/operations.md)."""
+
+
+def _rollout_bound(cluster: LocalCluster) -> tuple[int, float]:
+    """The GPU nodes a driver rollout walks, and how long it may take: 2 minutes each + 2."""
+    status = (gpu(cluster) or {}).get("status") or {}
+    nodes = int(status.get("gpuNodeCount") or 0)
+    assert nodes >= 1, status
+    assert status.get("driverMode") != "Preinstalled", status
+    return nodes, DRIVER_STEP_S * nodes + 120.0
+
+
+def _watch_rollout(cluster: LocalCluster, version: str, timeout: float) -> list[str]:
+    """Poll until the Gpu is Ready with every driver pod on `version` (the upgrade controller
+    done on every node); return the distinct states seen."""
+    seen: list[str] = []
+    status: dict[str, Any] = {}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = (gpu(cluster) or {}).get("status") or {}
+        state = str(status.get("state", ""))
+        if state and (not seen or seen[-1] != state):
+            seen.append(state)
+        if state == "Ready" and status.get("driverVersion") == version:
+            return seen
+        time.sleep(0.5)
+    raise AssertionError(
+        f"timed out after {timeout:.0f}s waiting for Ready on driver {version}; states seen: "
+        f"{seen}; driverVersion {status.get('driverVersion')!r}: {status.get('message')}"
+    )
+
+
+@pytest.mark.timeout(1200)  # the driver rollout takes 2 minutes per GPU node
 def test_upgrade_on_values_change(
     local_cluster: LocalCluster, flux_stack: FluxStack, stack: OperatorProcess
 ) -> None:
@@ -367,7 +403,10 @@ def test_upgrade_on_values_change(
         300,
         "ClusterPolicy driver.version 580",
     )
-    states += _watch_states(local_cluster, "Ready", 120, "Ready after the upgrade")
+    # A new branch is a new driver DaemonSet template (OnDelete): the NVIDIA upgrade controller
+    # replaces the driver node by node, and DriverReady holds Ready until the last node is done.
+    _, bound = _rollout_bound(local_cluster)
+    states += _watch_rollout(local_cluster, "580", bound)
     assert "Processing" in states, states
     assert states[-1] == "Ready", states
     node = _gpu_nodes(local_cluster)[0]  # the demo's GPU nodes share one kernel
@@ -377,12 +416,6 @@ def test_upgrade_on_values_change(
     hr = helm_release(local_cluster) or {}
     assert (hr.get("status") or {}).get("history", [{}])[0].get("version", 0) >= 2
     WRITES["upgrade"] = len(operator_writes(local_cluster)) - writes_before
-
-
-DRIVER_STEP_S = 120
-"""The NVIDIA upgrade controller looks again every 2 minutes (plannedRequeueInterval) while a
-node waits for its new driver pod, so a driver rollout takes about that long per node
-(docs/operations.md)."""
 
 
 @pytest.mark.timeout(1200)  # the Ready wait below grows with the nodes the driver rolls over
@@ -409,11 +442,7 @@ def test_upgrade_on_chart_bump_replaces_crds(
     )
     # The v26.7.0 controller renders a new driver DaemonSet, and its upgrade controller
     # replaces the drivers node by node: Ready follows that rollout, so the bound does too.
-    status = (gpu(local_cluster) or {}).get("status") or {}
-    nodes = int(status.get("gpuNodeCount") or 0)
-    assert nodes >= 1, status
-    assert status.get("driverMode") != "Preinstalled", status
-    bound = DRIVER_STEP_S * nodes + 120
+    nodes, bound = _rollout_bound(local_cluster)
     wait_until(lambda: _state(local_cluster) == "Ready", bound, f"Ready on v26.7.0, {nodes} nodes")
     TIMINGS["chart_bump_to_ready"] = round(time.monotonic() - began, 1)
     # The controller followed the chart (the harness polls each second, so wait), and it
