@@ -47,6 +47,22 @@ def test_a_relist_keeps_entries_written_after_it_was_taken() -> None:
     assert store.facts("things") == []
 
 
+def test_a_version_never_served_counts_as_synced() -> None:
+    """Started next to an older Flux's CRDs, the first list never succeeds: the loop must not
+    wait for it (seen in CI: 60 s of "waiting for the first list of helmreleases")."""
+    store = Store()
+    assert not store.synced("helmreleases")
+    store.mark_unserved("helmreleases")
+    coll = store.collection("helmreleases")
+    assert (coll.synced, coll.unserved) == (True, True)
+    assert store.changed.is_set()
+    store.changed.clear()
+    store.mark_unserved("helmreleases")  # said once
+    assert not store.changed.is_set()
+    store.replace("helmreleases", {}, 3)  # served after all
+    assert (coll.synced, coll.unserved) == (True, False)
+
+
 def test_first_sync_wakes_even_when_empty_and_forget_unsyncs() -> None:
     store = Store()
     store.replace("pods", {}, 1)

@@ -119,10 +119,12 @@ class Store:
         return bool(changed_keys)
 
     def mark_unserved(self, resource: str) -> None:
-        """Its CRD exists, but listing the version asked for keeps answering 404."""
+        """Its CRD exists, but listing the version asked for keeps answering 404. That is known
+        now (synced): an operator that starts next to an older Flux's CRDs must not wait for a
+        first list that never comes, but say FluxIncompatible."""
         coll = self.collection(resource)
-        if not coll.unserved:
-            coll.unserved = True
+        if not coll.unserved or not coll.synced:
+            coll.unserved, coll.synced = True, True
             self.changed.set()
 
     def forget(self, resource: str) -> None:
