@@ -10,8 +10,12 @@ practice the main thread.)
 
 Ports come from one process-wide ``PortAllocator`` (``free_port()``): it never
 hands out a port twice and picks them below the kernel's ephemeral port range,
-so neither two harness processes nor an outgoing client connection can end up
-on the same port.
+so no outgoing client connection can land on one. Across processes (pytest-xdist
+workers, each with a cluster of its own, or a ``python -m tests.harness`` a test
+starts) a port is also *claimed*: an exclusive ``flock`` on
+``<tmp>/kyma-gpu-harness-ports/<port>.lock``, held until the claiming process
+exits (the kernel drops it even after a SIGKILL). A port another live process
+holds is skipped, even before that process has bound it.
 
 A process fails fast: ``check_alive()`` (called by ``wait_healthy`` and
 ``wait_for(alive=...)``) raises ``ProcessFailedError`` with the log tail as
@@ -25,6 +29,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import fcntl
 import os
 import random
 import re
@@ -33,6 +38,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -100,13 +106,58 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
     return True
 
 
+PORT_CLAIMS_DIR = Path(
+    os.environ.get("KYMA_GPU_PORT_CLAIMS") or Path(tempfile.gettempdir()) / "kyma-gpu-harness-ports"
+)
+"""Where the claim files live: one per port, shared by every harness process of the host."""
+
+
+class PortClaims:
+    """Cross-process claims on ports: an exclusive, non-blocking ``flock`` per port.
+
+    A claim lasts as long as this object's process: the file descriptors stay
+    open (not inherited by children: Python opens them close-on-exec) and the
+    kernel releases the locks when the process ends, however it ends. So no
+    stale claim can outlive a crashed test run.
+    """
+
+    def __init__(self, directory: Path = PORT_CLAIMS_DIR) -> None:
+        self.directory = directory
+        self._held: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def claim(self, port: int) -> bool:
+        """True if this process now holds ``port`` (or already did); False if another does."""
+        with self._lock:
+            if port in self._held:
+                return True
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.directory / f"{port}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                return False
+            self._held[port] = fd
+            return True
+
+    @property
+    def held(self) -> frozenset[int]:
+        with self._lock:
+            return frozenset(self._held)
+
+
+CLAIMS = PortClaims()
+"""This process's claims (one per Python process, like PORTS)."""
+
+
 class PortAllocator:
     """Hands out TCP ports from ``ports``, each at most once, and only ports free right now.
 
     Thread-safe. It starts at a random place in the range and walks on from
-    the last port it gave, so two harness processes (pytest and a ``python -m
-    tests.harness`` it runs) rarely even try the same port; the bind check
-    skips ports that anything on the host holds.
+    the last port it gave. A port must pass the bind check (nothing on the host
+    holds it) and ``claim`` (by default a cross-process ``flock``, see
+    PortClaims: no other harness process was handed it, bound or not yet).
     """
 
     def __init__(
@@ -115,10 +166,12 @@ class PortAllocator:
         *,
         host: str = "127.0.0.1",
         is_free: Callable[[int], bool] | None = None,
+        claim: Callable[[int], bool] | None = None,
     ) -> None:
         self.ports = ports if ports is not None else harness_port_range()
         self.host = host
         self._is_free = is_free or (lambda port: port_is_free(port, host))
+        self._claim = claim or CLAIMS.claim
         self._given: set[int] = set()
         self._lock = threading.Lock()
         self._next = random.randrange(len(self.ports)) if self.ports else 0
@@ -136,7 +189,7 @@ class PortAllocator:
             for step in range(size):
                 index = (self._next + step) % size
                 port = self.ports[index]
-                if port in self._given or not self._is_free(port):
+                if port in self._given or not self._is_free(port) or not self._claim(port):
                     continue
                 self._given.add(port)
                 self._next = (index + 1) % size

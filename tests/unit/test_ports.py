@@ -8,6 +8,8 @@ hand out a port twice and must stay clear of the kernel's ephemeral ports.
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -16,6 +18,7 @@ import pytest
 from tests.harness.procs import (
     PORTS,
     PortAllocator,
+    PortClaims,
     PortsExhaustedError,
     ephemeral_port_range,
     free_port,
@@ -35,7 +38,9 @@ def test_free_port_never_repeats_and_stays_below_the_ephemeral_range() -> None:
 
 
 def test_allocations_from_many_threads_are_distinct() -> None:
-    allocator = PortAllocator(range(40000, 40400), is_free=lambda port: True)
+    allocator = PortAllocator(
+        range(40000, 40400), is_free=lambda port: True, claim=lambda port: True
+    )
     results: list[list[int]] = [[] for _ in range(8)]
 
     def take(into: list[int]) -> None:
@@ -52,7 +57,9 @@ def test_allocations_from_many_threads_are_distinct() -> None:
 
 
 def test_every_port_once_then_exhausted() -> None:
-    allocator = PortAllocator(range(20000, 20010), is_free=lambda port: True)
+    allocator = PortAllocator(
+        range(20000, 20010), is_free=lambda port: True, claim=lambda port: True
+    )
     assert sorted(allocator.allocate() for _ in range(10)) == list(range(20000, 20010))
     with pytest.raises(PortsExhaustedError, match="20000-20009"):
         allocator.allocate()
@@ -81,3 +88,44 @@ def test_port_range_avoids_the_ephemeral_range(tmp_path: Path) -> None:
     proc_file.write_text("garbage\n", encoding="ascii")
     assert ephemeral_port_range(proc_file) == (32768, 60999)
     assert ephemeral_port_range(tmp_path / "missing") == (32768, 60999)
+
+
+_HOLD_CLAIM = """
+import sys
+from pathlib import Path
+from tests.harness.procs import PortClaims
+claims = PortClaims(Path(sys.argv[1]))
+assert claims.claim(int(sys.argv[2]))
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_port_claimed_by_another_process_is_skipped_until_it_exits(tmp_path: Path) -> None:
+    """Two xdist workers (two processes) never get the same port, bound or not yet."""
+    port = 41234
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_CLAIM, str(tmp_path), str(port)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "held"
+        mine = PortClaims(tmp_path)
+        assert not mine.claim(port)
+        allocator = PortAllocator(range(port, port + 2), is_free=lambda p: True, claim=mine.claim)
+        assert allocator.allocate() == port + 1
+        with pytest.raises(PortsExhaustedError):
+            allocator.allocate()
+    finally:
+        holder.kill()  # a crash, not a clean exit: the kernel still drops the lock
+        holder.wait(10)
+    assert mine.claim(port)
+    assert mine.held == frozenset({port, port + 1})
+
+
+def test_a_claim_is_held_once_per_process(tmp_path: Path) -> None:
+    claims = PortClaims(tmp_path)
+    assert claims.claim(50000)
+    assert claims.claim(50000)
+    assert claims.held == frozenset({50000})
