@@ -37,6 +37,7 @@ from .binaries import MissingBinaryError
 from .cluster import LocalCluster, close_client
 from .flux import FluxStack
 from .nodes import DEMO_FLEET
+from .scheduling import DURATIONS, durations_from_reports, write_durations
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -164,3 +165,33 @@ def pytest_runtest_makereport(
                 )
             )
     return report
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--record-durations",
+        action="store_true",
+        help=f"write the seconds per test file of this run to {DURATIONS.name} "
+        "(the scheduler of make test hands the longest file out first)",
+    )
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config
+) -> None:
+    """With --record-durations, after a full green run: write tests/durations.json."""
+    if not config.getoption("record_durations") or hasattr(config, "workerinput"):
+        return
+    if exitstatus != 0:
+        terminalreporter.write_line("durations not recorded: the run was not green")
+        return
+    # Every phase: a passed test's setup and teardown are filed under "" by the reporter.
+    reports = [
+        report
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        if isinstance(report, pytest.TestReport)
+    ]
+    files = durations_from_reports(reports)
+    write_durations(files)
+    terminalreporter.write_line(f"recorded the durations of {len(files)} test files in {DURATIONS}")
