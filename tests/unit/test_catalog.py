@@ -49,11 +49,94 @@ def test_registry_knows_the_offered_machine_types(
 
 
 def test_registry_flags(registry: MachineTypeRegistry) -> None:
-    assert registry.lookup("aws", "g6e.xlarge") == MachineType("L40S", 1, unofficial=True)
-    assert registry.lookup("azure", "Standard_NV6ads_A10_v5") == MachineType(
-        "A10", 1, partition="1/6"
+    g6e = registry.lookup("aws", "g6e.xlarge")
+    assert g6e is not None
+    assert (g6e.gpu, g6e.count, g6e.unofficial) == ("L40S", 1, True)
+    nv6 = registry.lookup("azure", "Standard_NV6ads_A10_v5")
+    assert nv6 is not None
+    assert (nv6.gpu, nv6.partition, nv6.vgpu_guest_driver) == ("A10", "1/6", True)
+    assert registry.lookup("aws", "g6.xlarge") == MachineType(
+        "L4", 1, family="g6", memory_gib=24, compute_capability="8.9"
     )
-    assert registry.lookup("aws", "g6.xlarge") == MachineType("L4", 1)
+
+
+@pytest.mark.parametrize(
+    ("provider", "machine_type", "gpu", "count", "arch", "mig"),
+    [
+        # The current generation, known before NFD labels a node.
+        ("aws", "p6-b200.48xlarge", "B200", 8, "amd64", True),
+        ("aws", "p6-b300.48xlarge", "B300", 8, "amd64", True),
+        ("aws", "p6e-gb200.36xlarge", "GB200", 4, "arm64", True),
+        ("aws", "g5g.xlarge", "T4G", 1, "arm64", False),
+        ("aws", "g6f.large", "L4", 1, "amd64", False),
+        ("aws", "gr6f.4xlarge", "L4", 1, "amd64", False),
+        ("gcp", "a4-highgpu-8g", "B200", 8, "amd64", True),
+        ("gcp", "a4x-highgpu-4g", "GB200", 4, "arm64", True),
+        ("gcp", "g4-standard-48", "RTX PRO 6000", 1, "amd64", True),
+        ("azure", "Standard_ND96isr_H200_v5", "H200", 8, "amd64", True),
+        ("azure", "Standard_NCC40ads_H100_v5", "H100 NVL", 1, "amd64", False),
+        ("azure", "Standard_ND128isr_NDR_GB200_v6", "GB200", 4, "arm64", True),
+        ("azure", "Standard_ND40rs_v2", "V100", 8, "amd64", False),
+        ("azure", "Standard_NV12s_v3", "M60", 1, "amd64", False),
+    ],
+)
+def test_registry_knows_todays_gpus(
+    registry: MachineTypeRegistry, provider: str, machine_type: str, gpu: str, count: int,
+    arch: str, mig: bool,
+) -> None:  # fmt: skip
+    found = registry.lookup(provider, machine_type)
+    assert found is not None, machine_type
+    assert (found.gpu, found.count, found.arch, found.mig) == (gpu, count, arch, mig)
+    assert found.memory_gib
+    assert found.compute_capability
+
+
+def test_registry_knows_what_the_drivers_cannot_serve(registry: MachineTypeRegistry) -> None:
+    """Fractional GPUs need NVIDIA's vGPU guest driver; Volta and Maxwell end with branch 580."""
+    for provider, name in (("azure", "Standard_NV18ads_A10_v5"), ("aws", "g6f.xlarge")):
+        found = registry.lookup(provider, name)
+        assert found is not None
+        assert found.vgpu_guest_driver, name
+    for provider, name in (("aws", "p3.2xlarge"), ("azure", "Standard_NV24s_v3")):
+        found = registry.lookup(provider, name)
+        assert found is not None
+        assert found.last_driver_branch == "580", name
+    plain = registry.lookup("aws", "g6.xlarge")
+    assert plain is not None
+    assert (plain.vgpu_guest_driver, plain.last_driver_branch) == (False, None)
+
+
+def test_every_family_of_the_providers_lists_is_in_the_registry(catalog: Catalog) -> None:
+    """gpu-families.yaml is each provider's current list of GPU families (with its source): a
+    family there that the registry lacks is planned as "CPU-only" until NFD labels its nodes."""
+    lists = catalog.gpu_families.root
+    registry = catalog.machine_types
+    assert set(lists) == set(registry.types) == {"aws", "gcp", "azure"}
+    for provider, listed in lists.items():
+        missing = set(listed.families) - registry.families(provider)
+        assert not missing, f"{provider}: families of the provider's list not in the registry"
+        unlisted = registry.families(provider) - set(listed.families)
+        assert not unlisted, f"{provider}: registry families the provider's list does not name"
+        assert not set(listed.attached) & registry.families(provider)
+
+
+def test_the_registry_says_where_each_family_comes_from() -> None:
+    import yaml
+
+    data = yaml.safe_load((REPO / "values-rules" / "machine-types.yaml").read_text("utf-8"))
+    for provider, families in data.items():
+        for name, family in families.items():
+            assert family["source"].startswith("https://"), (provider, name)
+            assert re.fullmatch(r"2026-1[12]-[0-9]{2}", family["checked"]), (provider, name)
+
+
+def test_a_machine_type_listed_twice_is_refused() -> None:
+    family = {"source": "https://x.example", "checked": "2026-12-01", "gpu": "L4",
+              "memoryGib": 24, "computeCapability": "8.9", "mig": False}  # fmt: skip
+    data = {"aws": {"g6": {**family, "types": {"g6.xlarge": 1}},
+                    "gr6": {**family, "types": {"g6.xlarge": 1}}}}  # fmt: skip
+    with pytest.raises(RuleError, match=r"machine type g6\.xlarge is listed under two families"):
+        machine_type_registry(data)
 
 
 @pytest.mark.parametrize(
@@ -90,21 +173,34 @@ def test_registry_matches_the_reference_table(registry: MachineTypeRegistry) -> 
             assert registry.lookup(provider, name) is not None, (provider, name)
 
 
+_FAMILY = {"source": "https://aws.amazon.com/ec2/instance-types/g6/", "checked": "2026-12-01",
+           "gpu": "L4", "memoryGib": 24, "computeCapability": "8.9", "mig": False}  # fmt: skip
+
+
+def _family(**changes: Any) -> dict[str, Any]:
+    return {"aws": {"g6": {**_FAMILY, "types": {"g6.xlarge": 1}, **changes}}}
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"aws": ["g6.xlarge"]}, "aws: must be a mapping (got ['g6.xlarge'])"),
-        ({"aws": {"g6.xlarge": "L4"}}, "aws/g6.xlarge: must be a mapping (got 'L4')"),
-        ({"aws": {"g6.xlarge": {"gpu": "L4"}}}, "aws/g6.xlarge: missing key 'count'"),
-        ({"aws": {"g6.xlarge": {"count": 1}}}, "aws/g6.xlarge: missing key 'gpu'"),
-        ({"aws": {"g6.xlarge": {"gpu": "", "count": 1}}}, "gpu: String should have at least 1"),
-        ({"aws": {"g6.xlarge": {"gpu": "L4", "count": 0}}}, "count: Input should be greater than"),
-        ({"aws": {"g6.xlarge": {"gpu": "L4", "count": -1}}}, "count: Input should be greater"),
-        ({"aws": {"g6.xlarge": {"gpu": "L4", "count": "1"}}}, "count: Input should be a valid int"),
-        ({"aws": {"g6.xlarge": {"gpu": "L4", "count": 1.5}}}, "count: Input should be a valid int"),
-        ({"aws": {"g6.xlarge": {"gpu": "L4", "count": True}}}, "count: Input should be a valid"),
-        ({"aws": {"g6.xlarge": {"gpu": "L4", "count": 1, "partition": "half"}}}, "partition"),
-        ({"aws": {"g6.xlarge": {"gpu": "L4", "count": 1, "unofficial": "yes"}}}, "unofficial"),
+        ({"aws": ["g6"]}, "aws: must be a mapping (got ['g6'])"),
+        ({"aws": {"g6": "L4"}}, "aws/g6: must be a mapping (got 'L4')"),
+        (_family(types={"g6.xlarge": {"partition": "1/2"}}), "g6/types/g6.xlarge: missing key"),
+        (_family(gpu=None), "aws/g6/gpu: Input should be a valid string"),
+        (_family(gpu=""), "gpu: String should have at least 1"),
+        (_family(types={"g6.xlarge": 0}), "count: Input should be greater than"),
+        (_family(types={"g6.xlarge": -1}), "count: Input should be greater"),
+        (_family(types={"g6.xlarge": "1"}), "g6/types/g6.xlarge: must be a mapping (got '1')"),
+        (_family(types={"g6.xlarge": {"count": 1.5}}), "count: Input should be a valid int"),
+        (_family(types={"g6.xlarge": {"count": 1, "partition": "half"}}), "partition"),
+        (_family(types={"g6.xlarge": {"count": 1, "unofficial": "yes"}}), "unofficial"),
+        (_family(types={}), "aws/g6/types: Dictionary should have at least 1 item"),
+        (_family(source="aws.amazon.com"), "aws/g6/source: String should match pattern"),
+        (_family(checked="yesterday"), "aws/g6/checked: String should match pattern"),
+        (_family(arch="x86"), "aws/g6/arch: Input should be 'amd64' or 'arm64'"),
+        (_family(computeCapability=8.9), "computeCapability: Input should be a valid string"),
+        (_family(gpus=2), "aws/g6: unknown key 'gpus'; allowed: arch, checked, computeCapability"),
         ([], "machine-types.yaml: must be a mapping (got [])"),
     ],
 )
@@ -235,13 +331,21 @@ def _line_of(text: str, needle: str) -> int:
         pytest.param("rules.yaml", lambda t: t.replace("    forEach: pools", "    forEach: nodes"),
                      "rules/7 ('per-pool-driver-objects')/forEach: Input should be 'pools'",
                      "forEach: nodes", id="for-each"),
-        pytest.param("machine-types.yaml", lambda t: t.replace("count: 1", "count: one", 1),
-                     "machine-types.yaml: aws/g4dn.xlarge/count: Input should be a valid integer",
-                     "count: one", id="machine-count"),
         pytest.param("machine-types.yaml",
-                     lambda t: t.replace("count: 4}", "count: 4, gpus: 2}", 1),
-                     "aws/g4dn.12xlarge: unknown key 'gpus'; allowed: count, gpu, partition, "
-                     "unofficial", "gpus: 2", id="machine-typo"),
+                     lambda t: t.replace("g4dn.12xlarge: 4", "g4dn.12xlarge: four", 1),
+                     "machine-types.yaml: aws/g4dn/types/g4dn.12xlarge: must be a mapping "
+                     "(got 'four')", "g4dn.12xlarge: four", id="machine-count"),
+        pytest.param("machine-types.yaml",
+                     lambda t: t.replace("    gpu: A10G\n", "    gpu: A10G\n    gpus: 2\n", 1),
+                     "aws/g5: unknown key 'gpus'; allowed: arch, checked, computeCapability",
+                     "gpus: 2", id="machine-typo"),
+        pytest.param("nvidia-drivers.yaml",
+                     lambda t: t.replace('version: "580.126.20"', 'version: "580.x"', 1),
+                     "nvidia-drivers.yaml: drivers/3/version: '580.x' is not a version",
+                     'version: "580.x"', id="nvidia-drivers"),
+        pytest.param("gpu-families.yaml", lambda t: t.replace("families: [g4dn", "family: [g4dn"),
+                     "gpu-families.yaml: aws: missing key 'families'", None,
+                     id="gpu-families"),
         pytest.param("defaults.yaml", lambda t: t.replace("  rhel: Upstream", "  rhel: Upstreem"),
                      "autoDriverMode/rhel: Input should be 'Precompiled', 'Preinstalled' or "
                      "'Upstream'", "rhel: Upstreem", id="defaults-mode"),
@@ -286,7 +390,8 @@ def test_broken_rule_data_is_refused_with_file_and_line(
 
 
 def test_the_operator_does_not_start_on_broken_rule_data(tmp_path: Path) -> None:
-    catalog = _broken(tmp_path, "machine-types.yaml", lambda t: t.replace("count: 1", "count: 0"))
+    catalog = _broken(tmp_path, "machine-types.yaml",
+                      lambda t: t.replace("g4dn.xlarge: 1", "g4dn.xlarge: 0"))  # fmt: skip
     env = {**os.environ, ENV_RULES_DIR: str(catalog.root), "KUBECONFIG": "/nonexistent"}
     result = subprocess.run(
         [sys.executable, "-m", "kyma_gpu.cli", "run", "--standalone"],

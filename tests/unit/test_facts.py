@@ -252,11 +252,50 @@ def test_node_facts_fields(registry: MachineTypeRegistry) -> None:
     [
         (node(arch="arm64"), "arm64"),
         (node(arch=None, labels={"kubernetes.io/arch": "arm64"}), "arm64"),
-        (node(arch=None), "unknown"),
+        (node(arch=None, instance_type="x1.large"), "unknown"),
+        # Without the kubelet's word: the registry's (Graviton, Grace).
+        (node(arch=None), "amd64"),
+        (node(arch=None, instance_type="g5g.xlarge"), "arm64"),
+        (node(arch=None, instance_type="a4x-highgpu-4g", provider_id="gce://p/z/a4x"), "arm64"),
     ],
 )
 def test_arch(registry: MachineTypeRegistry, body: dict[str, Any], arch: str) -> None:
     assert node_facts(body, registry).arch == arch
+
+
+@pytest.mark.parametrize(
+    ("body", "mig_capable"),
+    [
+        (node(instance_type="p4d.24xlarge"), True),
+        (node(instance_type="g6.xlarge"), False),
+        (node(instance_type="x1.large", labels={"nvidia.com/mig.capable": "true"}), True),
+        (node(instance_type="x1.large", labels={"nvidia.com/mig.capable": "false"}), False),
+        (node(instance_type="x1.large"), None),
+    ],
+)
+def test_mig_capable(
+    registry: MachineTypeRegistry, body: dict[str, Any], mig_capable: bool | None
+) -> None:
+    assert node_facts(body, registry).mig_capable is mig_capable
+
+
+@pytest.mark.parametrize(
+    ("labels", "mig_config", "profile"),
+    [
+        ({}, None, None),
+        ({"nvidia.com/mig.config": "all-disabled"}, None, None),
+        ({"nvidia.com/mig.config": "all-1g.10gb"}, "all-1g.10gb", None),
+        ({"nvidia.com/device-plugin.config": "mps-2"}, None, "mps-2"),
+        ({"nvidia.com/device-plugin.config": ""}, None, None),
+    ],
+)
+def test_mig_layout_and_sharing_profile(
+    registry: MachineTypeRegistry, labels: dict[str, str], mig_config: str | None,
+    profile: str | None,
+) -> None:  # fmt: skip
+    facts = node_facts(node(instance_type="p5.48xlarge", labels=labels), registry)
+    assert (facts.mig_config, facts.mig_mode, facts.sharing_profile) == (
+        mig_config, mig_config is not None, profile)  # fmt: skip
 
 
 @pytest.mark.parametrize(

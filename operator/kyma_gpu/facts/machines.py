@@ -1,13 +1,16 @@
-"""The machine-type registry: GPU model and count per provider machine type.
+"""The machine-type registry: the GPUs of each provider machine type.
 
-The data lives in values-rules/machine-types.yaml (validated by rules/models.py); this module
-only gives it a type.
+The data lives in values-rules/machine-types.yaml, one entry per instance family with its source
+(validated by rules/models.py); this module only gives it a type.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+ARCHES = ("amd64", "arm64")
+"""CPU architectures as Kubernetes names them (status.nodeInfo.architecture)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,7 +22,22 @@ class MachineType:
     unofficial: bool = False
     """Facts from third-party sources: likely, not certain."""
     partition: str | None = None
-    """A fraction of one GPU (Azure NV A10 v5), e.g. "1/6"."""
+    """A fraction of one GPU (Azure NVadsA10 v5, AWS g6f), e.g. "1/6"."""
+    family: str = ""
+    """The instance family the registry lists it under (g6, a4-highgpu, ND_H200_v5, ...)."""
+    memory_gib: int | None = None
+    """Memory of one whole GPU, GiB."""
+    compute_capability: str | None = None
+    """CUDA compute capability of the GPU ("8.9"): MPS serves 48 clients from 7.5 on, else 16."""
+    mig: bool = False
+    """The GPU has Multi-Instance GPU."""
+    arch: str = "amd64"
+    """The host CPU: amd64, or arm64 (AWS Graviton, NVIDIA Grace)."""
+    vgpu_guest_driver: bool = False
+    """The VM sees a vGPU: it needs NVIDIA's licensed vGPU guest (GRID) driver, which neither
+    the installer nor NVIDIA's driver container installs."""
+    last_driver_branch: str | None = None
+    """The newest driver branch that still supports the GPU (580 for Maxwell, Pascal, Volta)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,3 +50,7 @@ class MachineTypeRegistry:
         if not machine_type:
             return None
         return self.types.get(provider, {}).get(machine_type)
+
+    def families(self, provider: str) -> set[str]:
+        """The instance families the registry lists for a provider."""
+        return {t.family for t in self.types.get(provider, {}).values()}

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from kyma_gpu.facts.machines import MachineTypeRegistry
+from kyma_gpu.facts.machines import MachineType, MachineTypeRegistry
 
 # Node labels this module reads. Documented in docs/user-guide.md.
 LABEL_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
@@ -35,6 +35,14 @@ LABEL_DEPLOY_DRIVER = "nvidia.com/gpu.deploy.driver"
 LABEL_DRIVER_UPGRADE = "nvidia.com/gpu-driver-upgrade-state"
 """Where the NVIDIA upgrade controller keeps each node's place in a driver rollout."""
 LABEL_ARCH = "kubernetes.io/arch"
+LABEL_MIG_CONFIG = "nvidia.com/mig.config"
+"""The MIG layout of the node's GPUs: the MIG manager applies it; a node admin sets it too."""
+MIG_DISABLED = "all-disabled"
+"""The MIG manager's configuration without MIG (the chart's default)."""
+LABEL_MIG_CAPABLE = "nvidia.com/mig.capable"
+"""Set by GPU feature discovery: a GPU of the node has MIG."""
+LABEL_SHARING_PROFILE = "nvidia.com/device-plugin.config"
+"""The sharing profile the device plugin's config manager picks for the node."""
 RESOURCE_GPU = "nvidia.com/gpu"
 
 
@@ -155,10 +163,23 @@ class NodeFacts:
     """Labelled nvidia.com/gpu.deploy.driver=false: no NVIDIA driver DaemonSet runs here."""
     driver_upgrade: DriverUpgradeState | None = None
     """The node's state in the NVIDIA upgrade controller's driver rollout (LABEL_DRIVER_UPGRADE)."""
+    machine: MachineType | None = None
+    """The registry's entry of its machine type."""
+    mig_config: str | None = None
+    """Its MIG layout (LABEL_MIG_CONFIG), when it has one other than MIG_DISABLED."""
+    mig_capable: bool | None = None
+    """Its GPUs have MIG: from the registry, else GFD's label; None when unknown."""
+    sharing_profile: str | None = None
+    """The sharing profile it picks (LABEL_SHARING_PROFILE); None: the default."""
 
     @property
     def is_gpu(self) -> bool:
         return bool(self.evidence) and not self.opted_out
+
+    @property
+    def mig_mode(self) -> bool:
+        """Its GPUs are (to be) partitioned into MIG instances."""
+        return self.mig_config is not None
 
     @property
     def machine_type_known(self) -> bool:
@@ -247,6 +268,24 @@ def _evidence(labels: Mapping[str, str], registered: bool, capacity_gpus: int | 
     return evidence
 
 
+def _mig_capable(labels: Mapping[str, str], known: MachineType | None) -> bool | None:
+    if known is not None:
+        return known.mig
+    said = labels.get(LABEL_MIG_CAPABLE)
+    return None if said not in ("true", "false") else said == "true"
+
+
+def _arch(info: Mapping[str, Any], labels: Mapping[str, str], known: MachineType | None) -> str:
+    """The kubelet's word, else the node label, else the registry's."""
+    found = info.get("architecture") or labels.get(LABEL_ARCH) or (known and known.arch)
+    return _bounded(found) or "unknown"
+
+
+def _labelled(labels: Mapping[str, str], key: str, ignored: str = "") -> str | None:
+    value = labels.get(key)
+    return _bounded(value) if value and value != ignored else None
+
+
 def node_facts(node: Mapping[str, Any], registry: MachineTypeRegistry) -> NodeFacts:
     """Compact facts of one Node body (as the API or `kubectl get node -o yaml` gives it).
 
@@ -282,7 +321,7 @@ def node_facts(node: Mapping[str, Any], registry: MachineTypeRegistry) -> NodeFa
         os=family,
         os_version=version,
         os_image=os_image,
-        arch=_bounded(info.get("architecture") or labels.get(LABEL_ARCH)) or "unknown",
+        arch=_arch(info, labels, known),
         kernel=_bounded(info.get("kernelVersion")) or None,
         pool=labels.get(LABEL_POOL),
         evidence=tuple(_evidence(labels, known is not None, capacity_gpus)),
@@ -291,4 +330,8 @@ def node_facts(node: Mapping[str, Any], registry: MachineTypeRegistry) -> NodeFa
         nfd_missing=not all(labels.get(key) for key in NFD_LABELS_NEEDED),
         driver_excluded=excluded,
         driver_upgrade=parse_upgrade_state(labels.get(LABEL_DRIVER_UPGRADE)),
+        machine=known,
+        mig_config=_labelled(labels, LABEL_MIG_CONFIG, MIG_DISABLED),
+        mig_capable=_mig_capable(labels, known),
+        sharing_profile=_labelled(labels, LABEL_SHARING_PROFILE),
     )

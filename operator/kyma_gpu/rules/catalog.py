@@ -16,7 +16,16 @@ import yaml
 from kyma_gpu.facts.machines import MachineType, MachineTypeRegistry
 from kyma_gpu.rules.engine import RuleError, RuleSet
 from kyma_gpu.rules.installer import InstallerRelease
-from kyma_gpu.rules.models import ChartFacts, ChartImage, Defaults, MachineTypesFile, parse
+from kyma_gpu.rules.models import (
+    ChartFacts,
+    ChartImage,
+    Defaults,
+    GpuFamiliesFile,
+    MachineFamily,
+    MachineTypesFile,
+    parse,
+)
+from kyma_gpu.rules.nvidia import NvidiaDrivers
 
 __all__ = [
     "ENV_RULES_DIR",
@@ -83,16 +92,44 @@ def _child(node: yaml.Node | None, key: str | int) -> yaml.Node | None:
     return None
 
 
+def _machine_types(family_name: str, family: MachineFamily) -> dict[str, MachineType]:
+    return {
+        name: MachineType(
+            gpu=family.gpu,
+            count=size.count,
+            unofficial=family.unofficial or size.unofficial,
+            partition=size.partition,
+            family=family_name,
+            memory_gib=family.memory_gib,
+            compute_capability=family.compute_capability,
+            mig=family.mig,
+            arch=family.arch,
+            vgpu_guest_driver=family.vgpu_guest_driver,
+            last_driver_branch=family.last_driver_branch,
+        )
+        for name, size in family.types.items()
+    }
+
+
 def machine_type_registry(data: object) -> MachineTypeRegistry:
     """The registry from the document of machine-types.yaml (RuleError names the entry)."""
     parsed = parse(MachineTypesFile, data, "machine-types.yaml")
+    twice = parsed.duplicate()
+    if twice is not None:
+        raise RuleError(
+            f"machine-types.yaml: {twice[0]}: machine type {twice[1]} is listed under two "
+            "families; list it once",
+            keys=(twice[0],),
+            file="machine-types.yaml",
+        )
     return MachineTypeRegistry(
         types={
             provider: {
-                name: MachineType(e.gpu, e.count, e.unofficial, e.partition)
-                for name, e in entries.items()
+                name: machine
+                for family_name, family in families.items()
+                for name, machine in _machine_types(family_name, family).items()
             }
-            for provider, entries in parsed.root.items()
+            for provider, families in parsed.root.items()
         }
     )
 
@@ -120,6 +157,16 @@ class Catalog:
     def machine_types(self) -> MachineTypeRegistry:
         return machine_type_registry(_load(self.root / "machine-types.yaml"))
 
+    @cached_property
+    def gpu_families(self) -> GpuFamiliesFile:
+        """The GPU instance families of the providers' current lists (gpu-families.yaml)."""
+        return parse(GpuFamiliesFile, _load(self.root / "gpu-families.yaml"), "gpu-families.yaml")
+
+    @cached_property
+    def nvidia_drivers(self) -> NvidiaDrivers:
+        """NVIDIA's driver container images per OS (nvidia-drivers.yaml)."""
+        return NvidiaDrivers.from_mapping(_load(self.root / "nvidia-drivers.yaml"))
+
     def values_file(self, relative: str) -> Mapping[str, Any]:
         """A values fragment below values-rules/ (path checked to stay inside)."""
         if relative not in self._files:
@@ -138,6 +185,8 @@ class Catalog:
         steps: list[tuple[str, Callable[[], object]]] = [
             ("defaults.yaml", lambda: self.defaults),
             ("machine-types.yaml", lambda: self.machine_types),
+            ("gpu-families.yaml", lambda: self.gpu_families),
+            ("nvidia-drivers.yaml", lambda: self.nvidia_drivers),
             ("rules.yaml", lambda: self.rules),
         ]
         for tag in self.installer_releases():

@@ -280,25 +280,147 @@ class Defaults(_CamelData):
         return self.flux_settings.model_dump(by_alias=True)
 
 
-# --- machine-types.yaml -------------------------------------------------------------------
+# --- machine-types.yaml, gpu-families.yaml -----------------------------------------------
+
+CheckedDate = Annotated[StrictStr, Field(pattern=r"^20[0-9]{2}-[01][0-9]-[0-3][0-9]$")]
+"""The day a fact was checked against its source, YYYY-MM-DD (quoted in YAML)."""
+SourceUrl = Annotated[StrictStr, Field(pattern=r"^https://[^\s]+$")]
+Arch = Literal["amd64", "arm64"]
 
 
-class MachineTypeEntry(_Data):
-    """One machine type's GPUs."""
+def _size(value: object) -> object:
+    """A machine type's bare GPU count stands for {count: N}."""
+    return {"count": value} if isinstance(value, int) and not isinstance(value, bool) else value
 
-    gpu: StrictStr = Field(min_length=1)
-    """GPU model, e.g. L4, "A100 80GB"."""
+
+class MachineSize(_CamelData):
+    """One machine type of a family: its GPU count, or a fraction of one GPU."""
+
     count: StrictInt = Field(ge=1)
-    unofficial: StrictBool = False
-    """Facts from third-party sources: likely, not certain."""
+    """GPUs of the machine type (1 for a fraction of one)."""
     partition: StrictStr | None = Field(default=None, pattern=r"^[0-9]+/[0-9]+$")
     """A fraction of one GPU, e.g. "1/6"."""
+    unofficial: StrictBool = False
+    """Facts from third-party sources: likely, not certain."""
 
 
-class MachineTypesFile(RootModel[dict[StrictStr, dict[StrictStr, MachineTypeEntry]]]):
-    """values-rules/machine-types.yaml: provider -> machine type -> GPUs."""
+SizeEntry = Annotated[
+    MachineSize,
+    BeforeValidator(_size),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 1, "description": "the GPU count"},
+                {
+                    "type": "object",
+                    "properties": {
+                        "count": {"type": "integer", "minimum": 1},
+                        "partition": {"type": "string", "pattern": r"^[0-9]+/[0-9]+$"},
+                        "unofficial": {"type": "boolean"},
+                    },
+                    "required": ["count"],
+                    "additionalProperties": False,
+                },
+            ]
+        }
+    ),
+]
+
+
+class MachineFamily(_CamelData):
+    """One instance family: its GPU, and its machine types with their GPU counts."""
+
+    source: SourceUrl
+    """The provider's page that lists the family."""
+    checked: CheckedDate
+    """When the entry was checked against the source."""
+    gpu: StrictStr = Field(min_length=1)
+    """GPU model, e.g. L4, "A100 80GB", B200."""
+    memory_gib: StrictInt = Field(ge=1)
+    """Memory of one whole GPU, GiB."""
+    compute_capability: StrictStr = Field(pattern=r"^[0-9]+\.[0-9]$")
+    """CUDA compute capability ("8.9"); MPS serves 48 clients per GPU from 7.5 on, else 16."""
+    mig: StrictBool
+    """The GPU has Multi-Instance GPU (MIG)."""
+    arch: Arch = "amd64"
+    """The host CPU: amd64, or arm64 (AWS Graviton, NVIDIA Grace)."""
+    vgpu_guest_driver: StrictBool = False
+    """The VM gets a vGPU and needs NVIDIA's licensed vGPU guest (GRID) driver."""
+    last_driver_branch: BranchOrVersion | None = None
+    """The newest NVIDIA driver branch that supports the GPU (580 for Maxwell, Pascal, Volta)."""
+    unofficial: StrictBool = False
+    """The family's facts come from third-party sources: likely, not certain."""
+    note: StrictStr = ""
+    """Anything a reviewer should know about the entry."""
+    types: dict[StrictStr, SizeEntry] = Field(min_length=1)
+    """Machine type (node.kubernetes.io/instance-type) -> GPU count, or {count, partition}."""
+
+
+class MachineTypesFile(RootModel[dict[StrictStr, dict[StrictStr, MachineFamily]]]):
+    """values-rules/machine-types.yaml: provider -> instance family -> GPUs and machine types."""
 
     model_config = ConfigDict(frozen=True)
+
+    def duplicate(self) -> tuple[str, str] | None:
+        """(provider, machine type) of a machine type listed under two families, or None."""
+        for provider, families in self.root.items():
+            seen: set[str] = set()
+            for family in families.values():
+                again = seen & set(family.types)
+                if again:
+                    return provider, sorted(again)[0]
+                seen |= set(family.types)
+        return None
+
+
+class ProviderFamilies(_CamelData):
+    """The GPU instance families one provider lists today, as its documentation names them."""
+
+    source: SourceUrl
+    checked: CheckedDate
+    families: list[StrictStr] = Field(min_length=1)
+    """Families with NVIDIA GPUs; the registry must have each."""
+    attached: list[StrictStr] = []
+    """Families whose GPUs are attached to a general machine type (GCP n1): not in the machine
+    type, so nodes opt in by label."""
+    not_nvidia: list[StrictStr] = []
+    """Accelerated families without NVIDIA GPUs (AMD, Gaudi, Inferentia, FPGAs): not listed."""
+
+
+class GpuFamiliesFile(RootModel[dict[StrictStr, ProviderFamilies]]):
+    """values-rules/gpu-families.yaml: provider -> the GPU families of its current list."""
+
+    model_config = ConfigDict(frozen=True)
+
+
+# --- nvidia-drivers.yaml ------------------------------------------------------------------
+
+
+class PublishedDriver(_CamelData):
+    """One driver version NVIDIA publishes as a driver container, and for which OSes."""
+
+    version: VersionText
+    os: list[StrictStr] = Field(min_length=1)
+    """OS tags the image exists for (the tag is <version>-<os tag>, e.g. 580.126.20-ubuntu22.04)."""
+    source: StrictStr = Field(min_length=1)
+    """Where the entry comes from (a chart default, a release note, the NGC catalog)."""
+    unofficial: StrictBool = False
+    """Not confirmed on NVIDIA's own pages: likely, not certain."""
+
+
+class NvidiaDriversFile(_CamelData):
+    """values-rules/nvidia-drivers.yaml: the NVIDIA driver container images per OS."""
+
+    repository: StrictStr
+    """The image, without the tag (nvcr.io/nvidia/driver)."""
+    source: SourceUrl
+    checked: CheckedDate
+    os_tag_parts: dict[OsFamilyName, StrictInt] = Field(min_length=1)
+    """OS family -> how many parts of the OS version the NVIDIA operator puts in the tag
+    (ubuntu22.04: 2; rhel9: 1). Families not listed get no driver container."""
+    multi_arch: list[StrictStr] = []
+    """OS tags whose images are published for arm64 too; the others are amd64 only."""
+    drivers: list[PublishedDriver] = Field(min_length=1)
 
 
 # --- charts/<version>.yaml ----------------------------------------------------------------

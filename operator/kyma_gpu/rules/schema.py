@@ -15,9 +15,11 @@ from kyma_gpu.rules.context import context_markdown
 from kyma_gpu.rules.models import (
     ChartFacts,
     Defaults,
+    GpuFamiliesFile,
     InstallerValues,
     InstallerVersions,
     MachineTypesFile,
+    NvidiaDriversFile,
     RulesFile,
 )
 
@@ -25,6 +27,8 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "rules": RulesFile,
     "defaults": Defaults,
     "machine-types": MachineTypesFile,
+    "gpu-families": GpuFamiliesFile,
+    "nvidia-drivers": NvidiaDriversFile,
     "chart-facts": ChartFacts,
     "installer-versions": InstallerVersions,
     "installer-values": InstallerValues,
@@ -35,6 +39,8 @@ FILES: tuple[tuple[str, str], ...] = (
     ("rules.yaml", "rules"),
     ("defaults.yaml", "defaults"),
     ("machine-types.yaml", "machine-types"),
+    ("gpu-families.yaml", "gpu-families"),
+    ("nvidia-drivers.yaml", "nvidia-drivers"),
     ("charts/*.yaml", "chart-facts"),
     ("installer/*/versions.yaml", "installer-versions"),
     ("installer/*/gpu-operator-values.yaml", "installer-values"),
