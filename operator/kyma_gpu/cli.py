@@ -1,6 +1,7 @@
 """`kyma-gpu`: run the operator, or plan offline.
 
-kyma-gpu plan -f gpu.yaml --nodes nodes.yaml   print the plan for a Gpu and a node list
+kyma-gpu plan -f gpu.yaml --nodes nodes.yaml   print the plan for a Gpu and a node list;
+                                               exit 0: ok or warning, 1: error, 2: bad input
 kyma-gpu crd                                   print the generated CRD
 kyma-gpu chart-facts CHART.tgz                 print the facts values-rules/charts/ keeps
 kyma-gpu images [--chart-version V] [--installer-release T]   images to mirror
@@ -20,17 +21,21 @@ from typing import Any, TextIO
 import yaml
 from pydantic import ValidationError
 
-from kyma_gpu.api.admission import admission_message
+from kyma_gpu.api.admission import unknown_fields_message
 from kyma_gpu.api.crd import crd_yaml
 from kyma_gpu.api.models import SINGLETON_MESSAGE, SINGLETON_NAME, Gpu, GpuSpec
 from kyma_gpu.api.reference import reference_markdown
 from kyma_gpu.facts import NodeError, cluster_facts, node_facts
-from kyma_gpu.plan import Owner, make_plan
+from kyma_gpu.plan import Owner, Verdict, make_plan
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.rules.chart import chart_facts, image_reference
 from kyma_gpu.rules.engine import RuleError
 from kyma_gpu.rules.schema import header, stale, write
 from kyma_gpu.yamlio import dump
+
+EXIT_ERROR_VERDICT = 1
+"""`kyma-gpu plan`: the plan's verdict is error (nothing would be written). 0: ok or warning."""
+EXIT_BAD_INPUT = 2
 
 
 class UsageError(Exception):
@@ -51,8 +56,9 @@ def _read(path: str, stdin: TextIO) -> Any:
 
 
 def _validation_message(source: str, err: ValidationError) -> str:
-    """The API server's words for the same error (api/admission.py)."""
-    return f"{source}: {admission_message(err, root='')}"
+    """The API server's words for the same error (api/admission.py); every unknown field, each
+    with the closest valid name."""
+    return f"{source}: {unknown_fields_message(err, Gpu, root='')}"
 
 
 def load_gpu(path: str | None, stdin: TextIO) -> tuple[GpuSpec, Owner | None]:
@@ -100,7 +106,7 @@ def cmd_plan(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
             raise UsageError(f"{args.nodes}: item {index}: {err}") from err
     plan = make_plan(spec, cluster_facts(facts), catalog, owner)
     stdout.write(dump(plan.document()))
-    return 0
+    return EXIT_ERROR_VERDICT if plan.preflight.verdict is Verdict.ERROR else 0
 
 
 def cmd_crd(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
@@ -218,7 +224,12 @@ def cmd_run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="kyma-gpu", description=__doc__.splitlines()[0])
     sub = top.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("plan", help="print the plan for a Gpu and a node list (offline)")
+    p = sub.add_parser(
+        "plan",
+        help="print the plan for a Gpu and a node list (offline)",
+        description="Print the plan. Exit code 0: verdict ok or warning (a blocked worker pool "
+        "included); 1: verdict error (nothing would be written); 2: bad input.",
+    )
     p.add_argument("-f", "--file", help="Gpu manifest (default: the empty spec); - for stdin")
     p.add_argument("--nodes", help="`kubectl get nodes -o yaml` output; - for stdin")
     p.add_argument("--rules", help="values-rules directory (default: the module's)")
@@ -270,7 +281,7 @@ def main(
         code: int = args.func(args, stdin, stdout)
     except (UsageError, RuleError) as err:
         stderr.write(f"kyma-gpu {args.command}: error: {err}\n")
-        return 2
+        return EXIT_BAD_INPUT
     return code
 
 

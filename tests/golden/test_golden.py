@@ -131,7 +131,8 @@ def _plan(scenario: Path) -> str:
         stdout=out,
         stderr=err,
     )
-    assert code == 0, err.getvalue()
+    verdict = yaml.safe_load(out.getvalue())["preflight"]["verdict"] if out.getvalue() else None
+    assert code == (1 if verdict == "error" else 0), err.getvalue()  # plan gates a pipeline
     return out.getvalue()
 
 

@@ -66,7 +66,9 @@ def cpu_node(name: str = "cpu-1", os_image: str = GL) -> dict[str, Any]:
 
 def ubuntu_node(name: str = "ubuntu-1", **kwargs: Any) -> dict[str, Any]:
     kwargs.setdefault("instance_type", "g4dn.xlarge")
-    return node(name, os_image=UBUNTU, kernel="6.8.0-1036-aws", **kwargs)
+    kwargs.setdefault("os_image", UBUNTU)
+    kwargs.setdefault("kernel", "6.8.0-1036-aws")
+    return node(name, **kwargs)
 
 
 def facts_of(registry: MachineTypeRegistry, *bodies: Mapping[str, Any]) -> ClusterFacts:

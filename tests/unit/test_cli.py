@@ -237,3 +237,66 @@ def test_chart_facts_error(tmp_path: Path) -> None:
     assert code == 2
     assert "not a packaged chart" in err
     assert err.count("\n") == 1
+
+
+def _gpu(tmp_path: Path, spec: str) -> str:
+    path = tmp_path / "gpu.yaml"
+    path.write_text(GPU.replace("spec: {}", f"spec: {spec}"), encoding="utf-8")
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("spec", "nodes", "code", "verdict"),
+    [
+        ("{}", NODES, 0, "ok"),
+        ("{}", "", 0, "warning"),  # no GPU nodes: prepared for them, a warning
+        ("{driver: {installerRelease: '9.9.9'}}", NODES, 1, "error"),
+        ("{components: {gdrcopy: true}}", NODES, 1, "error"),
+    ],
+)
+def test_plan_gates_a_pipeline(
+    tmp_path: Path, spec: str, nodes: str, code: int, verdict: str
+) -> None:
+    """Exit code 0 for ok or warning, 1 for an error verdict (nothing would be written), 2 for
+    bad input; the plan is printed in both of the first cases."""
+    (tmp_path / "nodes.yaml").write_text(nodes, encoding="utf-8")
+    args = ["plan", "-f", _gpu(tmp_path, spec), "--nodes", str(tmp_path / "nodes.yaml")]
+    got, out, err = run(args)
+    assert (got, err) == (code, "")
+    assert yaml.safe_load(out)["preflight"]["verdict"] == verdict
+
+
+def test_a_blocked_pool_next_to_a_good_one_passes_the_gate(tmp_path: Path) -> None:
+    past = NODES.replace("gpu-1", "gpu-2").replace("Garden Linux 1877.21", "Garden Linux 2150.10.0")
+    past = past.replace("worker.gardener.cloud/pool: gpu", "worker.gardener.cloud/pool: gpu-new")
+    both = NODES + past.split("items:\n", 1)[1]
+    (tmp_path / "nodes.yaml").write_text(both, encoding="utf-8")
+    nodes = str(tmp_path / "nodes.yaml")
+    got, out, err = run(["plan", "-f", _gpu(tmp_path, "{}"), "--nodes", nodes])
+    plan = yaml.safe_load(out)
+    assert (got, err, plan["preflight"]["verdict"]) == (0, "", "warning")
+    assert plan["preflight"]["blockedPools"] == ["gpu-new"]
+    assert [p["verdict"] for p in plan["pools"]] == ["ok", "blocked"]
+    assert plan["objects"], "the good pool is still served"
+
+
+def test_every_unknown_field_with_the_closest_name(tmp_path: Path) -> None:
+    spec = "{driver: {verison: '590', mod: Auto}, colour: blue, sharing: {replica: 2}}"
+    got, out, err = run(["plan", "-f", _gpu(tmp_path, spec)])
+    assert (got, out) == (2, "")
+    assert err.count("\n") == 1
+    for said in (
+        'unknown field "spec.driver.verison" (did you mean "version"?)',
+        'unknown field "spec.driver.mod" (did you mean "mode"?)',
+        'unknown field "spec.sharing.replica" (did you mean "replicas"?)',
+        'unknown field "spec.colour"',
+    ):
+        assert said in err
+    assert "more)" not in err
+
+
+def test_unknown_fields_and_another_error(tmp_path: Path) -> None:
+    got, _, err = run(["plan", "-f", _gpu(tmp_path, "{driver: {mode: Foo, verison: '590'}}")])
+    assert got == 2
+    assert 'unknown field "spec.driver.verison" (did you mean "version"?); ' in err
+    assert 'spec.driver.mode: Unsupported value: "Foo"' in err

@@ -216,7 +216,11 @@ def test_mixed_fleet_upstream_version_from_the_spec(catalog: Catalog) -> None:
     plan = plan_for(catalog, node("gl"), ubuntu_node("ub"), spec={"driver": {"version": "580"}})
     drivers = _drivers(plan)
     assert drivers["gpu-gardenlinux"]["version"] == "580"
-    assert drivers["gpu-ubuntu"]["version"] == "580.178.04"
+    # Not the installer's 580.178.04: the newest 580 NVIDIA publishes for Ubuntu 22.04.
+    assert drivers["gpu-ubuntu"]["version"] == "580.126.20"
+    sources = {str(p.os): (p.version, p.source) for p in plan.pools}
+    assert sources == {"gardenlinux": ("580", "SpecBranch"),
+                       "ubuntu": ("580.126.20", "NvidiaCatalog")}  # fmt: skip
 
 
 def test_preflight_no_gpu_nodes(catalog: Catalog) -> None:
@@ -244,8 +248,13 @@ def test_preflight_unknown_os_and_machine_type(catalog: Catalog) -> None:
         ("info", "UnknownMachineType"),
         ("warning", "NoDriverForUnknownOs"),
     ]
-    assert "nodes odd have an OS the module does not know" in plan.preflight.findings[2].message
-    assert "node odd: OS 'Debian GNU/Linux 12 (bookworm)'" in plan.preflight.findings[0].message
+    stranded = plan.preflight.findings[2]
+    assert stranded.message.startswith("worker pool gpu (1 of 2 nodes: odd): mixed fleet: their OS")
+    assert (stranded.pool, stranded.nodes, stranded.blocking) == ("gpu", ("odd",), True)
+    assert (
+        "(1 of 2 nodes: odd): OS 'Debian GNU/Linux 12 (bookworm)'"
+        in plan.preflight.findings[0].message
+    )
     assert "using Upstream driver mode" in plan.preflight.findings[0].message
     assert "GPU detected by opt-in" in plan.preflight.findings[1].message
     assert plan.preflight.verdict == "warning"
@@ -270,9 +279,56 @@ def test_preflight_unknown_installer_release(catalog: Catalog) -> None:
 
 
 def test_preflight_upstream_branch_without_a_build(catalog: Catalog) -> None:
-    plan = plan_for(catalog, ubuntu_node(), spec={"driver": {"version": "550"}})
+    plan = plan_for(catalog, ubuntu_node(), spec={"driver": {"version": "410"}})
     assert reasons(plan) == [("error", "UnknownDriverVersion")]
+    assert "NVIDIA's catalog has no driver of branch 410 (branches: 595, 590, 580, 570" in (
+        plan.preflight.findings[0].message
+    )
     assert plan.objects == ()
+
+
+@pytest.mark.parametrize(
+    ("version", "expected", "source"),
+    [
+        # The chart's own default branch, refused before: the installer builds no 595.
+        ("595", "595.91.07", "NvidiaCatalog"),
+        ("580", "580.126.20", "NvidiaCatalog"),  # the newest confirmed 580, not 580.178.04
+        ("570", "570.211.01", "NvidiaCatalog"),  # no confirmed 570: the newest listed
+        ("580.95.05", "580.95.05", "Spec"),
+        (None, "595.91.07", "ChartDefault"),
+    ],
+)
+def test_upstream_versions_come_from_nvidias_catalog(
+    catalog: Catalog, version: str | None, expected: str, source: str
+) -> None:
+    spec = {"driver": {"version": version}} if version else {}
+    plan = plan_for(catalog, ubuntu_node(), spec=spec)
+    assert reasons(plan) == []
+    assert [(p.version, p.source) for p in plan.pools] == [(expected, source)]
+    assert plan.driver_version == expected
+    assert plan.document()["driver"]["pools"][0]["versionSource"] == source
+
+
+def test_an_upstream_pool_without_a_published_image_is_blocked(catalog: Catalog) -> None:
+    """Ubuntu 20.04 gets no 595 driver container: that pool is blocked, the other served."""
+    plan = plan_for(
+        catalog,
+        ubuntu_node("old", os_image="Ubuntu 20.04.6 LTS", pool="legacy"),
+        ubuntu_node("new", pool="gpu"),
+    )
+    assert reasons(plan) == [("error", "NoDriverImage")]
+    finding = plan.preflight.findings[0]
+    assert finding.pool == "legacy"
+    assert "NVIDIA publishes no nvcr.io/nvidia/driver:595.91.07-ubuntu20.04" in finding.message
+    assert "newest for ubuntu20.04: 570.211.01" in finding.message
+    assert plan.preflight.verdict == "warning"
+    assert plan.preflight.blocked == ("legacy",)
+    assert plan.helm_release is not None
+    # A version the catalog does not list: a warning, it cannot tell.
+    unlisted = plan_for(catalog, ubuntu_node(), spec={"driver": {"version": "580.999.01"}})
+    assert reasons(unlisted) == [("warning", "NoDriverImage")]
+    assert "does not list driver 580.999.01" in unlisted.preflight.findings[0].message
+    assert not unlisted.preflight.findings[0].blocking
 
 
 def test_preflight_unknown_chart_version(catalog: Catalog) -> None:
@@ -301,11 +357,17 @@ def test_preflight_matrix(catalog: Catalog) -> None:
     )
     assert reasons(some) == [("warning", "NoDriverImage"), ("warning", "NoDriverImage")]
     messages = [f.message for f in some.preflight.findings]
-    assert messages[0].startswith("node new: installer release 1.17.0 excludes driver 570.211.01")
-    assert messages[1].startswith("node old: Garden Linux 1877.18 is not in")
+    assert messages[0].startswith(
+        "worker pool gpu (1 of 3 nodes: new): installer release 1.17.0 excludes driver 570.211.01"
+    )
+    assert messages[1].startswith("worker pool gpu (1 of 3 nodes: old): Garden Linux 1877.18 is")
+    assert (
+        "update the pool's machine image to a version the release builds (1877.19)" in (messages[1])
+    )
     assert some.helm_release is not None
     every = plan_for(catalog, node("new", os_image="Garden Linux 2150.8.0"), spec=spec)
     assert reasons(every) == [("error", "NoDriverImage")]
+    assert every.preflight.verdict == "error"  # the only pool is blocked: nothing to serve
     assert every.objects == ()
     arm = plan_for(catalog, node("arm", instance_type="g5g.xlarge", arch="arm64"))
     assert reasons(arm) == [("error", "NoDriverImage")]
@@ -567,6 +629,7 @@ def test_node_status_entries(catalog: Catalog) -> None:
             "gpuCount": 1,
             "os": "gardenlinux",
             "osVersion": "1877.21",
+            "arch": "amd64",
             "driverMode": "Precompiled",
             "pool": "gpu",
         },
@@ -578,6 +641,7 @@ def test_node_status_entries(catalog: Catalog) -> None:
             "gpuCount": 1,
             "os": "ubuntu",
             "osVersion": "22.04.5",
+            "arch": "amd64",
             "driverMode": "Upstream",
             "pool": "gpu",
         },

@@ -339,10 +339,14 @@ class GpuNodeStatus(_Model):
     """GPUs on the node, when known."""
 
     os: str
-    """OS family: gardenlinux, ubuntu, sles, rhel, flatcar, bottlerocket, talos, unknown."""
+    """OS family: gardenlinux, sl-micro, ubuntu, sles, rhel, flatcar, bottlerocket, talos,
+    unknown."""
 
     os_version: str | None = None
     """OS version from status.nodeInfo.osImage."""
+
+    arch: str | None = None
+    """CPU architecture: amd64, or arm64 (AWS Graviton, NVIDIA Grace)."""
 
     driver_mode: str
     """Precompiled, Preinstalled or Upstream."""

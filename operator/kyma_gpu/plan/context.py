@@ -124,10 +124,7 @@ def _vgpu(image: str | None) -> dict[str, Any]:
 def _pool_context(r: Resolved, pool: DriverPool) -> dict[str, Any]:
     defaults = r.catalog.defaults
     precompiled = pool.mode is DriverMode.PRECOMPILED
-    if precompiled:
-        version = r.branch
-    else:
-        version = r.full_version or (r.chart.default_driver_version if r.chart else "")
+    version = pool.version or ""
     garden_linux = precompiled and pool.os is OsFamily.GARDENLINUX
     repository = installer_repository(r) if garden_linux else defaults.nvidia_driver_repository
     mirror = r.spec.source.image_registry

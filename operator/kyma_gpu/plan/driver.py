@@ -1,27 +1,51 @@
-"""Step one of the plan: driver pools, the cluster's driver mode, installer and versions. Pure."""
+"""Step one of the plan: driver pools, the cluster's driver mode, installer and versions, and
+where each pool's driver version comes from. Pure."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from enum import StrEnum
 
 from kyma_gpu.api.models import ClusterDriverMode, DriverMode, GpuSpec
 from kyma_gpu.facts.cluster import ClusterFacts
 from kyma_gpu.facts.node import NodeFacts, OsFamily
+from kyma_gpu.plan.pools import WorkerPool, worker_pools
 from kyma_gpu.rules.catalog import Catalog, ChartFacts
 from kyma_gpu.rules.installer import InstallerRelease, branch_of
+from kyma_gpu.rules.nvidia import NvidiaDrivers
 
 # With no GPU nodes the stack is prepared for Garden Linux.
 ASSUMED_OS = OsFamily.GARDENLINUX
 
 
+class VersionSource(StrEnum):
+    """Where a pool's driver version comes from (the plan prints it per pool)."""
+
+    SPEC = "Spec"
+    """spec.driver.version, a full version, as given."""
+    SPEC_BRANCH = "SpecBranch"
+    """The branch spec.driver.version names (precompiled images are built per branch)."""
+    NVIDIA_CATALOG = "NvidiaCatalog"
+    """The newest driver of spec.driver.version's branch that NVIDIA publishes as a driver
+    container for the pool's OS (values-rules/nvidia-drivers.yaml)."""
+    INSTALLER_DEFAULT = "InstallerDefault"
+    """The installer release's default branch."""
+    CHART_DEFAULT = "ChartDefault"
+    """The chart's default driver (values-rules/charts/<version>.yaml)."""
+
+
 @dataclass(frozen=True, slots=True)
 class DriverPool:
-    """GPU nodes that share an OS family and a driver mode."""
+    """GPU nodes that share an OS family and a driver mode, and the driver they get."""
 
     os: OsFamily
     mode: DriverMode
     nodes: tuple[NodeFacts, ...]
+    version: str | None = None
+    """The branch (Precompiled) or full version (Upstream) the pool's driver is built from;
+    None for Preinstalled, or when no version can be found (a preflight error)."""
+    source: VersionSource | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +64,13 @@ class Resolved:
     uses_installer: bool
     branch: str
     full_version: str | None
+    """The full version NVIDIA's driver container gets from spec.driver.version: as given, or
+    the branch's newest in NVIDIA's catalog. None when the spec names none (the chart's default
+    then) or no published driver has the branch."""
     chart_version: str
     chart: ChartFacts | None
+    worker_pools: tuple[WorkerPool, ...] = ()
+    """The GPU nodes by Gardener worker pool."""
 
     def wants(self, mode: DriverMode) -> bool:
         """A pool has this mode, or (no pools) the stack is prepared for it."""
@@ -51,6 +80,9 @@ class Resolved:
 
     def node_mode(self, node: NodeFacts) -> DriverMode:
         return node_mode(node, self.spec.driver.mode, self.catalog.defaults.auto_driver_mode)
+
+    def pool_of(self, node: NodeFacts) -> DriverPool | None:
+        return next((p for p in self.pools if node in p.nodes), None)
 
 
 def node_mode(node: NodeFacts, spec_mode: DriverMode, auto: Mapping[str, str]) -> DriverMode:
@@ -82,13 +114,42 @@ def cluster_mode(pools: tuple[DriverPool, ...], fallback: DriverMode) -> Cluster
     return ClusterDriverMode.PER_POOL
 
 
-def _full_version(version: str | None, installer: InstallerRelease | None) -> str | None:
-    """spec.driver.version as a full version: as given, or a branch mapped by the installer."""
-    if not version:
-        return None
-    if "." in version:
+def upstream_images(pools: tuple[DriverPool, ...], nvidia: NvidiaDrivers) -> set[tuple[str, str]]:
+    """(OS tag, arch) of every node NVIDIA's driver container serves."""
+    return {
+        (tag, n.arch)
+        for p in pools
+        if p.mode is DriverMode.UPSTREAM
+        for n in p.nodes
+        if (tag := nvidia.os_tag(n.os, n.os_version)) is not None
+    }
+
+
+def upstream_version(
+    version: str | None, pools: tuple[DriverPool, ...], catalog: Catalog
+) -> str | None:
+    """spec.driver.version for NVIDIA's driver container: a full version as given; a branch as
+    the newest driver of it that NVIDIA publishes for all the Upstream nodes' OSes."""
+    if not version or "." in version:
         return version
-    return installer.full_version(version) if installer is not None else None
+    found = catalog.nvidia_drivers.newest(version, upstream_images(pools, catalog.nvidia_drivers))
+    return found.version if found is not None else None
+
+
+def _versioned(pool: DriverPool, r: Resolved) -> DriverPool:
+    """The pool with the driver version it gets and where that comes from."""
+    spec_version = r.spec.driver.version
+    if pool.mode is DriverMode.PRECOMPILED:
+        source = VersionSource.SPEC_BRANCH if spec_version else VersionSource.INSTALLER_DEFAULT
+        return replace(pool, version=r.branch, source=source)
+    if pool.mode is not DriverMode.UPSTREAM:
+        return pool
+    if spec_version:
+        source = VersionSource.SPEC if "." in spec_version else VersionSource.NVIDIA_CATALOG
+        return replace(pool, version=r.full_version, source=source if r.full_version else None)
+    if r.chart is None:
+        return pool
+    return replace(pool, version=r.chart.default_driver_version, source=VersionSource.CHART_DEFAULT)
 
 
 def resolve(spec: GpuSpec, facts: ClusterFacts, catalog: Catalog) -> Resolved:
@@ -106,7 +167,7 @@ def resolve(spec: GpuSpec, facts: ClusterFacts, catalog: Catalog) -> Resolved:
     version = spec.driver.version
     default_branch = installer.default_branch if installer else ""
     chart_version = spec.operator_version or defaults.chart_version
-    return Resolved(
+    resolved = Resolved(
         spec=spec,
         facts=facts,
         catalog=catalog,
@@ -117,7 +178,9 @@ def resolve(spec: GpuSpec, facts: ClusterFacts, catalog: Catalog) -> Resolved:
         installer=installer,
         uses_installer=uses_installer,
         branch=branch_of(version) if version else default_branch,
-        full_version=_full_version(version, installer),
+        full_version=upstream_version(version, pools, catalog),
         chart_version=chart_version,
         chart=catalog.chart(chart_version),
+        worker_pools=worker_pools(facts.gpu_nodes),
     )
+    return replace(resolved, pools=tuple(_versioned(p, resolved) for p in pools))

@@ -19,13 +19,21 @@ from kyma_gpu.plan.driver import DriverPool, Resolved, resolve
 from kyma_gpu.plan.features import FEATURE_CHECKS
 from kyma_gpu.plan.flux import FluxSettings, Owner, flux_objects
 from kyma_gpu.plan.mirror import mirror_values
-from kyma_gpu.plan.preflight import CHECKS, Finding, Preflight, Severity, preflight_findings
+from kyma_gpu.plan.pools import WorkerPool
+from kyma_gpu.plan.preflight import (
+    CHECKS,
+    Finding,
+    Preflight,
+    Severity,
+    Verdict,
+    preflight_findings,
+)
 from kyma_gpu.plan.sharing import config_map_name, device_plugin_configs
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.rules.engine import Provenance, deep_merge, evaluate, matches
 from kyma_gpu.rules.installer import branch_of
 
-__all__ = ["DriverPool", "Finding", "Plan", "Preflight", "Severity", "make_plan"]
+__all__ = ["DriverPool", "Finding", "Plan", "Preflight", "Severity", "Verdict", "make_plan"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +72,8 @@ class Plan:
     stack: GpuStack = GpuStack.DEVICE_PLUGIN
     sharing: SharingPlan | None = None
     """None unless spec.sharing configures the device plugin."""
+    worker_pools: tuple[WorkerPool, ...] = ()
+    """The GPU nodes by Gardener worker pool."""
 
     @property
     def helm_release(self) -> dict[str, Any] | None:
@@ -82,24 +92,21 @@ class Plan:
 
     def document(self) -> dict[str, Any]:
         """The plan as the YAML document `kyma-gpu plan` prints."""
+        blocked = self.preflight.blocked
         return {
             "preflight": {
-                "verdict": self.preflight.verdict,
-                "findings": [
-                    {"severity": str(f.severity), "reason": str(f.reason), "message": f.message}
-                    for f in self.preflight.findings
-                ],
+                "verdict": str(self.preflight.verdict),
+                **({"blockedPools": list(blocked)} if blocked else {}),
+                "findings": [_finding_document(f) for f in self.preflight.findings],
             },
             "nodes": [n.model_dump(by_alias=True, exclude_none=True) for n in self.nodes],
+            "pools": [self._pool_document(p) for p in self.worker_pools],
             "driver": {
                 "mode": str(self.driver_mode),
                 "branch": self.driver_branch,
                 "version": self.driver_version,
                 "installerRelease": self.installer_release,
-                "pools": [
-                    {"os": str(p.os), "mode": str(p.mode), "nodes": [n.name for n in p.nodes]}
-                    for p in self.pools
-                ],
+                "pools": [_driver_pool_document(p) for p in self.pools],
             },
             "chart": {
                 "name": self.chart_name,
@@ -113,6 +120,31 @@ class Plan:
             "provenance": dict(sorted(self.provenance.items())),
             "objects": list(self.objects),
         }
+
+    def pool_verdict(self, name: str) -> str:
+        """blocked (no node gets a working GPU), degraded (some do not), or ok."""
+        if name in self.preflight.blocked:
+            return "blocked"
+        return "degraded" if name in self.preflight.degraded else "ok"
+
+    def _pool_document(self, pool: WorkerPool) -> dict[str, Any]:
+        reasons = {str(f.reason) for f in self.preflight.findings if f.pool == pool.name}
+        return {
+            "name": pool.name,
+            "nodes": len(pool.nodes),
+            "verdict": self.pool_verdict(pool.name),
+            "reasons": sorted(reasons),
+        }
+
+
+def _finding_document(f: Finding) -> dict[str, Any]:
+    where = {"pool": f.pool, "nodes": list(f.nodes)} if f.pool is not None else {}
+    return {"severity": str(f.severity), "reason": str(f.reason), **where, "message": f.message}
+
+
+def _driver_pool_document(p: DriverPool) -> dict[str, Any]:
+    version = {"version": p.version, "versionSource": str(p.source)} if p.source else {}
+    return {"os": str(p.os), "mode": str(p.mode), **version, "nodes": [n.name for n in p.nodes]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,8 +166,9 @@ def make_plan(
     resolved = resolve(spec, facts, catalog)
     findings = preflight_findings(resolved, (*CHECKS, *FEATURE_CHECKS))
     values = evaluate_rules(resolved, rule_context(resolved), findings)
-    preflight = Preflight(tuple(findings))
-    objects = flux(resolved, values, owner) if preflight.verdict != "error" else ()
+    pools = tuple(p.name for p in resolved.worker_pools)
+    preflight = Preflight(tuple(findings), pools)
+    objects = flux(resolved, values, owner) if preflight.verdict is not Verdict.ERROR else ()
     return _assemble(resolved, preflight, values, objects)
 
 
@@ -198,6 +231,7 @@ def _node_statuses(pools: tuple[DriverPool, ...]) -> tuple[GpuNodeStatus, ...]:
             gpu_count=n.gpu_count,
             os=str(n.os),
             os_version=n.os_version,
+            arch=n.arch,
             driver_mode=str(p.mode),
             pool=n.pool,
         )
@@ -215,7 +249,18 @@ def _shown_driver(r: Resolved) -> tuple[str, str | None]:
     if r.mode is ClusterDriverMode.UPSTREAM and r.full_version is None and r.chart is not None:
         version = r.chart.default_driver_version
         return branch_of(version), version
+    if r.mode is ClusterDriverMode.PRECOMPILED:
+        return r.branch, _precompiled_version(r)
     return r.branch, r.full_version
+
+
+def _precompiled_version(r: Resolved) -> str | None:
+    """The full version spec.driver.version means for the installer: as given, or the newest
+    of its branch that the release builds."""
+    version = r.spec.driver.version
+    if not version or "." in version:
+        return version
+    return r.installer.full_version(version) if r.installer is not None else None
 
 
 def _assemble(
@@ -239,6 +284,7 @@ def _assemble(
         objects=objects,
         stack=r.spec.stack,
         sharing=_sharing(r.spec),
+        worker_pools=r.worker_pools,
     )
 
 

@@ -3,48 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from enum import StrEnum
 
 from kyma_gpu.api.conditions import PreflightReason as R
 from kyma_gpu.api.models import ClusterDriverMode, DriverMode
 from kyma_gpu.facts.node import LABEL_DEPLOY_DRIVER, LABEL_NFD_NVIDIA_PCI, OsFamily
-from kyma_gpu.plan.driver import DriverPool, Resolved
-from kyma_gpu.rules.installer import InstallerRelease
+from kyma_gpu.plan.driver import Resolved
+from kyma_gpu.plan.findings import Finding, Preflight, Severity, Verdict
+from kyma_gpu.plan.images import branch_not_built, garden_linux_images, upstream_images
+from kyma_gpu.plan.pools import node_findings, settle
 
-
-class Severity(StrEnum):
-    INFO = "info"
-    WARNING = "warning"
-    ERROR = "error"
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One preflight observation. Reasons are stable CamelCase words."""
-
-    severity: Severity
-    reason: R
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class Preflight:
-    findings: tuple[Finding, ...] = ()
-
-    @property
-    def verdict(self) -> str:
-        """ok, warning or error: the worst finding (info counts as ok)."""
-        severities = {f.severity for f in self.findings}
-        if Severity.ERROR in severities:
-            return "error"
-        if Severity.WARNING in severities:
-            return "warning"
-        return "ok"
-
-    def worst(self) -> Finding | None:
-        order = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
-        return min(self.findings, key=lambda f: order[f.severity], default=None)
+__all__ = ["CHECKS", "Check", "Finding", "Preflight", "Severity", "Verdict", "preflight_findings"]
 
 
 Check = Callable[[Resolved], list[Finding]]
@@ -61,15 +29,12 @@ def no_gpu_nodes(r: Resolved) -> list[Finding]:
 
 
 def unknown_os(r: Resolved) -> list[Finding]:
-    return [
-        Finding(
-            Severity.WARNING,
-            R.UNKNOWN_OS,
-            f"node {node.name}: OS {node.os_image or '(empty osImage)'!r} is not known to the "
-            f"module; using {r.node_mode(node)} driver mode",
-        )
-        for node in r.facts.unknown_os_nodes
-    ]
+    problems = {
+        n.name: f"OS {n.os_image or '(empty osImage)'!r} is not known to the module; using "
+        f"{r.node_mode(n)} driver mode"
+        for n in r.facts.unknown_os_nodes
+    }
+    return node_findings(r.worker_pools, R.UNKNOWN_OS, problems, blocking=False)
 
 
 def upstream_on_garden_linux(r: Resolved) -> list[Finding]:
@@ -85,15 +50,14 @@ def upstream_on_garden_linux(r: Resolved) -> list[Finding]:
 
 
 def unknown_machine_type(r: Resolved) -> list[Finding]:
-    return [
-        Finding(
-            Severity.INFO,
-            R.UNKNOWN_MACHINE_TYPE,
-            f"node {node.name}: machine type {node.machine_type or '(none)'} is not in the "
-            f"registry; GPU detected by {', '.join(node.evidence)}",
-        )
-        for node in r.facts.unknown_machine_type_nodes
-    ]
+    problems = {
+        n.name: f"machine type {n.machine_type or '(none)'} is not in the registry; GPU detected "
+        f"by {', '.join(n.evidence)}"
+        for n in r.facts.unknown_machine_type_nodes
+    }
+    return node_findings(
+        r.worker_pools, R.UNKNOWN_MACHINE_TYPE, problems, blocking=False, severity=Severity.INFO
+    )
 
 
 def unknown_installer_release(r: Resolved) -> list[Finding]:
@@ -110,9 +74,11 @@ def unknown_driver_version(r: Resolved) -> list[Finding]:
     version = r.spec.driver.version
     if not (r.wants(DriverMode.UPSTREAM) and version and r.full_version is None):
         return []
+    nvidia = r.catalog.nvidia_drivers
     message = (
-        f"spec.driver.version {version!r}: the Upstream driver container needs "
-        "a full version (e.g. 590.48.01) and no known release maps this branch to one"
+        f"spec.driver.version {version!r}: NVIDIA's driver container needs a full version (e.g. "
+        f"590.48.01), and NVIDIA's catalog has no driver of branch {version} "
+        f"(branches: {', '.join(nvidia.branches())}; {nvidia.where})"
     )
     return [Finding(Severity.ERROR, R.UNKNOWN_DRIVER_VERSION, message)]
 
@@ -125,33 +91,6 @@ def unknown_chart_version(r: Resolved) -> list[Finding]:
         "the default driver version cannot be checked before Flux installs it"
     )
     return [Finding(Severity.WARNING, R.UNKNOWN_CHART_VERSION, message)]
-
-
-def no_driver_image(r: Resolved) -> list[Finding]:
-    """Garden Linux nodes for which the installer release has no precompiled image."""
-    if r.installer is None:
-        return []
-    findings: list[Finding] = []
-    for pool in r.pools:
-        if pool.mode is DriverMode.PRECOMPILED and pool.os is OsFamily.GARDENLINUX:
-            findings.extend(_pool_image_findings(pool, r.installer, r.branch))
-    return findings
-
-
-def _pool_image_findings(
-    pool: DriverPool, installer: InstallerRelease, branch: str
-) -> list[Finding]:
-    # Once per distinct (version, arch): a pool of 500 nodes has a handful of them.
-    answers = {
-        key: installer.problem(key[0], branch, key[1])
-        for key in {(n.os_version, n.arch) for n in pool.nodes}
-    }
-    bad = {n.name: why for n in pool.nodes if (why := answers[(n.os_version, n.arch)])}
-    severity = Severity.ERROR if len(bad) == len(pool.nodes) else Severity.WARNING
-    return [
-        Finding(severity, R.NO_DRIVER_IMAGE, f"node {name}: {why}")
-        for name, why in sorted(bad.items())
-    ]
 
 
 def preinstalled_not_excluded(r: Resolved) -> list[Finding]:
@@ -187,20 +126,18 @@ def preinstalled_not_excluded(r: Resolved) -> list[Finding]:
 def no_driver_for_unknown_os(r: Resolved) -> list[Finding]:
     if r.mode is not ClusterDriverMode.PER_POOL:
         return []
-    stranded = [
-        n.name
+    why = (
+        "mixed fleet: their OS is not known to the module, so no per-pool NVIDIADriver selects "
+        "them and they get no driver; label them gpu.kyma-project.io/driver-preinstalled=true "
+        "if they have one"
+    )
+    stranded = {
+        n.name: why
         for p in r.pools
         if p.os is OsFamily.UNKNOWN and p.mode is not DriverMode.PREINSTALLED
         for n in p.nodes
-    ]
-    if not stranded:
-        return []
-    message = (
-        f"mixed fleet: nodes {', '.join(stranded)} have an OS the module does not "
-        "know, so no per-pool NVIDIADriver can select them and they get no driver; "
-        "label them gpu.kyma-project.io/driver-preinstalled=true if they have one"
-    )
-    return [Finding(Severity.WARNING, R.NO_DRIVER_FOR_UNKNOWN_OS, message)]
+    }
+    return node_findings(r.worker_pools, R.NO_DRIVER_FOR_UNKNOWN_OS, stranded)
 
 
 def mixed_fleet_without_version(r: Resolved) -> list[Finding]:
@@ -219,7 +156,9 @@ CHECKS: tuple[Check, ...] = (
     unknown_installer_release,
     unknown_driver_version,
     unknown_chart_version,
-    no_driver_image,
+    branch_not_built,
+    garden_linux_images,
+    upstream_images,
     preinstalled_not_excluded,
     no_driver_for_unknown_os,
     mixed_fleet_without_version,
@@ -227,4 +166,5 @@ CHECKS: tuple[Check, ...] = (
 
 
 def preflight_findings(r: Resolved, checks: tuple[Check, ...] = CHECKS) -> list[Finding]:
-    return [finding for check in checks for finding in check(r)]
+    """The findings of the checks, those about worker pools settled (pools.settle)."""
+    return settle([finding for check in checks for finding in check(r)], r.worker_pools)

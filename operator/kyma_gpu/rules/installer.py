@@ -7,6 +7,7 @@ this Garden Linux version, driver branch and CPU architecture?
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 from packaging.version import InvalidVersion, Version
 
@@ -70,38 +71,78 @@ class InstallerRelease:
         candidates = [d for d in self.drivers if branch_of(d) == branch_or_version]
         return max(candidates, key=Version) if candidates else None
 
+    @property
+    def newest_os(self) -> str:
+        return max(self.os_versions, key=Version)
+
+    @property
+    def oldest_os(self) -> str:
+        return min(self.os_versions, key=Version)
+
     def problem(self, os_version: str | None, branch: str, arch: str) -> str | None:
         """Why there is no image for this node, or None when there is one."""
+        found = self.image_problem(os_version, branch, arch)
+        return found.why if found is not None else None
+
+    def image_problem(self, os_version: str | None, branch: str, arch: str) -> ImageProblem | None:
+        """Why there is no image for this node (typed, for the advice), or None."""
         arch = _ARCH_ALIASES.get(arch, arch)
         if arch not in self.arches:
-            return (
-                f"installer release {self.tag} builds no images for architecture {arch} "
-                f"(builds: {', '.join(self.arches)})"
-            )
+            built = ", ".join(self.arches)
+            why = f"installer release {self.tag} builds no images for architecture {arch} "
+            return ImageProblem(ImageGap.ARCH, f"{why}(builds: {built})")
         if os_version is None:
-            return (
-                f"the Garden Linux version is unknown; installer release {self.tag} "
-                "cannot be checked"
-            )
+            return ImageProblem(ImageGap.OS_UNKNOWN, "the Garden Linux version is unknown; "
+                                f"installer release {self.tag} cannot be checked")  # fmt: skip
         wanted = parse_version(os_version)
         if wanted is None or wanted not in {Version(v) for v in self.os_versions}:
-            newest = max(self.os_versions, key=Version)
-            oldest = min(self.os_versions, key=Version)
-            return (
-                f"Garden Linux {os_version} is not in installer release {self.tag}'s build matrix "
-                f"({len(self.os_versions)} versions from {oldest} to {newest}); "
-                "pick another spec.driver.installerRelease or update the node image"
-            )
+            return self._outside(os_version, wanted)
         full = self.full_version(branch)
         if full is None:
-            return (
-                f"installer release {self.tag} builds no driver of branch {branch} "
-                f"(builds: {', '.join(self.drivers)})"
-            )
+            built = ", ".join(self.drivers)
+            why = f"installer release {self.tag} builds no driver of branch {branch} "
+            return ImageProblem(ImageGap.BRANCH, f"{why}(builds: {built})")
         for ex in self.exclusions:
             if wanted >= Version(ex.os_version_min) and full.startswith(ex.driver_prefix):
-                return (
-                    f"installer release {self.tag} excludes driver {full} on Garden Linux "
-                    f"{os_version} (>= {ex.os_version_min}): {ex.reason}"
-                )
+                return ImageProblem(ImageGap.EXCLUDED, f"installer release {self.tag} excludes "
+                                    f"driver {full} on Garden Linux {os_version} (>= "
+                                    f"{ex.os_version_min}): {ex.reason}")  # fmt: skip
         return None
+
+    def _outside(self, os_version: str, wanted: Version | None) -> ImageProblem:
+        newest, oldest = self.newest_os, self.oldest_os
+        why = (
+            f"Garden Linux {os_version} is not in installer release {self.tag}'s build matrix "
+            f"({len(self.os_versions)} versions from {oldest} to {newest})"
+        )
+        if wanted is None or wanted > Version(newest):
+            return ImageProblem(ImageGap.OS_NEWER, why)
+        if wanted < Version(oldest):
+            return ImageProblem(ImageGap.OS_OLDER, why)
+        return ImageProblem(ImageGap.OS_SKIPPED, why)
+
+    def next_built(self, os_version: str) -> str | None:
+        """The oldest version of the matrix newer than os_version."""
+        wanted = parse_version(os_version)
+        newer = [v for v in self.os_versions if wanted is not None and Version(v) > wanted]
+        return min(newer, key=Version) if newer else None
+
+
+class ImageGap(Enum):
+    """Why an installer release has no image for a node."""
+
+    ARCH = "arch"
+    OS_UNKNOWN = "os-unknown"
+    OS_NEWER = "os-newer"
+    """Newer than the newest Garden Linux the release builds (a maintenance update went ahead)."""
+    OS_OLDER = "os-older"
+    OS_SKIPPED = "os-skipped"
+    """Between two built versions: the release skipped it."""
+    BRANCH = "branch"
+    EXCLUDED = "excluded"
+
+
+@dataclass(frozen=True, slots=True)
+class ImageProblem:
+    gap: ImageGap
+    why: str
