@@ -875,3 +875,77 @@ def test_preinstalled_drivers_ignore_stale_upgrade_labels(plans: dict[str, Plan]
     observed = world(driver_upgrades=(("flat", UP.UPGRADE_REQUIRED),))
     driver = _driver(aggregate(plans["preinstalled"], observed, generation=1))
     assert (driver.status, driver.reason) == ("True", "DriverPreinstalled")
+
+
+# -- worker pools: one blocked pool never makes the fleet Error ---------------------------
+
+
+@pytest.fixture(scope="module")
+def pool_plans(catalog: Catalog) -> dict[str, Plan]:
+    def plan(*bodies: Mapping[str, Any]) -> Plan:
+        facts = facts_of(catalog.machine_types, *bodies)
+        return make_plan(GpuSpec(), facts, catalog, Owner(uid=UID))
+
+    good = (node("gl-1"), node("gl-2"))
+    past = node("new-1", os_image="Garden Linux 2150.10.0", pool="gpu-new")
+    return {"one-blocked": plan(*good, past), "all-blocked": plan(past), "served": plan(*good)}
+
+
+def _conditions(status: GpuStatus) -> dict[str, Condition]:
+    return {c.type: c for c in status.conditions}
+
+
+def test_a_blocked_pool_next_to_a_good_one_is_a_warning(pool_plans: dict[str, Plan]) -> None:
+    plan = pool_plans["one-blocked"]
+    assert plan.helm_release is not None, "the good pool is still planned and applied"
+    status = aggregate(plan, world(), 5)
+    assert status.state is GpuState.WARNING, status.message
+    conditions = _conditions(status)
+    assert (conditions["Ready"].status, conditions["Ready"].reason) == ("True", "Ready")
+    assert (conditions["Preflight"].status, conditions["Preflight"].reason) == (
+        "False", "NoDriverImage")  # fmt: skip
+    pools = conditions["PoolsReady"]
+    assert (pools.status, pools.reason) == ("False", "PoolBlocked")
+    assert pools.message.startswith(
+        "worker pool gpu-new is blocked (1 of 1 nodes get no working GPU: NoDriverImage); "
+        "served: gpu"
+    )
+    assert "worker pool gpu-new (1 of 1 node: new-1): Garden Linux 2150.10.0" in status.message
+
+
+def test_the_blocked_pools_driver_keeps_no_gate_waiting(pool_plans: dict[str, Plan]) -> None:
+    """On a real cluster the blocked pool's driver pod never pulls its image: DriverReady stays
+    False. While the device plugin runs on every node of the other pools, the Gpu is Warning
+    (Ready True, reason Degraded), not Processing forever."""
+    plan = pool_plans["one-blocked"]
+    stuck = ds("nvidia-driver-daemonset-6.12.50-cloud-amd64-gardenlinux0", available=0,
+               unavailable=1, strategy="OnDelete", updated=0, generation=2)  # fmt: skip
+    plugin = ds("nvidia-device-plugin-daemonset", 3, 2, unavailable=1)
+    observed = world(daemonsets=(DRIVER_READY, stuck, plugin), cluster_policy=None)
+    status = aggregate(plan, observed, 5)
+    ready = _conditions(status)["Ready"]
+    assert status.state is GpuState.WARNING, status.message
+    assert (ready.status, ready.reason) == ("True", "Degraded")
+    assert ready.message.startswith("the GPU stack serves the 2 GPU nodes of the other pools; ")
+    # One of the good pool's nodes is not served yet: still Processing.
+    waiting = world(daemonsets=(DRIVER_READY, stuck, ds("nvidia-device-plugin-daemonset", 3, 1)))
+    assert aggregate(plan, waiting, 5).state is GpuState.PROCESSING
+
+
+def test_every_pool_blocked_is_an_error(pool_plans: dict[str, Plan]) -> None:
+    plan = pool_plans["all-blocked"]
+    assert plan.helm_release is None
+    status = aggregate(plan, Observed(), 5)
+    assert status.state is GpuState.ERROR
+    assert status.message.startswith("no GPU worker pool can be served, so nothing is applied: ")
+    pools = _conditions(status)["PoolsReady"]
+    assert (pools.status, pools.reason) == ("False", "PoolBlocked")
+    assert pools.message.endswith("; no worker pool is served (the Preflight condition says why)")
+
+
+def test_every_pool_served(pool_plans: dict[str, Plan], plans: dict[str, Plan]) -> None:
+    pools = _conditions(aggregate(pool_plans["served"], ALL_READY, 5))["PoolsReady"]
+    assert (pools.status, pools.reason, pools.message) == (
+        "True", "PoolsServed", "every GPU worker pool is served: gpu (2)")  # fmt: skip
+    none = _conditions(aggregate(plans["no-gpu"], ALL_READY, 5))["PoolsReady"]
+    assert (none.status, none.reason) == ("True", "NoGpuNodes")

@@ -14,6 +14,7 @@ class ConditionType(StrEnum):
     READY = "Ready"
     NODES_DETECTED = "NodesDetected"
     PREFLIGHT = "Preflight"
+    POOLS_READY = "PoolsReady"
     RELEASE_READY = "ReleaseReady"
     SOURCE_READY = "SourceReady"
     DRIVER_READY = "DriverReady"
@@ -33,10 +34,25 @@ class ReadyReason(StrEnum):
     NOT_THE_SINGLETON = "NotTheSingleton"
     INVALID_SPEC = "InvalidSpec"
     FLUX_INCOMPATIBLE = "FluxIncompatible"
+    DEGRADED = "Degraded"
+    """The stack serves the GPU nodes of every worker pool but the blocked or degraded ones
+    (PoolsReady False): the state is Warning."""
 
 
 class NodesReason(StrEnum):
     GPU_NODES_FOUND = "GpuNodesFound"
+    NO_GPU_NODES = "NoGpuNodes"
+
+
+class PoolsReason(StrEnum):
+    """PoolsReady: does every GPU worker pool get a working GPU stack from the plan?"""
+
+    SERVED = "PoolsServed"
+    BLOCKED = "PoolBlocked"
+    """No node of a worker pool gets a working GPU (its findings are errors); the other pools
+    are planned and applied."""
+    DEGRADED = "PoolDegraded"
+    """Some nodes of a worker pool get no working GPU."""
     NO_GPU_NODES = "NoGpuNodes"
 
 
@@ -139,6 +155,7 @@ REASONS: dict[ConditionType, type[StrEnum]] = {
     ConditionType.READY: ReadyReason,
     ConditionType.NODES_DETECTED: NodesReason,
     ConditionType.PREFLIGHT: PreflightReason,
+    ConditionType.POOLS_READY: PoolsReason,
     ConditionType.RELEASE_READY: ReleaseReason,
     ConditionType.SOURCE_READY: SourceReason,
     ConditionType.DRIVER_READY: DriverReason,

@@ -301,8 +301,8 @@ class Condition(_Model):
     """A Kubernetes-style condition."""
 
     type: str
-    """Ready, NodesDetected, Preflight, ReleaseReady, SourceReady, DriverReady, ComponentsReady;
-    during deletion WorkloadsProtected and Uninstalled."""
+    """Ready, NodesDetected, Preflight, PoolsReady, ReleaseReady, SourceReady, DriverReady,
+    ComponentsReady, FluxAvailable; during deletion WorkloadsProtected and Uninstalled."""
 
     status: ConditionStatus
     """True, False or Unknown."""

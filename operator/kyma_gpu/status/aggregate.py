@@ -25,6 +25,7 @@ from kyma_gpu.api.models import (
 from kyma_gpu.api.operations import GpuStack
 from kyma_gpu.facts import DriverUpgradeState
 from kyma_gpu.plan.plan import Plan
+from kyma_gpu.plan.pools import blocked_nodes
 from kyma_gpu.status import conditions as c
 from kyma_gpu.status.conditions import NO_GPU_NODES_MESSAGE, Verdict, cond, flux_failed
 from kyma_gpu.status.deletion import Uninstall, uninstall_wait, workloads_wait
@@ -75,14 +76,16 @@ def aggregate(
     """The whole status. `previous` carries lastTransitionTime; `now` stamps new transitions."""
     verdicts = conditions_of(plan, observed, generation)
     deletion = _deletion_waits(observed, generation) if observed.deleting else []
-    state, summary = summarize(verdicts, deletion, observed.deleting, len(plan.nodes), generation)
+    state, summary = summarize(verdicts, deletion, observed.deleting, len(plan.nodes), generation,
+                               degraded_message(plan, observed, verdicts))  # fmt: skip
     conditions = [summary, *(v.condition for v in verdicts), *(w for w, _ in deletion)]
     return _status(plan, observed, state, summary.message, generation,
                    stamp(conditions, previous, now))  # fmt: skip
 
 
 def conditions_of(plan: Plan, observed: Observed, generation: int | None) -> list[Verdict]:
-    """NodesDetected, Preflight, ReleaseReady, SourceReady, DriverReady, ComponentsReady."""
+    """NodesDetected, Preflight, ReleaseReady, SourceReady, DriverReady, ComponentsReady,
+    PoolsReady."""
     apply_error = None if observed.applied else observed.apply_error
     release = (
         c.uninstalling(generation)
@@ -96,6 +99,7 @@ def conditions_of(plan: Plan, observed: Observed, generation: int | None) -> lis
         c.source_ready(observed.source, release, generation),
         c.driver_ready(plan, observed.daemonsets, release, generation, observed.driver_upgrades),
         _components(plan, observed, generation),
+        c.pools_ready(plan, generation),
     ]
 
 
@@ -117,15 +121,33 @@ _GATES = (ConditionType.RELEASE_READY, ConditionType.DRIVER_READY, ConditionType
 """The conditions Ready waits for; the others inform (or fail it through their errors)."""
 
 
+def degraded_message(plan: Plan, observed: Observed, verdicts: Sequence[Verdict]) -> str:
+    """With blocked or degraded worker pools: why the Gpu is Warning although a gate waits, when
+    the release is ready and as many GPU nodes can run GPU pods as the other pools have (the
+    pools' own driver and device plugin pods cannot get ready); else empty."""
+    bad = sum(len(nodes) for nodes in blocked_nodes(plan.preflight.findings).values())
+    good = len(plan.nodes) - bad
+    release = next((v for v in verdicts if v.condition.type == ConditionType.RELEASE_READY), None)
+    if not bad or good <= 0 or release is None or not release.ready:
+        return ""
+    if nodes_ready(observed.daemonsets, len(plan.nodes)) < good:
+        return ""
+    pools = next(v for v in verdicts if v.condition.type == ConditionType.POOLS_READY)
+    served = f"the GPU stack serves the {good} GPU nodes of the other pools"
+    return f"{served}; {pools.condition.message}"
+
+
 def summarize(
     verdicts: Sequence[Verdict],
     deletion: Sequence[tuple[Condition, GpuState]],
     deleting: bool,
     gpu_nodes: int,
     generation: int | None,
+    degraded: str = "",
 ) -> tuple[GpuState, Condition]:
     """The state and the Ready condition: deleting, else the first error, else ready (with
-    the first warning), else the first gate still waiting."""
+    the first warning), else degraded (blocked worker pools keep a gate waiting, the others are
+    served: degraded_message), else the first gate still waiting."""
     errors = [v.error for v in verdicts if v.error]
     warnings = [v.warning for v in verdicts if v.warning]
     gates = [v.condition for v in verdicts if v.condition.type in _GATES]
@@ -140,6 +162,9 @@ def summarize(
         state = GpuState.WARNING if warnings else GpuState.READY
         message = warnings[0] if warnings else _ready_message(gpu_nodes)
         return state, cond(ConditionType.READY, "True", ReadyReason.READY, message, generation)
+    if degraded:
+        return GpuState.WARNING, cond(ConditionType.READY, "True", ReadyReason.DEGRADED, degraded,
+                                      generation)  # fmt: skip
     message = f"{waiting.type}: {waiting.message}" if waiting.message else waiting.type
     return GpuState.PROCESSING, cond(ConditionType.READY, "False", ReadyReason.PROCESSING,
                                      message, generation)  # fmt: skip

@@ -15,6 +15,7 @@ from kyma_gpu.api.conditions import (
     ConditionType,
     DriverReason,
     NodesReason,
+    PoolsReason,
     PreflightReason,
     ReleaseReason,
     SourceReason,
@@ -22,6 +23,8 @@ from kyma_gpu.api.conditions import (
 from kyma_gpu.api.models import Condition, ConditionStatus
 from kyma_gpu.facts import DriverUpgradeState
 from kyma_gpu.plan.plan import Plan, Preflight, Severity
+from kyma_gpu.plan.plan import Verdict as PlanVerdict
+from kyma_gpu.plan.pools import blocked_nodes
 from kyma_gpu.status.observed import (
     ClusterPolicyFacts,
     DaemonSetFacts,
@@ -45,6 +48,7 @@ NO_GPU_NODES_MESSAGE = (
     "worker pool, add one"
 )
 """NodesDetected=False is a normal state: a pool that scales to zero has no nodes for hours."""
+ALL_POOLS_BLOCKED = "no GPU worker pool can be served, so nothing is applied"
 _INFORMATIVE_FINDINGS = {str(NodesReason.NO_GPU_NODES)}
 """Plan findings that the status shows as information, not as a Warning."""
 FINDINGS_SHOWN = 10
@@ -112,11 +116,14 @@ def _status_findings(plan: Plan) -> Preflight:
         tuple(
             replace(f, severity=Severity.INFO) if f.reason in _INFORMATIVE_FINDINGS else f
             for f in plan.preflight.findings
-        )
+        ),
+        plan.preflight.pools,
     )
 
 
 def preflight(plan: Plan, generation: int | None) -> Verdict:
+    """The worst findings. An error of the plan makes the Gpu Error; a blocked worker pool's
+    error only Warning (the plan is applied for the others; PoolsReady names the pool)."""
     findings = _status_findings(plan)
     worst = findings.worst()
     if worst is None or worst.severity is Severity.INFO:
@@ -125,9 +132,52 @@ def preflight(plan: Plan, generation: int | None) -> Verdict:
                             generation))  # fmt: skip
     notes = [f.message for f in findings.findings if f.severity is worst.severity]
     condition = cond(ConditionType.PREFLIGHT, "False", worst.reason, joined(notes), generation)
-    if worst.severity is Severity.ERROR:
-        return Verdict(condition, error=worst.message)
-    return Verdict(condition, warning=worst.message)
+    if findings.verdict is not PlanVerdict.ERROR:
+        return Verdict(condition, warning=worst.message)
+    errors = (f for f in findings.findings if f.severity is Severity.ERROR and not f.pool)
+    fleet = next(errors, None)
+    if fleet is not None:
+        return Verdict(condition, error=fleet.message)
+    return Verdict(condition, error=f"{ALL_POOLS_BLOCKED}: {worst.message}")
+
+
+def _some(names: Sequence[str]) -> str:
+    """At most FINDINGS_SHOWN names: a cluster may have thousands of pools."""
+    more = len(names) - FINDINGS_SHOWN
+    return ", ".join(names[:FINDINGS_SHOWN]) + (f" and {more} more" if more > 0 else "")
+
+
+def _pool_note(plan: Plan, name: str, bad: int) -> str:
+    size = next((len(p.nodes) for p in plan.worker_pools if p.name == name), bad)
+    reasons = sorted({str(f.reason) for f in plan.preflight.findings if f.pool == name and
+                      f.blocking})  # fmt: skip
+    state = "blocked" if name in plan.preflight.blocked else "degraded"
+    return f"worker pool {name} is {state} ({bad} of {size} nodes get no working GPU: " + (
+        f"{', '.join(reasons)})"
+    )
+
+
+def pools_ready(plan: Plan, generation: int | None) -> Verdict:
+    """Does every GPU worker pool get a working stack? False names the blocked and degraded
+    pools: a warning, since the plan serves the others (unless it serves none: then Preflight
+    says the error)."""
+    kind = ConditionType.POOLS_READY
+    if not plan.worker_pools:
+        return Verdict(cond(kind, "True", PoolsReason.NO_GPU_NODES, "no GPU worker pools",
+                            generation))  # fmt: skip
+    bad = blocked_nodes(plan.preflight.findings)
+    if not bad:
+        names = _some([f"{p.name} ({len(p.nodes)})" for p in plan.worker_pools])
+        return Verdict(cond(kind, "True", PoolsReason.SERVED,
+                            f"every GPU worker pool is served: {names}", generation))  # fmt: skip
+    notes = [_pool_note(plan, name, len(nodes)) for name, nodes in sorted(bad.items())]
+    served = [p.name for p in plan.worker_pools if p.name not in bad]
+    tail = f"; served: {_some(served)}" if served else "; no worker pool is served"
+    reason = PoolsReason.BLOCKED if plan.preflight.blocked else PoolsReason.DEGRADED
+    message = joined(notes) + tail + " (the Preflight condition says why)"
+    condition = cond(kind, "False", reason, message, generation)
+    said = "" if plan.preflight.verdict is PlanVerdict.ERROR else message
+    return Verdict(condition, warning=said)
 
 
 # -- ReleaseReady, SourceReady: Flux mirrored --
