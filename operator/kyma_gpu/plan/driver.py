@@ -140,6 +140,8 @@ def _versioned(pool: DriverPool, r: Resolved) -> DriverPool:
     """The pool with the driver version it gets and where that comes from."""
     spec_version = r.spec.driver.version
     if pool.mode is DriverMode.PRECOMPILED:
+        if not r.branch:  # an unknown installer release: a preflight error
+            return pool
         source = VersionSource.SPEC_BRANCH if spec_version else VersionSource.INSTALLER_DEFAULT
         return replace(pool, version=r.branch, source=source)
     if pool.mode is not DriverMode.UPSTREAM:

@@ -88,13 +88,18 @@ def sharing_needs_device_plugin(r: Resolved) -> list[Finding]:
 
 
 def mps_with_mig(r: Resolved) -> list[Finding]:
+    """The MIG manager may give nodes a MIG layout later: they must not pick MPS then. Nodes in
+    MIG mode now are judged one by one (plan/node_checks.py, MpsOnMig)."""
     sharing = r.spec.sharing
     modes = {sharing.mode, *(p.mode for p in sharing.profiles)}
     if SharingMode.MPS not in modes or not r.spec.components.mig_manager:
         return []
+    if any(n.mig_mode for n in r.facts.gpu_nodes):
+        return []
     message = (
-        "spec.sharing uses MPS and spec.components.migManager is on: MPS shares whole GPUs "
-        "only, so GPUs in MIG mode are not shared; use TimeSlicing for MIG instances"
+        "spec.sharing uses MPS and spec.components.migManager is on: the device plugin and GPU "
+        "feature discovery refuse MPS on GPUs in MIG mode, so a worker pool whose nodes get a MIG "
+        "layout (nvidia.com/mig.config) must pick a TimeSlicing or None profile"
     )
     return [Finding(Severity.WARNING, R.MPS_WITH_MIG, message)]
 

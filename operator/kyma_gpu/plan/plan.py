@@ -19,6 +19,7 @@ from kyma_gpu.plan.driver import DriverPool, Resolved, resolve
 from kyma_gpu.plan.features import FEATURE_CHECKS
 from kyma_gpu.plan.flux import FluxSettings, Owner, flux_objects
 from kyma_gpu.plan.mirror import mirror_values
+from kyma_gpu.plan.node_checks import NODE_CHECKS
 from kyma_gpu.plan.pools import WorkerPool
 from kyma_gpu.plan.preflight import (
     CHECKS,
@@ -164,7 +165,7 @@ def make_plan(
 ) -> Plan:
     """The plan. Never raises for bad cluster data: problems become preflight findings."""
     resolved = resolve(spec, facts, catalog)
-    findings = preflight_findings(resolved, (*CHECKS, *FEATURE_CHECKS))
+    findings = preflight_findings(resolved, (*CHECKS, *FEATURE_CHECKS, *NODE_CHECKS))
     values = evaluate_rules(resolved, rule_context(resolved), findings)
     pools = tuple(p.name for p in resolved.worker_pools)
     preflight = Preflight(tuple(findings), pools)
