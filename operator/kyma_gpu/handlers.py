@@ -33,6 +33,7 @@ from kyma_gpu.api.models import API_GROUP, API_VERSION, PLURAL
 from kyma_gpu.metrics import Metrics, serve
 from kyma_gpu.observe import Entry, Observers, Store
 from kyma_gpu.observe.store import version_of
+from kyma_gpu.plan.provision import FluxImages
 from kyma_gpu.reconcile.election import Elector
 from kyma_gpu.reconcile.loop import GPUS, Loop
 from kyma_gpu.reconcile.machine import gpu_object
@@ -73,7 +74,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     observers = Observers(adapter, store, asyncio.get_running_loop())
     defaults = catalog.defaults
     memo.stopped, memo.elector = asyncio.Event(), None
-    loop = Loop(store, adapter, catalog, watch_pods=observers.watch_pods, metrics=metrics)
+    loop = Loop(store, adapter, catalog, watch_pods=observers.watch_pods, metrics=metrics,
+                flux_images=FluxImages.from_env(os.environ))  # fmt: skip
     loop.module_namespace = defaults.module_namespace
     metrics.observe(loop.observed)
     memo.metrics_server = await _serve_metrics(memo.metrics_address, metrics, loop)

@@ -47,6 +47,8 @@ from typing import Any
 import pytest
 import yaml
 
+from kyma_gpu.plan.provision import IMAGE_ENV, FluxImages, bundle_images
+
 Obj = dict[str, Any]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -571,6 +573,18 @@ def test_flux_images_are_the_pinned_mirrors(controller: str) -> None:
     assert dep is not None, f"no Deployment runs {controller}"
     image = dep["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image == f"{THIRD_PARTY_PREFIX}fluxcd/{controller}:{version}", "tools/versions.env"
+
+
+@pytest.mark.parametrize("controller", sorted(FLUX_VERSIONS))
+def test_flux_images_in_the_manager_environment(controller: str) -> None:
+    """modulectl puts the images of the manager's environment into the OCM component (and
+    Kyma localises them there): they must be the bundle's, which the manager then deploys."""
+    dep = flux_deployments().get(controller)
+    assert dep is not None, f"no Deployment runs {controller}"
+    env = {e["name"]: e.get("value") for e in manager_container("config/default").get("env", [])}
+    image = dep["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert env.get(IMAGE_ENV[controller]) == image, "config/manager/deployment.yaml env"
+    assert bundle_images(FluxImages.from_env(env))[controller] == image
 
 
 @pytest.mark.parametrize("crd", FLUX_CRDS)

@@ -9,6 +9,7 @@ import pytest
 
 from kyma_gpu.plan.provision import (
     BUNDLE_HASH,
+    IMAGE_ENV,
     MARKER_CRD,
     PROVIDED,
     PROVIDED_LABEL,
@@ -18,6 +19,7 @@ from kyma_gpu.plan.provision import (
     Api,
     CrdFacts,
     FluxApi,
+    FluxImages,
     FluxMode,
     Leftover,
     Removal,
@@ -25,6 +27,7 @@ from kyma_gpu.plan.provision import (
     bundle_crds,
     bundle_current,
     bundle_hash,
+    bundle_images,
     bundle_workloads,
     crd_facts,
     removal,
@@ -125,6 +128,24 @@ def test_bundle_current_reads_the_marker_crd() -> None:
     assert bundle_current(api(ours(HR, digest=bundle_hash())))
     assert not bundle_current(api(ours(HR, digest="older")))
     assert not bundle_current(api({}))
+
+
+def test_localised_flux_images_are_deployed_and_change_the_hash() -> None:
+    """The manager's environment names the controllers' images (what KLM localises)."""
+    mirror = "registry.example.internal/mirror/fluxcd"
+    env = {IMAGE_ENV["helm-controller"]: f"{mirror}/helm-controller:v1.6.4"}
+    images = FluxImages.from_env(env)
+    deployed = bundle_images(images)
+    assert deployed["helm-controller"] == f"{mirror}/helm-controller:v1.6.4"
+    assert deployed["source-controller"] == bundle_images()["source-controller"]
+    assert bundle_hash(images) != bundle_hash()
+    assert {o["metadata"]["annotations"][BUNDLE_HASH] for o in bundle(images)} == {
+        bundle_hash(images)
+    }
+    assert not bundle_current(api(ours(HR, digest=bundle_hash())), images)
+    assert bundle_current(api(ours(HR, digest=bundle_hash(images))), images)
+    assert FluxImages.from_env({}) == FluxImages()
+    assert bundle(FluxImages.from_env({})) is bundle()
 
 
 def test_crd_facts_from_metadata() -> None:

@@ -147,26 +147,81 @@ def _unserved_message(unserved: Sequence[str]) -> str:
 # -- the bundle --
 
 
+CONTROLLERS = ("source-controller", "helm-controller")
+IMAGE_ENV = {
+    "source-controller": "KYMA_GPU_FLUX_SOURCE_CONTROLLER_IMAGE",
+    "helm-controller": "KYMA_GPU_FLUX_HELM_CONTROLLER_IMAGE",
+}
+"""The manager Deployment's environment names the images of the bundle's controllers
+(config/manager/deployment.yaml): modulectl takes images from there into the module's OCM
+component, and Kyma's image localisation rewrites them there, for air-gapped clusters."""
+
+
+@dataclass(frozen=True, slots=True)
+class FluxImages:
+    """Images for the bundle's controllers, by controller; a controller not named keeps the
+    image the bundle was rendered with (flux/kustomization.yaml)."""
+
+    images: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> FluxImages:
+        return cls(tuple((c, env[name]) for c, name in IMAGE_ENV.items() if env.get(name)))
+
+
+def _controller(image: str) -> str | None:
+    """ghcr.io/fluxcd/helm-controller:v1.6.4 (or a mirror of it) -> helm-controller."""
+    name = image.rsplit("@", 1)[0].rsplit(":", 1)[0].rsplit("/", 1)[-1]
+    return name if name in CONTROLLERS else None
+
+
+def _set_images(objects: Sequence[dict[str, Any]], images: FluxImages) -> None:
+    wanted = dict(images.images)
+    for obj in objects:
+        if obj["kind"] != "Deployment":
+            continue
+        for container in obj["spec"]["template"]["spec"]["containers"]:
+            controller = _controller(container["image"])
+            if controller in wanted:
+                container["image"] = wanted[controller]
+
+
+def bundle(images: FluxImages = FluxImages()) -> tuple[Mapping[str, Any], ...]:
+    """The rendered flux/ base (hack/flux-bundle.sh) with the given controller images, its
+    hash (of the text and the images) on every object and the marker CRD last."""
+    return _bundle(images)
+
+
 @cache
-def bundle() -> tuple[Mapping[str, Any], ...]:
-    """The rendered flux/ base (hack/flux-bundle.sh), with its hash on every object and the
-    marker CRD last."""
+def _bundle(images: FluxImages) -> tuple[Mapping[str, Any], ...]:
     text = importlib.resources.files("kyma_gpu.data").joinpath("flux.yaml").read_text()
-    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    source = text + (repr(images.images) if images.images else "")
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     objects = [obj for obj in yaml.safe_load_all(text) if obj]
+    _set_images(objects, images)
     for obj in objects:
         obj["metadata"].setdefault("annotations", {})[BUNDLE_HASH] = digest
     objects.sort(key=lambda obj: obj["metadata"]["name"] == MARKER_CRD)
     return tuple(objects)
 
 
-def bundle_hash() -> str:
-    return str(bundle()[-1]["metadata"]["annotations"][BUNDLE_HASH])
+def bundle_images(images: FluxImages = FluxImages()) -> dict[str, str]:
+    """Controller -> the image the bundle deploys it with."""
+    out = {}
+    for obj in bundle(images):
+        if obj["kind"] == "Deployment":
+            for container in obj["spec"]["template"]["spec"]["containers"]:
+                out[_controller(container["image"]) or container["name"]] = container["image"]
+    return out
 
 
-def bundle_current(api: FluxApi) -> bool:
+def bundle_hash(images: FluxImages = FluxImages()) -> str:
+    return str(bundle(images)[-1]["metadata"]["annotations"][BUNDLE_HASH])
+
+
+def bundle_current(api: FluxApi, images: FluxImages = FluxImages()) -> bool:
     marker = api.crds.get(MARKER_CRD)
-    return marker is not None and marker.bundle_hash == bundle_hash()
+    return marker is not None and marker.bundle_hash == bundle_hash(images)
 
 
 def bundle_crds() -> tuple[str, ...]:

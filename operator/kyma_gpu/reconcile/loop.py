@@ -49,6 +49,7 @@ from kyma_gpu.plan.provision import (
     REQUIRED_APIS,
     Api,
     FluxApi,
+    FluxImages,
     Leftover,
     Removal,
     bundle_crds,
@@ -221,6 +222,9 @@ class Loop:
     """Flux objects whose apply answer lacked planned fields (the server dropped them): their
     spec hash and generation then. Not applied again while both stay (see LiveObject)."""
     metrics: Metrics = field(default_factory=Metrics)
+    flux_images: FluxImages = field(default_factory=FluxImages)
+    """The images of the Flux the module installs (provision.IMAGE_ENV, from the manager's
+    environment)."""
     error_count: int = 0
     """Failed writes and failed passes so far: a reconcile that adds one did not succeed."""
 
@@ -283,7 +287,8 @@ class Loop:
         began, writes, errors = time.monotonic(), 0, self.error_count
         for _ in range(MAX_STEPS):
             step = decide(Inputs(gpu, snapshot(self.store, self.as_applied), self.plan,
-                                 self.failures.get(gpu.name), time.monotonic(), now()))  # fmt: skip
+                                 self.failures.get(gpu.name), time.monotonic(), now(),
+                                 self.flux_images))  # fmt: skip
             done = await self.perform(gpu, step)
             writes += done
             gpu = self.store.get(GPUS, gpu.name) or gpu

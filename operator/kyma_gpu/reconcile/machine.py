@@ -47,6 +47,7 @@ from kyma_gpu.plan import Owner, Plan
 from kyma_gpu.plan.actions import LiveObject, plan_actions
 from kyma_gpu.plan.provision import (
     FluxApi,
+    FluxImages,
     FluxMode,
     FluxVerdict,
     bundle,
@@ -194,6 +195,8 @@ class Inputs:
     """Monotonic seconds, compared with Failure.retry_at."""
     now: str = ""
     """Wall-clock timestamp for condition transitions."""
+    flux_images: FluxImages = field(default_factory=FluxImages)
+    """The images of the Flux the module installs (the manager's environment)."""
 
 
 def decide(inputs: Inputs) -> Step:
@@ -269,9 +272,10 @@ def _flux_step(inputs: Inputs, plan: Plan, flux: FluxVerdict) -> Step | None:
         status = _error_status(inputs.gpu, "FluxIncompatible", flux.message, inputs.now)
         return Step(Phase.FLUX_INCOMPATIBLE, status=status)
     wanted = flux.mode in (FluxMode.ABSENT, FluxMode.PROVIDED)
-    if wanted and not bundle_current(inputs.snap.flux_api):
-        key = f"flux-bundle-{bundle_hash()}"
-        return Step(Phase.PROVIDING_FLUX, apply=bundle(), key=key,
+    images = inputs.flux_images
+    if wanted and not bundle_current(inputs.snap.flux_api, images):
+        key = f"flux-bundle-{bundle_hash(images)}"
+        return Step(Phase.PROVIDING_FLUX, apply=bundle(images), key=key,
                     status_if_failed=_loud_status(inputs, plan, key))  # fmt: skip
     if not flux.served:
         return Step(Phase.PROGRESSING, status=_status(inputs, plan))
