@@ -1,5 +1,3 @@
-# syntax=docker/dockerfile:1
-#
 # The GPU manager image: the kyma_gpu kopf operator on a slim Python base.
 #
 #   builder  creates a virtualenv in /opt/venv, installs the exact runtime pins
@@ -10,9 +8,10 @@
 #            else: no compilers, no package manager runs, no pip in the venv,
 #            a numeric non-root user.
 #
-# hack/check-dockerfile.sh lints this file (hadolint) and replays the builder's
-# pip steps in a clean virtualenv, since no container engine is available in
-# development and CI. Keep the commands there and here in step.
+# hack/image.sh builds it with buildah (`make image`; no Docker engine needed) and
+# the module's cluster test runs it with podman. hack/check-dockerfile.sh lints this
+# file (hadolint) and replays the builder's pip steps in a clean virtualenv, a quick
+# check without a container engine. Keep the commands there and here in step.
 #
 # The base is pinned to an exact Python patch release and Debian release.
 # Pin the digest as well where the build system can resolve it:
@@ -49,9 +48,11 @@ RUN PIP_CONSTRAINT=/src/hack/build-constraints.txt \
 
 FROM python:3.11.14-slim-bookworm
 
+# The module version the image is released as (hack/image.sh passes it).
+ARG VERSION=0.1.0
 LABEL org.opencontainers.image.title="gpu-manager" \
       org.opencontainers.image.description="Kyma GPU module: hands the NVIDIA GPU Operator to Flux with values that fit the cluster" \
-      org.opencontainers.image.version="0.1.0" \
+      org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.vendor="kyma-project.io"
 
