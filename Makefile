@@ -9,7 +9,6 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CRD := config/crd/bases/gpu.kyma-project.io_gpus.yaml
 KUBECTL := tools/bin/kubectl
-IMAGE ?= europe-docker.pkg.dev/kyma-project/prod/gpu-manager:0.1.0
 CHARTS := ../shared/charts
 
 .PHONY: help
@@ -24,15 +23,25 @@ $(STAMP): pyproject.toml requirements-dev.lock
 	@touch $@
 
 .PHONY: setup
-setup: $(STAMP) ## create .venv with the pinned Python dependencies
+setup: $(STAMP) ## .venv with the pinned Python dependencies; buildah/podman/runc/mmdebstrap (apt-get)
+	@bash hack/host-packages.sh
 
 .PHONY: tools
-tools: ## build the Go test binaries (etcd, kube-*, kubectl, kwok, Flux) into ~/.cache, once
+tools: ## build the Go test binaries (etcd, kube-*, kwok, Flux, NVIDIA, KLM, modulectl, ocm, registry) into ~/.cache, once
 	bash tools/build.sh
 
+# Test files run on TEST_WORKERS pytest-xdist workers, each with a local cluster of its own,
+# longest first (tests/harness/scheduling.py, tests/durations.json).
+TEST_WORKERS ?= 4
+PYTEST_ARGS ?=
+
 .PHONY: test
-test: setup tools ## all tests: unit, golden, integration (local cluster), Flux end-to-end
-	$(BIN)/pytest
+test: setup tools ## all tests: unit, golden, integration (local cluster), Flux and KLM end-to-end
+	$(BIN)/pytest -n $(TEST_WORKERS) --durations=15 $(PYTEST_ARGS)
+
+.PHONY: test-durations
+test-durations: setup tools ## make test, then record the seconds per test file in tests/durations.json
+	$(BIN)/pytest -n $(TEST_WORKERS) --durations=15 --record-durations $(PYTEST_ARGS)
 
 .PHONY: test-unit
 test-unit: setup ## unit and golden tests only (no cluster)
@@ -53,7 +62,7 @@ check: lint tools ## lint + locks + generated files up to date + manifests (kube
 	$(BIN)/kyma-gpu rules-schema --check
 	bash hack/flux-crds.sh --check
 	bash hack/flux-bundle.sh --check
-	bash hack/render-module-template.sh --check
+	$(BIN)/python hack/module.py render --check
 	bash hack/check-dockerfile.sh
 	$(BIN)/python hack/release_rbac.py --check
 
@@ -94,14 +103,26 @@ render: tools ## render the whole install (module + Flux) with kustomize
 	$(KUBECTL) kustomize config/install
 
 .PHONY: module
-module: tools ## render the ModuleTemplate for Kyma Lifecycle Manager
-	bash hack/render-module-template.sh
+# A release as Kyma cuts one (hack/module.py, docs/operations.md#cutting-a-release). The
+# scanning team is the release pipeline's (modulectl requires one); IMAGE_REPOSITORY and
+# COMPONENT_REPOSITORY are where the image and the OCM component version go.
+VERSION ?= $(shell awk -F'"' '/^version = /{print $$2; exit}' pyproject.toml)
+IMAGE_REPOSITORY ?= europe-docker.pkg.dev/kyma-project/prod
+COMPONENT_REPOSITORY ?=
+MODULE_TEAM ?=
+module: setup tools ## a release: image, manifest, OCM component (CTF, pushed if COMPONENT_REPOSITORY), ModuleTemplate in dist/module/
+	$(BIN)/python hack/module.py release --version $(VERSION) --image-repository $(IMAGE_REPOSITORY) \
+	  $(if $(COMPONENT_REPOSITORY),--component-repository $(COMPONENT_REPOSITORY)) \
+	  $(if $(MODULE_TEAM),--team $(MODULE_TEAM))
+
+.PHONY: module-render
+module-render: setup tools ## config/module/: the manifest, and the ModuleTemplate modulectl writes for module-config.yaml
+	$(BIN)/python hack/module.py render
 
 .PHONY: image
-image: setup ## check the Dockerfile (lint + its install steps in a clean venv); build where Docker runs
+image: setup ## build the manager image from the Dockerfile with buildah: localhost/gpu-manager:VERSION
 	bash hack/check-dockerfile.sh
-	@if docker info >/dev/null 2>&1; then docker build -t $(IMAGE) .; \
-	 else echo "no Docker engine here: Dockerfile checked, not built"; fi
+	bash hack/image.sh build $(VERSION)
 
 .PHONY: bench
 bench: setup ## benchmarks: print numbers (planning, status, node facts)

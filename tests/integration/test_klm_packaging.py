@@ -1,5 +1,6 @@
-"""The rendered ModuleTemplate and ModuleReleaseMeta (config/module/, written by
-hack/render-module-template.sh) against Kyma Lifecycle Manager's real CRDs.
+"""The committed ModuleTemplate and ModuleReleaseMeta (config/module/, what `modulectl create`
+writes for the committed module-config: hack/module.py render) against Kyma Lifecycle Manager's
+real CRDs, and the component constructor modulectl makes from the same config.
 
 The CRDs are lifecycle-manager's own (../shared/reference/klm-crds, see its README), installed
 on the local API server. The objects are APPLIED, not dry-run: the API server validates them
@@ -7,19 +8,18 @@ against the OpenAPI schemas and CEL rules, prunes what the schema does not know,
 fields, and stores them; the test reads them back and compares field by field, so a field the
 schema drops or renames fails here. A deliberately broken copy is refused, which shows the
 validation is live. The default CR inside the template is checked against the Gpu CRD, as
-modulectl does.
+modulectl does. That KLM installs, upgrades and removes the module from the component pushed
+to a registry is tests/e2e/test_klm.py.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
-import importlib.util
 import json
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -37,17 +37,6 @@ MODULE = ROOT / "config" / "module"
 NAMESPACE = "kcp-system"
 TEMPLATES = "moduletemplates.operator.kyma-project.io"
 RELEASE_METAS = "modulereleasemetas.operator.kyma-project.io"
-
-
-def _render_script() -> ModuleType:
-    """hack/render_module_template.py, for its placeholder rules and header."""
-    path = ROOT / "hack" / "render_module_template.py"
-    spec = importlib.util.spec_from_file_location("render_module_template", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _load(name: str) -> dict[str, Any]:
@@ -70,6 +59,9 @@ def klm(local_cluster: LocalCluster) -> Iterator[dict[str, dict[str, Any]]]:
     if local_cluster.get_object("namespace", NAMESPACE) is None:
         local_cluster.create_namespace(NAMESPACE)
     template, release_meta = _load("moduletemplate.yaml"), _load("modulereleasemeta.yaml")
+    # modulectl writes `namespace: ""`; the templates of a KLM landscape live in kcp-system.
+    assert template["metadata"]["namespace"] in ("", NAMESPACE)
+    template["metadata"]["namespace"] = NAMESPACE
     local_cluster.apply(template, release_meta)
     try:
         stored_template = local_cluster.get_object(
@@ -106,11 +98,12 @@ def test_module_template_fields(klm: dict[str, dict[str, Any]]) -> None:
     assert spec["moduleName"] == "gpu"
     assert spec["version"] == config["version"]
     assert "channel" not in spec, "channels belong to the ModuleReleaseMeta"
-    assert spec["mandatory"] is False
+    assert spec.get("mandatory", False) is False
     assert spec["info"]["repository"] == config["repository"]
     assert spec["info"]["documentation"] == config["documentation"]
     assert spec["info"]["icons"] == config["icons"]
-    assert spec["resources"] == [{"name": "rawManifest", "link": config["manifest"]}]
+    # A local manifest: KLM takes it from the component version, not from a link.
+    assert "resources" not in spec
     assert spec["manager"] == {
         "name": "gpu-manager",
         "namespace": "kyma-system",
@@ -123,30 +116,36 @@ def test_module_template_fields(klm: dict[str, dict[str, Any]]) -> None:
         ("helm.toolkit.fluxcd.io", "HelmRelease"),
     }
     assert spec["data"] == yaml.safe_load((ROOT / "config" / "samples" / "gpu.yaml").read_text())
-    component = spec["descriptor"]["component"]
-    assert component["name"] == config["name"]
-    assert component["version"] == config["version"]
+    # modulectl leaves the descriptor empty: KLM reads the component from the registry.
+    assert spec.get("descriptor") in (None, {})
 
 
-def test_descriptor_is_bound_to_the_manifest_and_its_images(
-    klm: dict[str, dict[str, Any]],
+def test_the_component_carries_the_manifest_the_default_cr_and_every_image(
+    tmp_path: Path,
 ) -> None:
-    script = _render_script()
-    text = (MODULE / "manifest.yaml").read_text()
-    header_lines = script.HEADER.count("\n")
-    manifest = text.split("\n", header_lines)[header_lines]
-    component = klm["template"]["spec"]["descriptor"]["component"]
+    """modulectl's constructor for the committed config: the raw manifest, the default CR and
+    every image the module deploys, the Flux controllers' included (from the manager's env)."""
+    modulectl = ROOT / "tools" / "bin" / "modulectl"
+    subprocess.run(
+        [str(modulectl), "create", "--config-file", str(MODULE / "module-config.yaml"),
+         "--output", str(tmp_path / "template.yaml"),
+         "--output-constructor-file", str(tmp_path / "cc.yaml"),
+         "--module-sources-git-directory", str(ROOT)],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    component = yaml.safe_load((tmp_path / "cc.yaml").read_text())["components"][0]
+    config = yaml.safe_load((MODULE / "module-config.yaml").read_text())
+    assert (component["name"], component["version"]) == (config["name"], config["version"])
     resources = {r["name"]: r for r in component["resources"]}
-    raw = resources.pop("raw-manifest")
-    digest = hashlib.sha256(manifest.encode()).hexdigest()
-    assert raw["access"]["localReference"] == f"sha256:{digest}"
-    # Every image the module runs: the manifest's (pinned by digest in a release render) and
-    # the third-party ones the manager installs (the Flux controllers), as the scanners list.
-    images = {r["access"]["imageReference"] for r in resources.values()}
-    objects = [o for o in yaml.safe_load_all(manifest) if o]
-    assert set(script.images_of(objects)) <= images
+    assert {"raw-manifest", "default-cr"} <= set(resources)
+    images = {r["access"]["imageReference"] for r in resources.values()
+              if r["type"] == "ociArtifact"}  # fmt: skip
     security = yaml.safe_load((MODULE / "sec-scanners-config.yaml").read_text())
-    assert {i.split("@", 1)[0] for i in images} == set(security["bdba"])
+    assert images == set(security["bdba"])
+    assert any("fluxcd/helm-controller" in i for i in images)
+    assert any("fluxcd/source-controller" in i for i in images)
+    labels = {label["name"]: label["value"] for label in component["labels"]}
+    assert labels["operator.kyma-project.io/is-cluster-scoped"] == "true"
 
 
 def test_module_release_meta_is_stored_as_rendered(klm: dict[str, dict[str, Any]]) -> None:
@@ -159,7 +158,8 @@ def test_module_release_meta_is_stored_as_rendered(klm: dict[str, dict[str, Any]
     assert spec.pop("internal", False) is False
     assert spec == want["spec"]
     assert spec["moduleName"] == klm["template"]["spec"]["moduleName"]
-    assert spec["ocmComponentName"] == klm["template"]["spec"]["descriptor"]["component"]["name"]
+    config = yaml.safe_load((MODULE / "module-config.yaml").read_text())
+    assert spec["ocmComponentName"] == config["name"]
     assert spec["channels"] == [
         {"channel": "regular", "version": klm["template"]["spec"]["version"]}
     ]
@@ -196,23 +196,6 @@ def test_the_schemas_are_enforced(
     assert result.returncode != 0, f"the API server accepted a broken {obj['kind']}"
     assert "is invalid" in result.stderr
     assert message in result.stderr
-
-
-def test_no_placeholders() -> None:
-    script = _render_script()
-    for name in ("moduletemplate.yaml", "modulereleasemeta.yaml"):
-        text = (MODULE / name).read_text()
-        body = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
-        assert script.placeholders(body) == [], name
-    template = _load("moduletemplate.yaml")
-    links = [template["spec"]["info"]["repository"], template["spec"]["info"]["documentation"]]
-    links += [i["link"] for i in template["spec"]["info"]["icons"]]
-    links += [r["link"] for r in template["spec"]["resources"]]
-    for link in links:
-        assert link.startswith("https://"), link
-    # The placeholder rules do catch what they are for.
-    assert script.placeholders("sha256:" + "0" * 64)
-    assert script.placeholders("link: https://example.com/icon.svg")
 
 
 def test_default_cr_is_valid_for_the_gpu_crd(local_cluster: LocalCluster) -> None:

@@ -635,8 +635,8 @@ def deployed_images() -> list[Any]:
 
 @pytest.mark.parametrize("image", deployed_images())
 def test_scanned_image_listed(image: str) -> None:
-    """The release pins the manager by digest (hack/render_module_template.py --release);
-    the scanners list it by tag."""
+    """A release pins the manager by digest (hack/module.py release); the scanners list it
+    by tag."""
     assert image.split("@", 1)[0] in bdba(), f"{image} is deployed but not in bdba"
 
 
