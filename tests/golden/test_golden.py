@@ -56,6 +56,18 @@ INTENT: dict[str, tuple[str, str, list[str], str | None]] = {
     ),
     # spec.stack DRA: the GPUCluster and per-pool NVIDIADriver objects
     "dra-stack": ("Precompiled", "ok", ["DraExperimental"], "HelmRepository"),
+    # today's GPUs, known from the machine type before NFD labels the nodes: 8x B200 on Garden
+    # Linux, 8x H200 on Ubuntu 24.04 (NVIDIA's driver container for ubuntu24.04)
+    "aws-gardenlinux-b200": ("Precompiled", "ok", [], "HelmRepository"),
+    "azure-ubuntu-h200": ("Upstream", "ok", [], "HelmRepository"),
+    # arm64 (NVIDIA Grace): the installer builds amd64 only, so the Garden Linux pool is blocked;
+    # the Ubuntu pool gets NVIDIA's arm64 driver container and is served
+    "arm64-grace-mixed": ("PerPool", "warning", ["NoDriverImage"], "HelmRepository"),
+    # Gardener's maintenance moved one pool past the build matrix: that pool is blocked, the
+    # other is still planned and applied
+    "gardenlinux-pool-past-matrix": ("Precompiled", "warning", ["NoDriverImage"], "HelmRepository"),
+    # MPS sharing on a pool whose GPUs a node admin put in MIG mode: that pool is blocked
+    "mps-on-mig": ("Upstream", "warning", ["MpsOnMig"], "HelmRepository"),
     # ... refused with an old chart, with sharing and with ClusterPolicy-only operands
     "dra-refused": (
         "Precompiled",
@@ -69,6 +81,14 @@ INTENT: dict[str, tuple[str, str, list[str], str | None]] = {
         ],
         None,
     ),
+}
+
+# The worker pools each scenario blocks (preflight.blockedPools), checked like INTENT.
+BLOCKED_POOLS: dict[str, list[str]] = {
+    "arm64-grace-mixed": ["grace-gl"],
+    "gardenlinux-pool-past-matrix": ["l40s"],
+    "mps-on-mig": ["h100-mig"],
+    "gardenlinux-outside-matrix": ["gpu-new"],
 }
 
 # The chart values a typed field must produce, checked on the plan like INTENT: dotted paths
@@ -103,6 +123,16 @@ VALUES_INTENT: dict[str, dict[str, object]] = {
         "vgpuManager.image": "vgpu-manager",
         "vgpuManager.version": "580.95.02",
         "ccManager.enabled": True,
+    },
+    "arm64-grace-mixed": {
+        "extraObjects.0.metadata.name": "gpu-gardenlinux",
+        "extraObjects.1.metadata.name": "gpu-ubuntu",
+        "extraObjects.1.spec.version": "595.91.07",  # published for ubuntu24.04 on arm64
+        "extraObjects.1.spec.repository": "nvcr.io/nvidia",
+    },
+    "gardenlinux-pool-past-matrix": {
+        "driver.usePrecompiled": True,
+        "driver.version": "590",  # the good pool's driver, as before the other pool moved on
     },
     "dra-stack": {
         "clusterPolicy.deployCR": False,
@@ -172,6 +202,7 @@ def test_scenario_intent(scenario: Path) -> None:
     assert plan["preflight"]["verdict"] == verdict
     assert [f["reason"] for f in plan["preflight"]["findings"]] == reasons
     assert (plan["objects"][0]["kind"] if plan["objects"] else None) == source
+    assert plan["preflight"].get("blockedPools", []) == BLOCKED_POOLS.get(scenario.name, [])
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda p: p.name)

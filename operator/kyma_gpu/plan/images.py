@@ -38,8 +38,8 @@ def _others(r: Resolved, node: NodeFacts, branch: str) -> list[str]:
 
 def _newer_advice(installer: InstallerRelease, node: NodeFacts) -> str:
     return (
-        f"Garden Linux {node.os_version} is newer than any the release builds: wait for an "
-        f"installer release that builds it (the module adopts it: docs/operations.md), or "
+        "it is newer than any the release builds: wait for an installer release that builds it "
+        "(and a module version that adopts it), or "
         + PIN_IMAGE.format(version=installer.newest_os)
     )
 

@@ -35,7 +35,8 @@ MPS_CLIENTS_BEFORE_TURING = 16
 TURING = 7.5
 """The compute capability from which the MPS server serves MPS_CLIENTS."""
 TIME_SLICING_OR_NONE = (
-    f"give this pool a TimeSlicing or None profile (a worker pool label {PROFILE_LABEL}=<profile>)"
+    "give this pool a TimeSlicing or None profile (one in spec.sharing.profiles, picked by the "
+    f"worker pool label {PROFILE_LABEL}=<profile>)"
 )
 
 # -- hardware ------------------------------------------------------------------------------
