@@ -39,8 +39,7 @@ def _others(r: Resolved, node: NodeFacts, branch: str) -> list[str]:
 def _newer_advice(installer: InstallerRelease, node: NodeFacts) -> str:
     return (
         "it is newer than any the release builds: wait for an installer release that builds it "
-        "(and a module version that adopts it), or "
-        + PIN_IMAGE.format(version=installer.newest_os)
+        "(and a module version that adopts it), or " + PIN_IMAGE.format(version=installer.newest_os)
     )
 
 
