@@ -61,12 +61,39 @@ take to become Ready: long enough that the ClusterPolicy is seen notReady first,
 on a real node where the driver takes minutes."""
 
 
-def kwok_stage_files(out_dir: Path) -> list[Path]:
+def _excluding(stage: dict[str, Any], real_pods: Mapping[str, Sequence[str]]) -> dict[str, Any]:
+    """A pod stage that leaves the pods labelled ``key in values`` to another kubelet."""
+    if stage["spec"]["resourceRef"]["kind"] == "Pod":
+        expressions = stage["spec"]["selector"]["matchExpressions"]
+        for key, values in real_pods.items():
+            expressions.append(
+                {"key": f'.metadata.labels["{key}"]', "operator": "NotIn", "values": list(values)}
+            )
+    return stage
+
+
+def kwok_stage_files(
+    out_dir: Path, real_pods: Mapping[str, Sequence[str]] | None = None
+) -> list[Path]:
     """The Stage files of tests/harness/kwok, plus one written to ``out_dir``: the
     pod-ready stage for the NVIDIA operand pods, delayed by OPERAND_READY_DELAY_MS.
-    The stock pod-ready stage excludes those pods, so exactly one stage matches."""
+    The stock pod-ready stage excludes those pods, so exactly one stage matches.
+
+    ``real_pods`` (label key -> values): pods kwok must not touch at all, because a real
+    container runtime runs them (tests/harness/kubelet.py); every pod stage then excludes
+    them, and all the stages are written to ``out_dir``.
+    """
     files = sorted(KWOK_STAGES_DIR.glob("*.yaml"))
+    if real_pods:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        copies = []
+        for path in files:
+            stage = _excluding(yaml.safe_load(path.read_text(encoding="utf-8")), real_pods)
+            copies.append(out_dir / path.name)
+            copies[-1].write_text(yaml.safe_dump(stage, sort_keys=False), encoding="utf-8")
+        files = copies
     stage = yaml.safe_load((KWOK_STAGES_DIR / "pod-ready.yaml").read_text(encoding="utf-8"))
+    stage = _excluding(stage, real_pods or {})
     stage["metadata"]["name"] = "kyma-gpu-operand-pod-ready"
     key = f'.metadata.labels["{OPERAND_LABEL}"]'
     expressions = stage["spec"]["selector"]["matchExpressions"]
@@ -81,6 +108,9 @@ def kwok_stage_files(out_dir: Path) -> list[Path]:
     generated.write_text(yaml.safe_dump(stage, sort_keys=False), encoding="utf-8")
     return [*files, generated]
 
+
+_LIVE: list[LocalCluster] = []
+"""Every cluster of this process that has started and not stopped (for failure reports)."""
 
 CLUSTER_NAME = "kyma-gpu-local"
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
@@ -172,6 +202,7 @@ class LocalCluster:
         node_files: Sequence[Path | str] = (),
         progress: Progress | None = None,
         start_timeout: float = 120.0,
+        real_pods: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self._own_workdir = workdir is None
         self.workdir = (
@@ -183,6 +214,8 @@ class LocalCluster:
         self.node_files = [Path(path) for path in node_files]
         self.progress: Progress = progress or _quiet
         self.start_timeout = start_timeout
+        self.real_pods = dict(real_pods or {})
+        """Pods (label key -> values) kwok leaves alone: a real runtime runs them."""
         self.log_dir = self.workdir / "logs"
         self.kubeconfig = self.workdir / "kubeconfig"
         self.audit_log = self.log_dir / "audit.log"
@@ -236,7 +269,14 @@ class LocalCluster:
             raise
         return self
 
+    @staticmethod
+    def live() -> list[LocalCluster]:
+        """The clusters of this process that started and have not stopped: the session's and
+        any a test module runs of its own (tests/e2e/test_klm.py)."""
+        return list(_LIVE)
+
     def _start(self, began: float) -> None:
+        _LIVE.append(self)
         self._bins = require(*CLUSTER_BINARIES)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._pki = create_pki(self.workdir / "pki")
@@ -384,7 +424,10 @@ class LocalCluster:
             [
                 str(self._bins["kwok"]),
                 f"--kubeconfig={self.kubeconfig}",
-                *(f"--config={stage}" for stage in kwok_stage_files(self.workdir / "kwok")),
+                *(
+                    f"--config={stage}"
+                    for stage in kwok_stage_files(self.workdir / "kwok", self.real_pods)
+                ),
                 f"--manage-nodes-with-label-selector={nodes_module.KWOK_SELECTOR}",
                 f"--cidr={POD_CIDR}",
                 f"--server-address=127.0.0.1:{kwok_port}",
@@ -405,6 +448,8 @@ class LocalCluster:
 
     def stop(self) -> None:
         """Stop every process (SIGTERM, then SIGKILL); remove a temp workdir. Idempotent."""
+        if self in _LIVE:
+            _LIVE.remove(self)
         clients = [
             process
             for name, process in reversed(self.processes.items())
@@ -435,6 +480,10 @@ class LocalCluster:
     def _healthy(self, process: ManagedProcess, probe: Callable[[], bool]) -> None:
         took = process.wait_healthy(probe, timeout=self.start_timeout)
         self.timings[process.name] = took
+
+    def admin_tls(self) -> ssl.SSLContext:
+        """A TLS context that trusts the cluster CA and presents the admin certificate."""
+        return self._api_tls()
 
     def _api_tls(self) -> ssl.SSLContext:
         context = ssl.create_default_context(cafile=str(self.pki.ca_cert))

@@ -4,7 +4,9 @@ Everything is ECDSA P-256 (fast to generate, accepted by every Kubernetes
 component):
 
 - a CA that signs the rest and is the API server's --client-ca-file;
-- the API server's serving certificate, SANs localhost and 127.0.0.1;
+- the API server's serving certificate, SANs localhost, 127.0.0.1 and 10.0.2.2 (the
+  address at which a podman container on slirp4netns reaches the host's loopback:
+  the manager's pod in tests/harness/kubelet.py talks to the API server there);
 - a separate key pair for signing and verifying service-account tokens;
 - the admin client certificate, CN admin, O system:masters (RBAC super-user).
 
@@ -107,7 +109,7 @@ def _sign(
 
 def create_pki(
     directory: Path,
-    hosts: Sequence[str] = ("localhost", "127.0.0.1"),
+    hosts: Sequence[str] = ("localhost", "127.0.0.1", "10.0.2.2"),
 ) -> ClusterPKI:
     """Create CA, serving, service-account and admin credentials in ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)

@@ -123,28 +123,33 @@ class PortClaims:
 
     def __init__(self, directory: Path = PORT_CLAIMS_DIR) -> None:
         self.directory = directory
-        self._held: dict[int, int] = {}
+        self._held: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def claim(self, port: int) -> bool:
         """True if this process now holds ``port`` (or already did); False if another does."""
+        return self.claim_key(str(port))
+
+    def claim_key(self, key: str) -> bool:
+        """The same for any name (e.g. the loopback address of a pod: tests/harness/kubelet.py)."""
         with self._lock:
-            if port in self._held:
+            if key in self._held:
                 return True
             self.directory.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.directory / f"{port}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+            fd = os.open(self.directory / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o666)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
                 os.close(fd)
                 return False
-            self._held[port] = fd
+            self._held[key] = fd
             return True
 
     @property
     def held(self) -> frozenset[int]:
+        """The ports held (names that are not port numbers left out)."""
         with self._lock:
-            return frozenset(self._held)
+            return frozenset(int(key) for key in self._held if key.isdigit())
 
 
 CLAIMS = PortClaims()

@@ -156,11 +156,15 @@ def pytest_runtest_makereport(
     gets the status of every process and the tail of every log of the cluster."""
     report = yield
     if report.failed and _uses_cluster(item):
-        cluster = item.config.stash.get(_CLUSTER, None)
-        if cluster is not None:
+        clusters = LocalCluster.live()
+        session = item.config.stash.get(_CLUSTER, None)
+        if session is not None and session not in clusters:
+            clusters.insert(0, session)
+        for cluster in clusters:
+            where = "" if cluster is session else f" {cluster.workdir}"
             report.sections.append(
                 (
-                    f"local cluster at the failure ({report.when})",
+                    f"local cluster{where} at the failure ({report.when})",
                     cluster.diagnostics(LOG_TAIL_LINES),
                 )
             )
