@@ -114,10 +114,12 @@ VALUES_INTENT: dict[str, dict[str, object]] = {
         "mig.strategy": "mixed",
         "nodeStatusExporter.enabled": True,
         "sandboxWorkloads.enabled": False,
+        "kataSandboxDevicePlugin.enabled": False,  # every extra off, whatever the chart says
     },
     "sandbox-vgpu-confidential": {
         "sandboxWorkloads.enabled": True,
         "sandboxWorkloads.mode": "kata",
+        "kataSandboxDevicePlugin.enabled": True,
         "vgpuManager.enabled": True,
         "vgpuManager.repository": "registry.corp.internal/nvidia",
         "vgpuManager.image": "vgpu-manager",
