@@ -338,13 +338,14 @@ class ManagedProcess:
         return self.fatal_line
 
     def check_alive(self) -> None:
-        """Raise ProcessFailedError (with the log tail) if the process exited or logged a
-        fatal error."""
+        """Raise ProcessFailedError (with the log tail) if the process exited on its own or
+        logged a fatal error. A process the harness stopped (the NVIDIA controller when the
+        chart is uninstalled, an API server during its planned outage) is not a failure."""
         if self._popen is None:
             return
         code = self._popen.poll()
         fatal = self.scan_log()
-        if code is None and fatal is None:
+        if fatal is None and (code is None or self._stopped_by_us):
             return
         if code is None:
             what = f"logged a fatal error: {fatal}"

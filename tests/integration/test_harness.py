@@ -378,6 +378,21 @@ def test_a_fatal_log_line_fails_at_once_while_the_process_runs(tmp_path: Path) -
     assert "artifact server error" in process.status()
 
 
+def test_a_process_the_harness_stopped_is_not_a_failure(tmp_path: Path) -> None:
+    """`python -m tests.harness up --flux` checks every process; the NVIDIA controller that the
+    harness stops with the chart's Deployment (a Gpu deleted) must not end the shell."""
+    stopped = _shell("stopped", "exec sleep 60", tmp_path)
+    stopped.start()
+    stopped.stop()
+    stopped.check_alive()
+    assert stopped.status().startswith("stopped by the harness")
+    crashed = _shell("crashed", "exit 0", tmp_path)
+    crashed.start()
+    wait_for(lambda: not crashed.running(), 30, "the shell to exit")
+    with pytest.raises(ProcessFailedError, match="exited with code 0"):
+        crashed.check_alive()
+
+
 def test_fatal_lines_of_an_earlier_run_do_not_count(tmp_path: Path) -> None:
     log = tmp_path / "again.log"
     log.write_text(FATAL_SETUP_LINE + "\n", encoding="utf-8")
