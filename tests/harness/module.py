@@ -42,10 +42,17 @@ T = TypeVar("T")
 def wait_until(
     probe: Callable[[], T | None], timeout: float, what: str, interval: float = 0.25
 ) -> T:
-    """Poll a probe (test side only) until it returns something truthy."""
+    """Poll a probe (test side only) until it returns something truthy.
+
+    Fails at once, with the process and its log tail, when a process of a live cluster (the
+    control plane, Flux, the NVIDIA controller, a registry, KLM) exited on its own or logged
+    a fatal error: nothing can succeed after that, and the timeout would only hide why.
+    """
     deadline = time.monotonic() + timeout
     last: T | None = None
     while time.monotonic() < deadline:
+        for cluster in LocalCluster.live():
+            cluster.check_alive()
         last = probe()
         if last:
             return last
