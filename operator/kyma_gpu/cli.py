@@ -27,7 +27,7 @@ from kyma_gpu.api.models import SINGLETON_MESSAGE, SINGLETON_NAME, Gpu, GpuSpec
 from kyma_gpu.api.reference import reference_markdown
 from kyma_gpu.facts import NodeError, cluster_facts, node_facts
 from kyma_gpu.plan import Owner, Verdict, make_plan
-from kyma_gpu.rules.catalog import Catalog
+from kyma_gpu.rules.catalog import Catalog, ChartFacts
 from kyma_gpu.rules.chart import chart_facts, image_reference
 from kyma_gpu.rules.engine import RuleError
 from kyma_gpu.rules.schema import header, stale, write
@@ -165,6 +165,22 @@ def cmd_chart_facts(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> 
     return 0
 
 
+def _chart_images(chart: ChartFacts, catalog: Catalog) -> list[str]:
+    """The chart's images; NVIDIA's driver container once per OS tag it is published for
+    (values-rules/nvidia-drivers.yaml): the tag carries the OS (595.91.07-ubuntu22.04)."""
+    refs: list[str] = []
+    for image in chart.images:
+        ref = image_reference(
+            {"repository": image.repository, "image": image.image, "version": image.version}
+        )
+        published = catalog.nvidia_drivers.entry(image.version or "")
+        if image.path == "driver" and published is not None:
+            refs.extend(f"{ref}-{tag}" for tag in sorted(published.os))
+        else:
+            refs.append(ref)
+    return refs
+
+
 def cmd_images(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     catalog = Catalog(Path(args.rules) if args.rules else None)
     catalog.check()  # broken rule data: the file and the line, before anything else
@@ -172,12 +188,7 @@ def cmd_images(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     chart = catalog.chart(version)
     if chart is None:
         raise UsageError(f"chart version {version}: no facts in {catalog.root}/charts/")
-    refs = []
-    for image in chart.images:
-        ref = image_reference(
-            {"repository": image.repository, "image": image.image, "version": image.version}
-        )
-        refs.append(ref)
+    refs = _chart_images(chart, catalog)
     wanted_release = args.installer_release or catalog.defaults.installer_release
     for tag in catalog.installer_releases():
         if tag == wanted_release:

@@ -221,6 +221,10 @@ def test_images() -> None:
     assert "nvcr.io/nvidia/k8s-device-plugin:v0.20.0" in refs
     assert "registry.k8s.io/nfd/node-feature-discovery:v0.19.0" in refs
     assert "nvcr.io/nvidia/gpu-operator:v26.7.0" in refs
+    # NVIDIA's driver container per OS it is published for, the tag as the NVIDIA operator forms it
+    drivers = [r for r in refs if r.startswith("nvcr.io/nvidia/driver:")]
+    assert drivers == [f"nvcr.io/nvidia/driver:595.91.07-{os}"
+                       for os in ("rhel8", "rhel9", "ubuntu22.04", "ubuntu24.04")]  # fmt: skip
     assert len(refs) == len(set(refs))
     assert (
         "ghcr.io/gardenlinux/gardenlinux-nvidia-installer/1.17.0/driver:590-<kernel>-gardenlinux0"
