@@ -99,8 +99,8 @@ demo: setup tools ## local cluster + Flux + operator + sample Gpu; Ctrl-C stops 
 	$(BIN)/python -m tests.harness demo
 
 .PHONY: render
-render: tools ## render the whole install (module + Flux) with kustomize
-	$(KUBECTL) kustomize config/install
+render: ## print the whole install (module; Flux comes at run time) with tools/bin/kubectl, else kubectl on PATH
+	@$(if $(wildcard $(KUBECTL)),$(KUBECTL),kubectl) kustomize config/install
 
 .PHONY: module
 # A release as Kyma cuts one (hack/module.py, docs/operations.md#cutting-a-release). The

@@ -9,13 +9,18 @@
 #   DIR   a kustomize directory, default config/install (module + Flux for a
 #         cluster without Flux); config/default on a cluster that has Flux.
 #
-# Uses $KUBECTL (default tools/bin/kubectl) and the usual KUBECONFIG.
+# Uses $KUBECTL (default: tools/bin/kubectl when it was built, else kubectl on PATH) and the
+# usual KUBECONFIG.
 # Field manager: kyma-gpu-install. Re-running it is safe (server-side apply is
 # idempotent).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-KUBECTL="${KUBECTL:-${ROOT}/tools/bin/kubectl}"
+if [[ -z "${KUBECTL:-}" ]]; then
+  KUBECTL="${ROOT}/tools/bin/kubectl"
+  [[ -x "${KUBECTL}" ]] || KUBECTL="$(command -v kubectl || true)"
+  [[ -n "${KUBECTL}" ]] || { echo "hack/apply.sh: no kubectl: build tools/bin/kubectl (make tools), put kubectl on PATH, or set KUBECTL" >&2; exit 2; }
+fi
 DIR="${1:-config/install}"
 shift || true
 [[ "${1:-}" == "--" ]] && shift
