@@ -727,3 +727,58 @@ def test_the_plan_is_its_preflight_checks_in_order(catalog: Catalog) -> None:
     assert list(make_plan(spec, facts, catalog).preflight.findings) == expected
     assert [f.reason for f in expected][:2] == ["UpstreamOnGardenLinux", "UnknownDriverVersion"]
     assert isinstance(make_plan(spec, facts, catalog).driver_mode, ClusterDriverMode)
+
+
+# -- worker pools ----------------------------------------------------------------------------
+
+
+def test_a_pool_past_the_matrix_is_one_finding_with_its_count(catalog: Catalog) -> None:
+    """Three nodes of one pool on the same new Garden Linux: one finding, not three, and the
+    advice for a version newer than the release builds."""
+    past = [node(f"new-{i}", os_image="Garden Linux 2150.10.0", pool="next") for i in range(3)]
+    plan = plan_for(catalog, node("ok-1"), node("ok-2"), *past)
+    (finding,) = plan.preflight.findings
+    assert (finding.severity, finding.reason, finding.pool) == ("error", "NoDriverImage", "next")
+    assert finding.nodes == ("new-0", "new-1", "new-2")
+    assert finding.message.startswith("worker pool next (3 of 3 nodes: new-0, new-1, new-2): ")
+    assert "wait for an installer release that builds it" in finding.message
+    assert "pin the pool's machine image to 2150.9.0" in finding.message
+    assert plan.preflight.verdict == "warning"
+    assert (plan.preflight.blocked, plan.preflight.degraded) == (("next",), ())
+    assert [plan.pool_verdict(p.name) for p in plan.worker_pools] == ["ok", "blocked"]
+    # The good pool's values are those it gets alone.
+    alone = plan_for(catalog, node("ok-1"), node("ok-2"))
+    assert plan.values == alone.values
+
+
+def test_many_nodes_are_named_in_part(catalog: Catalog) -> None:
+    past = [node(f"n{i:02}", os_image="Garden Linux 2150.10.0") for i in range(12)]
+    plan = plan_for(catalog, *past)
+    (finding,) = plan.preflight.findings
+    assert finding.message.startswith("worker pool gpu (12 of 12 nodes: n00, n01, n02 and 9 more)")
+    assert len(finding.nodes) == 12
+    assert plan.preflight.verdict == "error"  # the only pool: nothing to serve
+
+
+def test_another_adopted_release_that_builds_it_is_named(catalog: Catalog) -> None:
+    """Garden Linux 1592.12 is older than 1.17.0 builds; 1.7.0 builds it."""
+    plan = plan_for(catalog, node("old", os_image="Garden Linux 1592.12"), node("ok"))
+    (finding,) = plan.preflight.findings
+    assert "installer release 1.7.0 builds it: set spec.driver.installerRelease" in finding.message
+
+
+def test_a_branch_the_release_does_not_build_is_the_specs_error(catalog: Catalog) -> None:
+    plan = plan_for(catalog, node("gl"), ubuntu_node("ub", pool="ub"), spec={"driver": {
+        "version": "550"}})  # fmt: skip
+    assert reasons(plan) == [("error", "NoDriverImage")]
+    finding = plan.preflight.findings[0]
+    assert finding.pool is None
+    assert finding.message.startswith("driver branch 550: installer release 1.17.0 builds no")
+    assert plan.preflight.verdict == "error"
+
+
+def test_nodes_without_a_pool_label(catalog: Catalog) -> None:
+    plan = plan_for(catalog, node("bare", os_image="Garden Linux 2150.10.0", pool=None), node("ok"))
+    (finding,) = plan.preflight.findings
+    assert finding.pool == "(none)"
+    assert finding.message.startswith("nodes without a worker pool label (1 of 1 node: bare): ")
