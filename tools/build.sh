@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the real test binaries (etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler, kubectl, kwok, source-controller, helm-controller, helm, flux,
-# kubeconform) from their
+# kubeconform, registry) from their
 # Go modules into a user-level cache keyed by version and go.sum, and links
 # them into tools/bin. Idempotent: a cached binary is reused, not rebuilt.
 #
@@ -166,4 +166,70 @@ build_gpu_operator() {
 for v in $GPU_OPERATOR_VERSIONS; do
   want "gpu-operator" && build_gpu_operator "$v"
 done
+# Kyma's delivery tools, from the source tarballs (with vendor/) in ../shared/vendor/klm
+# (the Go proxy serves none of them): Lifecycle Manager, modulectl and the OCM CLI. The
+# three unpack side by side because KLM's go.mod replaces ocm.software/ocm with ../ocm;
+# KLM's cache key therefore covers the OCM tarball too. KLM's cache directory also holds
+# what it needs next to the binary (skr-webhook/ at <bin>/../skr-webhook) and the CRDs the
+# harness installs for it (its own, and the Istio and cert-manager CRDs it expects).
+KLM_SOURCES=${KLM_SOURCES:-$(cd "$here/../.." && pwd)/shared/vendor/klm}
+klm_src=""
+# unpack_klm: the three trees, once per run, in a temporary directory of the cache.
+unpack_klm() {
+  [[ -n "$klm_src" ]] && return
+  klm_src=$(mktemp -d "$cache_root/klm-src.XXXXXX")
+  local tarball
+  for tarball in lifecycle-manager-src-vendor modulectl-src-vendor ocm-src-vendor; do
+    if [[ ! -f "$KLM_SOURCES/$tarball.tar.xz" ]]; then
+      echo "tools: $KLM_SOURCES/$tarball.tar.xz is missing; the Kyma tools cannot be built" >&2
+      exit 1
+    fi
+    tar -xJf "$KLM_SOURCES/$tarball.tar.xz" -C "$klm_src"
+  done
+}
+# build_vendored NAME VERSION KEY_TARBALLS DIR PACKAGE LDFLAGS: a binary from an unpacked tree.
+build_vendored() {
+  local name=$1 version=$2 tarballs=$3 dir=$4 pkg=$5 ldflags=$6 key dest start t
+  key=$(for t in $tarballs; do sha256sum "$KLM_SOURCES/$t.tar.xz"; done | sha256sum | cut -c1-12)
+  dest="$cache_root/$name-$version-$key"
+  if [[ -x "$dest/bin/$name" ]]; then
+    reused=$((reused + 1))
+  else
+    start=$SECONDS
+    echo "tools: building $name $version from its vendored sources (cold build, minutes) ..." >&2
+    unpack_klm
+    rm -rf "$dest.tmp" && mkdir -p "$dest.tmp/bin"
+    if ! (cd "$klm_src/$dir" && GOFLAGS=-mod=vendor GOPROXY=off go build -trimpath \
+        -ldflags "-s -w $ldflags" -o "$dest.tmp/bin/$name" "$pkg"); then
+      rm -rf "$dest.tmp"
+      echo "tools: building $name $version failed (see above)" >&2
+      exit 1
+    fi
+    if [[ $name == lifecycle-manager ]]; then
+      cp -r "$klm_src/$dir/skr-webhook" "$dest.tmp/skr-webhook"
+      mkdir -p "$dest.tmp/crds/klm" "$dest.tmp/crds/deps"
+      cp "$klm_src/$dir"/config/crd/bases/operator.kyma-project.io_*.yaml "$dest.tmp/crds/klm/"
+      cp "$klm_src/$dir"/config/samples/tests/crds/{cert-manager,istio}-*.crds.yaml "$dest.tmp/crds/deps/"
+    fi
+    cp "$klm_src/$dir/LICENSE" "$dest.tmp/LICENSE"
+    rm -rf "$dest" && mv "$dest.tmp" "$dest"
+    echo "tools: built $name in $((SECONDS - start))s" >&2
+    built=$((built + 1))
+  fi
+  ln -sfn "$dest/bin/$name" "$bin_dir/$name"
+  [[ $name == lifecycle-manager ]] && ln -sfn "$dest" "$bin_dir/lifecycle-manager.d"
+  return 0
+}
+want modulectl && build_vendored modulectl "$MODULECTL_VERSION" modulectl-src-vendor modulectl ./cmd \
+  "-X github.com/kyma-project/modulectl/cmd/modulectl/version.Version=$MODULECTL_VERSION"
+want ocm && build_vendored ocm "$OCM_CLI_VERSION" ocm-src-vendor ocm ./cmds/ocm \
+  "-X ocm.software/ocm/api/version.gitVersion=$OCM_CLI_VERSION"
+want lifecycle-manager && build_vendored lifecycle-manager "$KLM_VERSION" \
+  "lifecycle-manager-src-vendor ocm-src-vendor" lifecycle-manager ./cmd ""
+[[ -n "$klm_src" ]] && rm -rf "$klm_src"
+# distribution's registry v3, from the Go module proxy (tools/registry): the OCI registry
+# the module's image and OCM component are pushed to in tests, and KLM reads from.
+want registry && build registry registry "$REGISTRY_VERSION" github.com/distribution/distribution/v3/cmd/registry \
+  "-s -w -X github.com/distribution/distribution/v3/version.version=$REGISTRY_VERSION"
+
 echo "tools: $built built, $reused reused from $cache_root" >&2
