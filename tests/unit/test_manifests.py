@@ -645,3 +645,11 @@ def test_scanned_images_in_kyma_registry(image: str) -> None:
     assert "/kyma-project/prod/" in image, "not in Kyma's prod registry"
     if image.split("/kyma-project/prod/", 1)[1].count("/"):
         assert image.startswith(THIRD_PARTY_PREFIX), f"third-party, not under {THIRD_PARTY_PREFIX}"
+
+
+@pytest.mark.parametrize(("role", "rule"), rbac_rules())
+def test_rbac_no_token_requests(role: Obj, rule: Obj) -> None:
+    """No identity of the module mints ServiceAccount tokens: a `serviceaccounts/token` right
+    in kyma-system reaches every account there (the manager's, the release's), and none of
+    the module's Flux sources names an account to get a token for."""
+    assert "serviceaccounts/token" not in (rule.get("resources") or []), "token requests granted"
