@@ -109,6 +109,11 @@ def _custom(path: str, err: ErrorDetails) -> str:
     return f"{owner}: Invalid value: {message}"
 
 
+def _field_rule(path: str, err: ErrorDetails) -> str:
+    """A CEL rule on a scalar field: the API server names the field and quotes its value."""
+    return f"{path}: Invalid value: {_quoted(err['input'])}: {err['msg']}"
+
+
 _FORMATS: Mapping[str, Callable[[str, ErrorDetails], str]] = {
     "enum": _unsupported,
     "literal_error": _unsupported,
@@ -121,6 +126,7 @@ _FORMATS: Mapping[str, Callable[[str, ErrorDetails], str]] = {
     "missing": _required,
     "value_error": _custom,
     "refused_value": _custom,
+    "field_rule": _field_rule,
     **dict.fromkeys(_EXPECTED_TYPE, _wrong_type),
 }
 

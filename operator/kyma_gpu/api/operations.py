@@ -11,6 +11,7 @@ from enum import StrEnum
 from pydantic import Field, StrictBool, StrictInt, model_validator
 
 from kyma_gpu.api.base import DNS_LABEL_PATTERN, Model
+from kyma_gpu.api.selectors import LabelSelector
 
 MAX_UNAVAILABLE_PATTERN = r"^(0|[1-9][0-9]{0,4}|([1-9]?[0-9]|100)%)$"
 IMAGE_PATTERN = r"^[a-z0-9][a-z0-9.:-]*(/[a-z0-9._-]+)+:[A-Za-z0-9._-]{1,128}$"
@@ -29,8 +30,9 @@ PROFILE_LABEL = "nvidia.com/device-plugin.config"
 class WaitForCompletionSpec(Model):
     """Before a node's driver is replaced: wait for the jobs that podSelector selects."""
 
-    pod_selector: str = Field(default="", max_length=1024)
-    """Label selector of pods (e.g. batch jobs) to wait for; empty: wait for none."""
+    pod_selector: LabelSelector = ""
+    """Label selector of pods (e.g. batch jobs) to wait for, as kubectl get pods -l takes it
+    ("app=batch,tier in (train,eval)"); empty: wait for none."""
 
     timeout_seconds: StrictInt = Field(default=0, ge=0, le=604800)
     """How long to wait for them; 0: as long as they run."""
@@ -60,8 +62,9 @@ class DrainSpec(Model):
     force: StrictBool = False
     """Also evict pods that no controller would recreate."""
 
-    pod_selector: str = Field(default="", max_length=1024)
-    """Label selector of the pods to drain; empty: all of them."""
+    pod_selector: LabelSelector = ""
+    """Label selector of the pods to drain, as kubectl get pods -l takes it; empty: all of
+    them."""
 
     timeout_seconds: StrictInt = Field(default=300, ge=0, le=86400)
     """How long a drain may take; 0: forever (not recommended: a stuck drain never ends)."""
