@@ -68,7 +68,7 @@ class Registry:
         root.mkdir(parents=True, exist_ok=True)
         config = {
             "version": 0.1,
-            "log": {"level": "info", "accesslog": {"disabled": True}},
+            "log": {"level": "warn", "accesslog": {"disabled": True}},
             "storage": {"filesystem": {"rootdirectory": str(root / "data")},
                         "delete": {"enabled": True}},
             "http": {"addr": self.host, "debug": {"addr": f"127.0.0.1:{free_port()}"}},

@@ -9,10 +9,11 @@ What it does for each pod bound to a node (whichever node: every pod runs on thi
 
 - pulls the image from its registry (podman; a plain-http registry on 127.0.0.1 is
   pulled without TLS), by the pod's imagePullPolicy;
-- mounts what the pod asks for: the ServiceAccount token at the standard path
-  (/var/run/secrets/kubernetes.io/serviceaccount: a bound token from the TokenRequest API,
-  refreshed at 80 % of its life, ca.crt from the namespace's kube-root-ca.crt, namespace),
-  emptyDirs (medium Memory as tmpfs); any other volume fails the pod, loudly;
+- mounts what the pod's volumeMounts name: projected volumes (the ServiceAccount admission
+  plugin adds one at /var/run/secrets/kubernetes.io/serviceaccount: a bound token from the
+  TokenRequest API, refreshed at 80 % of its life, ca.crt from the kube-root-ca.crt ConfigMap,
+  the namespace from the downward API), emptyDirs (medium Memory as tmpfs); any other volume
+  fails the pod (CreateContainerConfigError), loudly;
 - sets the container's environment as a kubelet does: values, fieldRef (metadata.name,
   metadata.namespace, metadata.uid, spec.nodeName, spec.serviceAccountName, status.podIP,
   status.hostIP), KUBERNETES_SERVICE_HOST/PORT (the API server, reached from the container
@@ -58,7 +59,6 @@ if TYPE_CHECKING:
 HOST_FROM_CONTAINER = "10.0.2.2"
 """The host's loopback as a slirp4netns container with allow_host_loopback sees it."""
 POD_NET = "127.0.100."
-SA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 TOKEN_SECONDS = 3607
 BACKOFF_START, BACKOFF_MAX = 10.0, 300.0
 PODMAN_ENV = {"STORAGE_DRIVER": os.environ.get("STORAGE_DRIVER", "vfs")}
@@ -310,7 +310,7 @@ class PodmanKubelet:
     # -- running the container -----------------------------------------------
 
     def _run(self, pod: dict[str, Any], running: RunningPod) -> None:
-        self._refresh_token(pod, running)
+        self._refresh_projected(pod, running)
         if running.container:
             state = self._container_state(running)
             if state.get("Running"):
@@ -322,13 +322,14 @@ class PodmanKubelet:
 
     def _start_container(self, pod: dict[str, Any], running: RunningPod) -> None:
         container = pod["spec"]["containers"][0]
+        reason = "ErrImagePull"
         try:
             self._pull(container, running)
+            reason = "CreateContainerConfigError"
             argv = self._run_argv(pod, running)
         except PodFailedError as error:
-            reason = "ErrImagePull" if running.waiting is None else running.waiting[0]
             running.waiting = (reason, str(error))
-            running.restart_at = time.monotonic() + self._backoff(running)
+            running.restart_at = time.monotonic() + max(BACKOFF_START, self._backoff(running))
             self._note(f"{running.name}: {reason}: {error}")
             return
         running.attempt += 1
@@ -423,16 +424,22 @@ class PodmanKubelet:
         return args
 
     def _volume_args(self, pod: dict[str, Any], running: RunningPod) -> list[str]:
+        """What the pod's volumeMounts name: emptyDirs, and projected volumes (the
+        ServiceAccount admission plugin adds one with the token, the CA and the namespace)."""
         spec, container = pod["spec"], pod["spec"]["containers"][0]
         volumes = {v["name"]: v for v in spec.get("volumes") or []}
         args: list[str] = []
         for mount in container.get("volumeMounts") or []:
             volume = volumes.get(mount["name"])
-            if volume is None or "emptyDir" not in volume:
-                raise PodFailedError(f"volume {mount['name']}: only emptyDir is supported here")
-            args += self._empty_dir(volume["emptyDir"], mount, running, spec)
-        if spec.get("automountServiceAccountToken", True):
-            args += ["--volume", f"{running.workdir / 'serviceaccount'}:{SA_PATH}:ro"]
+            if volume is not None and "emptyDir" in volume:
+                args += self._empty_dir(volume["emptyDir"], mount, running, spec)
+            elif volume is not None and "projected" in volume:
+                host = running.workdir / "projected" / mount["name"]
+                args += ["--volume", f"{host}:{mount['mountPath']}:ro"]
+            else:
+                raise PodFailedError(
+                    f"volume {mount['name']}: only emptyDir and projected are supported here"
+                )
         return args
 
     @staticmethod
@@ -452,14 +459,19 @@ class PodmanKubelet:
         host.chmod(0o2777)
         return ["--volume", f"{host}:{mount['mountPath']}"]
 
-    def _env(self, pod: dict[str, Any], running: RunningPod) -> dict[str, str]:
-        container = pod["spec"]["containers"][0]
-        fields = {
+    @staticmethod
+    def _fields(pod: dict[str, Any], running: RunningPod) -> dict[str, str]:
+        """The fieldRef paths a kubelet resolves for env and downwardAPI volumes."""
+        return {
             "metadata.name": running.name, "metadata.namespace": running.namespace,
             "metadata.uid": running.uid, "spec.nodeName": pod["spec"]["nodeName"],
             "spec.serviceAccountName": pod["spec"].get("serviceAccountName", "default"),
             "status.podIP": running.ip, "status.hostIP": "127.0.0.1",
         }  # fmt: skip
+
+    def _env(self, pod: dict[str, Any], running: RunningPod) -> dict[str, str]:
+        container = pod["spec"]["containers"][0]
+        fields = self._fields(pod, running)
         env = {
             "KUBERNETES_SERVICE_HOST": HOST_FROM_CONTAINER,
             "KUBERNETES_SERVICE_PORT": str(self.cluster.api_port),
@@ -476,39 +488,63 @@ class PodmanKubelet:
             env[item["name"]] = fields[ref["fieldPath"]]
         return env
 
-    def _refresh_token(self, pod: dict[str, Any], running: RunningPod) -> None:
-        """The projected ServiceAccount volume: a bound token, the cluster CA, the namespace."""
-        if not pod["spec"].get("automountServiceAccountToken", True):
-            return
+    def _refresh_projected(self, pod: dict[str, Any], running: RunningPod) -> None:
+        """Write every projected volume's files (again at 80 % of a token's life), as the
+        kubelet's atomic writer does: serviceAccountToken from the TokenRequest API, bound to
+        the pod; configMap items; downwardAPI fieldRefs."""
         if time.monotonic() < running.token_refresh_at:
             return
+        owner = (pod["spec"].get("securityContext") or {}).get("fsGroup")
+        lifetimes = [float(TOKEN_SECONDS)]
+        for volume in pod["spec"].get("volumes") or []:
+            if "projected" not in volume:
+                continue
+            files: dict[str, str] = {}
+            for source in volume["projected"].get("sources") or []:
+                files.update(self._projected_files(pod, running, source, lifetimes))
+            directory = running.workdir / "projected" / volume["name"]
+            write_atomically(directory, files, owner)
+        running.token_refresh_at = time.monotonic() + 0.8 * min(lifetimes)
+
+    def _projected_files(
+        self, pod: dict[str, Any], running: RunningPod, source: Mapping[str, Any],
+        lifetimes: list[float],
+    ) -> dict[str, str]:  # fmt: skip
+        if "serviceAccountToken" in source:
+            token = source["serviceAccountToken"]
+            seconds = int(token.get("expirationSeconds", TOKEN_SECONDS))
+            lifetimes.append(float(seconds))
+            return {token["path"]: self._token(pod, running, seconds, token.get("audience"))}
+        if "configMap" in source:
+            ref = source["configMap"]
+            found = self._request(
+                "GET", f"/api/v1/namespaces/{running.namespace}/configmaps/{ref['name']}"
+            )
+            data = found.get("data") or {}
+            items = ref.get("items") or [{"key": k, "path": k} for k in data]
+            return {item["path"]: data[item["key"]] for item in items}
+        if "downwardAPI" in source:
+            fields = self._fields(pod, running)
+            return {item["path"]: fields[item["fieldRef"]["fieldPath"]]
+                    for item in source["downwardAPI"].get("items") or []}  # fmt: skip
+        raise PodFailedError(f"projected source {sorted(source)} is not supported here")
+
+    def _token(
+        self, pod: dict[str, Any], running: RunningPod, seconds: int, audience: str | None
+    ) -> str:
         account = pod["spec"].get("serviceAccountName", "default")
+        spec: dict[str, Any] = {
+            "expirationSeconds": seconds,
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": running.name,
+                               "uid": running.uid},
+        }  # fmt: skip
+        if audience:
+            spec["audiences"] = [audience]
         answer = self._request(
             "POST", f"/api/v1/namespaces/{running.namespace}/serviceaccounts/{account}/token",
-            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-             "spec": {"expirationSeconds": TOKEN_SECONDS,
-                      "boundObjectRef": {"apiVersion": "v1", "kind": "Pod",
-                                         "name": running.name, "uid": running.uid}}},
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec},
         )  # fmt: skip
-        root_ca = self._request(
-            "GET", f"/api/v1/namespaces/{running.namespace}/configmaps/kube-root-ca.crt"
-        )
-        files = {
-            "token": answer["status"]["token"],
-            "ca.crt": root_ca["data"]["ca.crt"],
-            "namespace": running.namespace,
-        }
-        directory = running.workdir / "serviceaccount"
-        directory.mkdir(parents=True, exist_ok=True)
-        owner = (pod["spec"].get("securityContext") or {}).get("fsGroup")
-        for name, content in files.items():
-            path = directory / f".{name}.new"
-            path.write_text(content, encoding="utf-8")
-            if owner is not None:
-                os.chown(path, -1, int(owner))
-            path.chmod(0o640 if owner is not None else 0o644)
-            path.replace(directory / name)  # atomic, as the kubelet's atomic writer
-        running.token_refresh_at = time.monotonic() + 0.8 * TOKEN_SECONDS
+        return str(answer["status"]["token"])
 
     # -- state, probes, restarts ---------------------------------------------
 
@@ -731,3 +767,18 @@ def ready_pods(pods: Sequence[Mapping[str, Any]]) -> list[str]:
         if any(c.get("type") == "Ready" and c.get("status") == "True"
                for c in (p.get("status") or {}).get("conditions") or [])
     ]  # fmt: skip
+
+
+def write_atomically(directory: Path, files: Mapping[str, str], group: int | None) -> None:
+    """A volume's files, each replaced in one rename (readers never see half a token);
+    group-readable by the pod's fsGroup when it has one, as the kubelet does."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        target = directory / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staged = target.with_name(f".{target.name}.new")
+        staged.write_text(content, encoding="utf-8")
+        if group is not None:
+            os.chown(staged, -1, group)
+        staged.chmod(0o640 if group is not None else 0o644)
+        staged.replace(target)

@@ -1,0 +1,235 @@
+"""The user's path, end to end: the real Kyma Lifecycle Manager installs the module from its OCM
+component in an OCI registry, the manager runs as containers from the module's own image,
+an upgrade through the channel replaces it, and disabling the module removes it.
+
+On a cluster of its own (tests/harness/klm.py has KCP = SKR = this cluster): the registry, the
+module released into it twice with Kyma's tools (hack/module.py release: buildah, podman,
+modulectl, the ocm CLI), KLM, Flux and the real NVIDIA controller on the demo fleet. kwok
+plays the kubelet of every pod except the manager's: tests/harness/kubelet.py runs those with
+podman from the pushed image, with the Deployment's args, env, security context, resources,
+probes and the ServiceAccount token at its standard path.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness.cluster import LocalCluster
+from tests.harness.flux import FluxStack
+from tests.harness.klm import (
+    KCP_NAMESPACE,
+    SKR_KYMA,
+    SKR_NAMESPACE,
+    LifecycleManager,
+    Published,
+    Registry,
+    publish,
+)
+from tests.harness.kubelet import PodmanKubelet, podman, ready_pods
+from tests.harness.module import condition, gpu, helm_release, wait_until
+from tests.harness.nodes import DEMO_FLEET
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+log = logging.getLogger(__name__)
+
+MANAGER = "app.kubernetes.io/name=gpu-manager"
+USERS = "ml"
+
+
+@dataclass
+class Delivery:
+    cluster: LocalCluster
+    flux: FluxStack
+    registry: Registry
+    kubelet: PodmanKubelet
+    klm: LifecycleManager
+    releases: dict[str, Published]
+    seen: dict[str, Any]
+    """What one test leaves for the next (uids before the upgrade)."""
+
+
+@pytest.fixture(scope="module")
+def delivery(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Delivery]:
+    cluster = LocalCluster(node_files=[DEMO_FLEET], progress=log.info,
+                           real_pods={"app.kubernetes.io/name": ["gpu-manager"]})  # fmt: skip
+    started: list[Any] = []
+    try:
+        cluster.start()
+        flux = FluxStack(cluster).start()
+        started.append(flux)
+        registry = Registry(cluster).start()
+        kubelet = PodmanKubelet(cluster, SKR_NAMESPACE, MANAGER).start()
+        started.append(kubelet)
+        out = tmp_path_factory.mktemp("releases")
+        releases = {v: publish(registry, v, out / v) for v in ("0.1.0", "0.1.1")}
+        klm = LifecycleManager(cluster, registry).start()
+        yield Delivery(cluster, flux, registry, kubelet, klm, releases, {})
+    finally:
+        for part in reversed(started):
+            part.stop()
+        cluster.stop()
+
+
+def _manager_pods(cluster: LocalCluster) -> list[dict[str, Any]]:
+    pods = cluster.list_objects("pods", SKR_NAMESPACE, selector=MANAGER)
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+def _deployment_available(cluster: LocalCluster, image_tag: str) -> dict[str, Any] | None:
+    dep = cluster.get_object("deployment", "gpu-manager", SKR_NAMESPACE)
+    if dep is None:
+        return None
+    image = dep["spec"]["template"]["spec"]["containers"][0]["image"]
+    status = dep.get("status") or {}
+    conditions = {c["type"]: c for c in status.get("conditions") or []}
+    available = (conditions.get("Available") or {}).get("status") == "True"
+    progressed = (conditions.get("Progressing") or {}).get("reason") == "NewReplicaSetAvailable"
+    current = status.get("updatedReplicas") == status.get("replicas") == dep["spec"]["replicas"]
+    fresh = status.get("observedGeneration") == dep["metadata"]["generation"]
+    ok = f":{image_tag}@sha256:" in image and available and progressed and current and fresh
+    return dep if ok else None
+
+
+def _gpu_ready(cluster: LocalCluster) -> dict[str, Any] | None:
+    obj = gpu(cluster)
+    status = (obj or {}).get("status") or {}
+    fresh = status.get("observedGeneration") == (obj or {}).get("metadata", {}).get("generation")
+    return obj if obj and fresh and status.get("state") == "Ready" else None
+
+
+def _module_ready(d: Delivery, version: str) -> dict[str, Any] | None:
+    status = d.klm.module_status("gpu")
+    if status and status.get("state") == "Ready" and status.get("version") == version:
+        return status
+    return None
+
+
+@pytest.mark.timeout(900)
+def test_klm_installs_the_module_from_its_component(delivery: Delivery) -> None:
+    d, cluster = delivery, delivery.cluster
+    d.klm.offer(d.releases["0.1.0"], {"regular": "0.1.0"})
+    wait_until(
+        lambda: d.klm.kyma(SKR_NAMESPACE, SKR_KYMA), 120, "KLM's SKR Kyma kyma-system/default"
+    )
+    d.klm.enable("gpu")  # what an admin does
+    dep = wait_until(lambda: _deployment_available(cluster, "0.1.0"), 300,
+                     "the manager Deployment Available, from the pushed image")  # fmt: skip
+    image = dep["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image.startswith(f"{d.registry.host}/kyma-project/gpu-manager:0.1.0@sha256:")
+    assert sorted(ready_pods(_manager_pods(cluster))) == sorted(
+        p.name for p in d.kubelet.pods.values() if p.container
+    ), "every ready manager pod runs as a podman container"
+    # KLM created the default Gpu from the template's spec.data.
+    created = wait_until(lambda: gpu(cluster), 120, "the default Gpu")
+    assert created["spec"] == {} or created["spec"].get("source") is None
+    # As an admin of a cluster without internet would: the chart from a mirror.
+    cluster.kubectl("patch", "gpu", "gpu", "--type=merge", "-p", json.dumps(
+        {"spec": {"source": {"chartRepository": d.flux.helm_repo_url, "insecure": True}}}))  # fmt: skip
+    ready = wait_until(lambda: _gpu_ready(cluster), 420, "the Gpu Ready through the module")
+    assert (condition(ready, "ReleaseReady") or {}).get("status") == "True"
+    status = wait_until(lambda: _module_ready(d, "0.1.0"), 240, "KLM's module state Ready")
+    assert status["channel"] == "regular"
+    name = status["manifest"]["metadata"]["name"]
+    manifest = cluster.get_object("manifests.operator.kyma-project.io", name, KCP_NAMESPACE)
+    assert ((manifest or {}).get("status") or {}).get("state") == "Ready"
+    d.seen["gpu_uid"] = ready["metadata"]["uid"]
+    d.seen["release_uid"] = (helm_release(cluster) or {})["metadata"]["uid"]
+    d.seen["pods"] = {p["metadata"]["name"] for p in _manager_pods(cluster)}
+
+
+def test_the_manager_runs_as_its_deployment_says(delivery: Delivery) -> None:
+    d, cluster = delivery, delivery.cluster
+    pods = _manager_pods(cluster)
+    assert len(pods) == 2
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        running = next(p for p in d.kubelet.pods.values() if p.name == name)
+        pid = d.kubelet.container_pid(name)
+        assert pid is not None, name
+        proc = Path(f"/proc/{pid}/status").read_text(encoding="ascii")
+        uid = next(line.split()[1:] for line in proc.splitlines() if line.startswith("Uid:"))
+        assert set(uid) == {"65532"}, f"{name} runs as uid {uid}"
+        rss_kib = int(next(line.split()[1] for line in proc.splitlines()
+                           if line.startswith("VmRSS:")))  # fmt: skip
+        print(f"{name}: RSS {rss_kib / 1024:.1f} MiB")
+        assert rss_kib < 512 * 1024, "within the Deployment's memory limit"
+        container = running.container
+        cap_eff = next(line.split()[1] for line in proc.splitlines() if line.startswith("CapEff:"))
+        assert int(cap_eff, 16) == 0, "all capabilities dropped"
+        assert "Read-only file system" in podman(
+            "exec", container, "sh", "-c", "touch /opt/venv/x 2>&1 || true")  # fmt: skip
+        sa = "/var/run/secrets/kubernetes.io/serviceaccount"
+        assert podman("exec", container, "cat", f"{sa}/namespace") == SKR_NAMESPACE
+        assert podman("exec", container, "sh", "-c", "echo $POD_NAME") == name
+        env = podman("exec", container, "env")
+        assert "KYMA_GPU_FLUX_HELM_CONTROLLER_IMAGE=" in env
+        scrape = (
+            "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8081/metrics').read())"
+        )
+        metrics = podman("exec", container, "python3", "-c", scrape)
+        assert "kyma_gpu_" in metrics
+        with urllib.request.urlopen(f"http://{running.ip}:8081/readyz", timeout=5) as answer:
+            assert answer.status == 200  # the readiness probe's endpoint, from outside
+    lease = cluster.get_object("lease", "kyma-gpu-manager", SKR_NAMESPACE)
+    holder = ((lease or {}).get("spec") or {}).get("holderIdentity")
+    assert holder in {p["metadata"]["name"] for p in pods}, f"the Lease holder {holder!r}"
+
+
+@pytest.mark.timeout(900)
+def test_an_upgrade_through_the_channel_replaces_the_manager(delivery: Delivery) -> None:
+    d, cluster = delivery, delivery.cluster
+    d.klm.offer(d.releases["0.1.1"], {"regular": "0.1.1"})
+    wait_until(lambda: _deployment_available(cluster, "0.1.1"), 420,
+               "the manager Deployment rolled to 0.1.1")  # fmt: skip
+    wait_until(lambda: not d.seen["pods"] & {p["metadata"]["name"] for p in _manager_pods(cluster)},
+               120, "the 0.1.0 pods gone")  # fmt: skip
+    wait_until(lambda: _module_ready(d, "0.1.1"), 240, "KLM's module state Ready at 0.1.1")
+    ready = wait_until(lambda: _gpu_ready(cluster), 240, "the Gpu Ready after the upgrade")
+    assert ready["metadata"]["uid"] == d.seen["gpu_uid"], "the Gpu was kept"
+    release = helm_release(cluster) or {}
+    assert release["metadata"]["uid"] == d.seen["release_uid"], "the HelmRelease was kept"
+
+
+@pytest.mark.timeout(900)
+def test_disabling_removes_the_module_and_leaves_the_users_objects(delivery: Delivery) -> None:
+    d, cluster = delivery, delivery.cluster
+    cluster.create_namespace(USERS)
+    cluster.apply(_user_gpu_pod(), d.flux.helm_repository("users-charts", USERS))
+    wait_until(lambda: (cluster.get_object("pod", "train", USERS) or {}).get("status", {})
+               .get("phase") == "Running", 60, "ml/train Running")  # fmt: skip
+    d.klm.disable()
+    held = wait_until(lambda: condition(gpu(cluster), "WorkloadsProtected"), 180,
+                      "the Gpu waiting for the user's GPU pod")  # fmt: skip
+    assert "ml/train" in held["message"]
+    # The documented way out: the admin decides the workloads may lose their driver.
+    cluster.kubectl("annotate", "gpu", "gpu", "gpu.kyma-project.io/skip-workload-protection=true")
+    wait_until(lambda: cluster.get_object("deployment", "gpu-manager", SKR_NAMESPACE) is None,
+               420, "the manager Deployment removed by KLM")  # fmt: skip
+    wait_until(lambda: d.klm.module_status("gpu") is None, 240, "the module gone from the Kyma")
+    gone = cluster.kubectl("get", "crd", "gpus.gpu.kyma-project.io", "--ignore-not-found",
+                           "-o", "name").stdout.strip()  # fmt: skip
+    assert gone == "", "the Gpu CRD went with the module"
+    assert cluster.list_objects("helmreleases.helm.toolkit.fluxcd.io", SKR_NAMESPACE) == []
+    assert not d.kubelet.pods, "no manager container left"
+    # The user's own objects are untouched.
+    assert (cluster.get_object("pod", "train", USERS) or {})["status"]["phase"] == "Running"
+    assert cluster.get_object("helmrepositories.source.toolkit.fluxcd.io", "users-charts", USERS)
+    assert cluster.get_object("namespace", USERS) is not None
+    assert cluster.get_object("namespace", SKR_NAMESPACE) is not None
+
+
+def _user_gpu_pod() -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "train", "namespace": USERS},
+        "spec": {"containers": [{"name": "train", "image": "nvcr.io/nvidia/cuda:12.4.0-base",
+                                 "resources": {"limits": {"nvidia.com/gpu": 1}}}]},
+    }  # fmt: skip
