@@ -131,8 +131,9 @@ def test_klm_installs_the_module_from_its_component(delivery: Delivery) -> None:
     created = wait_until(lambda: gpu(cluster), 120, "the default Gpu")
     assert created["spec"] == {} or created["spec"].get("source") is None
     # As an admin of a cluster without internet would: the chart from a mirror.
-    cluster.kubectl("patch", "gpu", "gpu", "--type=merge", "-p", json.dumps(
-        {"spec": {"source": {"chartRepository": d.flux.helm_repo_url, "insecure": True}}}))  # fmt: skip
+    mirror = {"chartRepository": d.flux.helm_repo_url, "insecure": True}
+    cluster.kubectl("patch", "gpu", "gpu", "--type=merge", "-p",
+                    json.dumps({"spec": {"source": mirror}}))  # fmt: skip
     ready = wait_until(lambda: _gpu_ready(cluster), 420, "the Gpu Ready through the module")
     assert (condition(ready, "ReleaseReady") or {}).get("status") == "True"
     status = wait_until(lambda: _module_ready(d, "0.1.0"), 240, "KLM's module state Ready")
