@@ -75,9 +75,10 @@ release-rbac: setup tools ## regenerate the HelmRelease ServiceAccount's RBAC fr
 	$(BIN)/python hack/release_rbac.py
 
 .PHONY: manifests
-manifests: setup ## regenerate the Gpu CRD and docs/crd-reference.md from the pydantic models
+manifests: setup ## regenerate the Gpu CRD, its values policy and docs/crd-reference.md from the pydantic models
 	$(BIN)/kyma-gpu crd > $(CRD)
 	$(BIN)/kyma-gpu crd --reference > docs/crd-reference.md
+	$(BIN)/kyma-gpu crd --policy > config/admission/gpu_values_policy.yaml
 
 .PHONY: rules-schema
 rules-schema: setup ## regenerate values-rules/schema/*.json, values-rules/context.md and the YAML files' schema lines
@@ -97,6 +98,10 @@ golden: setup ## regenerate the golden plans on purpose (review the diff!)
 .PHONY: demo
 demo: setup tools ## local cluster + Flux + operator + sample Gpu; Ctrl-C stops everything
 	$(BIN)/python -m tests.harness demo
+
+.PHONY: demo-klm
+demo-klm: setup tools ## the module as a Kyma admin gets it: released to a local registry, installed by the real KLM
+	$(BIN)/python -m tests.harness demo --klm
 
 .PHONY: render
 render: ## print the whole install (module; Flux comes at run time) with tools/bin/kubectl, else kubectl on PATH

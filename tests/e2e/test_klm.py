@@ -23,59 +23,51 @@ from typing import Any
 import pytest
 
 from tests.harness.cluster import LocalCluster
-from tests.harness.flux import FluxStack
 from tests.harness.klm import (
     KCP_NAMESPACE,
+    MANAGER_PODS,
     SKR_KYMA,
     SKR_NAMESPACE,
+    Landscape,
     LifecycleManager,
-    Published,
-    Registry,
-    publish,
 )
 from tests.harness.kubelet import PodmanKubelet, podman, ready_pods
 from tests.harness.module import condition, gpu, helm_release, wait_until
-from tests.harness.nodes import DEMO_FLEET
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 log = logging.getLogger(__name__)
 
-MANAGER = "app.kubernetes.io/name=gpu-manager"
+MANAGER = MANAGER_PODS
 USERS = "ml"
 
 
 @dataclass
 class Delivery:
-    cluster: LocalCluster
-    flux: FluxStack
-    registry: Registry
-    kubelet: PodmanKubelet
-    klm: LifecycleManager
-    releases: dict[str, Published]
+    landscape: Landscape
     seen: dict[str, Any]
     """What one test leaves for the next (uids before the upgrade)."""
+
+    @property
+    def cluster(self) -> LocalCluster:
+        return self.landscape.cluster
+
+    @property
+    def klm(self) -> LifecycleManager:
+        return self.landscape.klm
+
+    @property
+    def kubelet(self) -> PodmanKubelet:
+        return self.landscape.kubelet
 
 
 @pytest.fixture(scope="module")
 def delivery(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Delivery]:
-    cluster = LocalCluster(node_files=[DEMO_FLEET], progress=log.info,
-                           real_pods={"app.kubernetes.io/name": ["gpu-manager"]})  # fmt: skip
-    started: list[Any] = []
+    out = tmp_path_factory.mktemp("releases")
+    landscape = Landscape(out, versions=("0.1.0", "0.1.1"), progress=log.info).start()
     try:
-        cluster.start()
-        flux = FluxStack(cluster).start()
-        started.append(flux)
-        registry = Registry(cluster).start()
-        kubelet = PodmanKubelet(cluster, SKR_NAMESPACE, MANAGER).start()
-        started.append(kubelet)
-        out = tmp_path_factory.mktemp("releases")
-        releases = {v: publish(registry, v, out / v) for v in ("0.1.0", "0.1.1")}
-        klm = LifecycleManager(cluster, registry).start()
-        yield Delivery(cluster, flux, registry, kubelet, klm, releases, {})
+        yield Delivery(landscape, {})
     finally:
-        for part in reversed(started):
-            part.stop()
-        cluster.stop()
+        landscape.stop()
 
 
 def _manager_pods(cluster: LocalCluster) -> list[dict[str, Any]]:
@@ -115,7 +107,6 @@ def _module_ready(d: Delivery, version: str) -> dict[str, Any] | None:
 @pytest.mark.timeout(900)
 def test_klm_installs_the_module_from_its_component(delivery: Delivery) -> None:
     d, cluster = delivery, delivery.cluster
-    d.klm.offer(d.releases["0.1.0"], {"regular": "0.1.0"})
     wait_until(
         lambda: d.klm.kyma(SKR_NAMESPACE, SKR_KYMA), 120, "KLM's SKR Kyma kyma-system/default"
     )
@@ -123,7 +114,7 @@ def test_klm_installs_the_module_from_its_component(delivery: Delivery) -> None:
     dep = wait_until(lambda: _deployment_available(cluster, "0.1.0"), 300,
                      "the manager Deployment Available, from the pushed image")  # fmt: skip
     image = dep["spec"]["template"]["spec"]["containers"][0]["image"]
-    assert image.startswith(f"{d.registry.host}/kyma-project/gpu-manager:0.1.0@sha256:")
+    assert image.startswith(f"{d.landscape.registry.host}/kyma-project/gpu-manager:0.1.0@sha256:")
     assert sorted(ready_pods(_manager_pods(cluster))) == sorted(
         p.name for p in d.kubelet.pods.values() if p.container
     ), "every ready manager pod runs as a podman container"
@@ -131,7 +122,7 @@ def test_klm_installs_the_module_from_its_component(delivery: Delivery) -> None:
     created = wait_until(lambda: gpu(cluster), 120, "the default Gpu")
     assert created["spec"] == {} or created["spec"].get("source") is None
     # As an admin of a cluster without internet would: the chart from a mirror.
-    mirror = {"chartRepository": d.flux.helm_repo_url, "insecure": True}
+    mirror = {"chartRepository": d.landscape.flux.helm_repo_url, "insecure": True}
     cluster.kubectl("patch", "gpu", "gpu", "--type=merge", "-p",
                     json.dumps({"spec": {"source": mirror}}))  # fmt: skip
     ready = wait_until(lambda: _gpu_ready(cluster), 420, "the Gpu Ready through the module")
@@ -187,7 +178,7 @@ def test_the_manager_runs_as_its_deployment_says(delivery: Delivery) -> None:
 @pytest.mark.timeout(900)
 def test_an_upgrade_through_the_channel_replaces_the_manager(delivery: Delivery) -> None:
     d, cluster = delivery, delivery.cluster
-    d.klm.offer(d.releases["0.1.1"], {"regular": "0.1.1"})
+    d.klm.offer(d.landscape.releases["0.1.1"], {"regular": "0.1.1"})
     wait_until(lambda: _deployment_available(cluster, "0.1.1"), 420,
                "the manager Deployment rolled to 0.1.1")  # fmt: skip
     wait_until(lambda: not d.seen["pods"] & {p["metadata"]["name"] for p in _manager_pods(cluster)},
@@ -203,7 +194,7 @@ def test_an_upgrade_through_the_channel_replaces_the_manager(delivery: Delivery)
 def test_disabling_removes_the_module_and_leaves_the_users_objects(delivery: Delivery) -> None:
     d, cluster = delivery, delivery.cluster
     cluster.create_namespace(USERS)
-    cluster.apply(_user_gpu_pod(), d.flux.helm_repository("users-charts", USERS))
+    cluster.apply(_user_gpu_pod(), d.landscape.flux.helm_repository("users-charts", USERS))
     wait_until(lambda: (cluster.get_object("pod", "train", USERS) or {}).get("status", {})
                .get("phase") == "Running", 60, "ml/train Running")  # fmt: skip
     d.klm.disable()

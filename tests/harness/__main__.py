@@ -65,6 +65,10 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--exit-when-ready", action="store_true", help="stop once the Gpu is Ready (for tests)"
     )
+    demo.add_argument(
+        "--klm", action="store_true",
+        help="deliver the module as Kyma does: a release in a local registry, installed by KLM",
+    )  # fmt: skip
     return parser
 
 
@@ -120,6 +124,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "up":
         return up(args.flux, args.nodes, args.workdir, args.charts)
+    if args.command == "demo" and args.klm:
+        from .demo_klm import run_klm_demo
+
+        return run_klm_demo(exit_when_ready=args.exit_when_ready)
     if args.command == "demo":
         from .demo import run_demo
 

@@ -26,8 +26,8 @@ import base64
 import json
 import subprocess
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,9 @@ import yaml
 
 from .binaries import REPO_ROOT, require
 from .cluster import LocalCluster
+from .flux import FluxStack
+from .kubelet import PodmanKubelet
+from .nodes import DEMO_FLEET
 from .procs import ManagedProcess, free_port, http_ok
 
 KLM_BINARIES = ("lifecycle-manager", "registry", "modulectl", "ocm")
@@ -43,6 +46,7 @@ SKR_NAMESPACE = "kyma-system"
 KYMA_NAME = "local-kyma"
 SKR_KYMA = "default"
 KLM_FATAL = ("^panic: ", '"level":"fatal"', "\tFATAL\t")
+MANAGER_PODS = "app.kubernetes.io/name=gpu-manager"
 
 
 class Registry:
@@ -262,3 +266,49 @@ def _kcp_kyma() -> dict[str, Any]:
                                 if k != "operator.kyma-project.io/managed-by"}},
         "spec": {"channel": "regular"},
     }  # fmt: skip
+
+
+@dataclass
+class Landscape:
+    """Everything of Kyma's delivery on one new cluster (the e2e test's and the KLM demo's):
+    the demo fleet, Flux with the local Helm repository and the real NVIDIA controller, the
+    registry, the podman kubelet for the manager's pods, the module released into the
+    registry at ``versions``, and KLM (with the first version on the regular channel)."""
+
+    workdir: Path
+    versions: tuple[str, ...] = ("0.1.0",)
+    progress: Callable[[str], None] = print
+    cluster: LocalCluster = field(init=False)
+    flux: FluxStack = field(init=False)
+    registry: Registry = field(init=False)
+    kubelet: PodmanKubelet = field(init=False)
+    klm: LifecycleManager = field(init=False)
+    releases: dict[str, Published] = field(default_factory=dict)
+    _started: list[Any] = field(default_factory=list)
+
+    def start(self) -> Landscape:
+        real = {"app.kubernetes.io/name": ["gpu-manager"]}
+        self.cluster = LocalCluster(node_files=[DEMO_FLEET], progress=self.progress, real_pods=real)
+        try:
+            self.cluster.start()
+            self.flux = FluxStack(self.cluster).start()
+            self._started.append(self.flux)
+            self.registry = Registry(self.cluster).start()
+            self.kubelet = PodmanKubelet(self.cluster, SKR_NAMESPACE, MANAGER_PODS).start()
+            self._started.append(self.kubelet)
+            for version in self.versions:
+                self.progress(f"releasing {version} into {self.registry.url} (hack/module.py)")
+                self.releases[version] = publish(self.registry, version, self.workdir / version)
+            self.progress("starting Kyma Lifecycle Manager")
+            self.klm = LifecycleManager(self.cluster, self.registry).start()
+            self.klm.offer(self.releases[self.versions[0]], {"regular": self.versions[0]})
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for part in reversed(self._started):
+            part.stop()
+        self._started.clear()
+        self.cluster.stop()

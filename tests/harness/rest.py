@@ -5,7 +5,9 @@ start, which on two cores shared by parallel test workers adds up to most of a c
 reads over HTTPS with the admin certificate instead, resolving a resource name the way kubectl
 does (plural, singular, short name or kind, optionally ``.group`` or ``.version.group``, from
 the API's discovery, refreshed when a name is not known yet: a CRD just installed), and
-returns what ``kubectl get -o json`` prints (list items with their apiVersion and kind).
+returns what ``kubectl get -o json`` prints (list items with their apiVersion and kind). A type
+the API does not serve reads as "no such object" (None, []), so a wait for an object of a CRD
+that is still being installed just goes on waiting.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import ssl
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -44,6 +47,7 @@ class RestReader:
         self.server = server
         self.context = context
         self._names: dict[str, Resource] = {}
+        self._discovered = float("-inf")
         self._lock = threading.Lock()
 
     def _get(self, path: str) -> Any:
@@ -84,16 +88,23 @@ class RestReader:
         return names
 
     def resolve(self, name: str) -> Resource:
+        """The resource a name means; discovery again (at most once a second) for a name not
+        known yet, e.g. the CRD of a chart that is being installed."""
         key = name.lower()
         with self._lock:
-            if key not in self._names:
+            if key not in self._names and time.monotonic() - self._discovered > 1.0:
                 self._names = self._discover()
+                self._discovered = time.monotonic()
             if key not in self._names:
                 raise UnknownResourceError(f"the server has no resource type {name!r}")
             return self._names[key]
 
     def get(self, resource: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
-        found = self.resolve(resource)
+        """The object, or None if it does not exist, its type included (a CRD not yet there)."""
+        try:
+            found = self.resolve(resource)
+        except UnknownResourceError:
+            return None
         try:
             obj: dict[str, Any] = self._get(found.path(namespace or "default", name))
         except urllib.error.HTTPError as error:
@@ -105,7 +116,11 @@ class RestReader:
     def list(
         self, resource: str, namespace: str | None = None, selector: str | None = None
     ) -> list[dict[str, Any]]:
-        found = self.resolve(resource)
+        """The objects of a kind ([] when the API has no such kind, a CRD not yet there)."""
+        try:
+            found = self.resolve(resource)
+        except UnknownResourceError:
+            return []
         path = found.path(namespace)
         if selector:
             path += "?" + urllib.parse.urlencode({"labelSelector": selector})
