@@ -2,7 +2,7 @@
 
 kyma-gpu plan -f gpu.yaml --nodes nodes.yaml   print the plan for a Gpu and a node list;
                                                exit 0: ok or warning, 1: error, 2: bad input
-kyma-gpu crd                                   print the generated CRD
+kyma-gpu crd [--reference|--policy]           print the generated CRD (reference, values policy)
 kyma-gpu chart-facts CHART.tgz                 print the facts values-rules/charts/ keeps
 kyma-gpu images [--chart-version V] [--installer-release T]   images to mirror
 kyma-gpu rules-schema [--check]                write values-rules/schema/ and context.md
@@ -24,7 +24,9 @@ from pydantic import ValidationError
 from kyma_gpu.api.admission import unknown_fields_message
 from kyma_gpu.api.crd import crd_yaml
 from kyma_gpu.api.models import SINGLETON_MESSAGE, SINGLETON_NAME, Gpu, GpuSpec
+from kyma_gpu.api.policy import policy_yaml
 from kyma_gpu.api.reference import reference_markdown
+from kyma_gpu.api.values import MAX_DEPTH
 from kyma_gpu.facts import NodeError, cluster_facts, node_facts
 from kyma_gpu.plan import Owner, Verdict, make_plan
 from kyma_gpu.rules.catalog import Catalog, ChartFacts
@@ -49,6 +51,11 @@ def _read(path: str, stdin: TextIO) -> Any:
         raise UsageError(f"{path}: cannot read: {err.strerror}") from err
     try:
         return yaml.safe_load(text)
+    except RecursionError as err:  # PyYAML reads nested nodes recursively
+        raise UsageError(
+            f"{path}: nests too deep to read; a Gpu's spec.values may nest at most "
+            f"{MAX_DEPTH} levels deep"
+        ) from err
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
@@ -110,6 +117,9 @@ def cmd_plan(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
 
 
 def cmd_crd(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+    if args.policy:
+        stdout.write(policy_yaml())
+        return 0
     stdout.write(reference_markdown() if args.reference else crd_yaml())
     return 0
 
@@ -247,6 +257,8 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_plan)
     c = sub.add_parser("crd", help="print the generated Gpu CRD")
     c.add_argument("--reference", action="store_true", help="the Markdown reference instead")
+    c.add_argument("--policy", action="store_true",
+                   help="the ValidatingAdmissionPolicy for spec.values instead")  # fmt: skip
     c.set_defaults(func=cmd_crd)
     cf = sub.add_parser("chart-facts", help="print the facts of a packaged chart")
     cf.add_argument("chart", help="path to gpu-operator-<version>.tgz")

@@ -28,6 +28,8 @@ from tests.harness.nodes import DEMO_FLEET
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "config" / "crd" / "bases" / "gpu.kyma-project.io_gpus.yaml"
+VALUES_POLICY = ROOT / "config" / "admission" / "gpu_values_policy.yaml"
+"""The admission policy on spec.values (the module manifest has it next to the CRD)."""
 NAMESPACE_MANIFEST = ROOT / "config" / "namespace" / "namespace.yaml"
 RELEASE_RBAC = ROOT / "config" / "rbac" / "release_rbac.yaml"
 FLUX_CRDS = tuple(k.crd_name for k in FLUX_CRD_KINDS)
@@ -61,9 +63,9 @@ def wait_until(
 
 
 def install_crds(cluster: LocalCluster, flux: bool = True) -> None:
-    """The Gpu CRD (generated) and (unless flux=False: the manager installs its own Flux) the
-    Flux CRDs the operator writes objects of."""
-    files = [CRD, *flux_crd_files()] if flux else [CRD]
+    """The Gpu CRD and its values policy (generated) and (unless flux=False: the manager
+    installs its own Flux) the Flux CRDs the operator writes objects of."""
+    files = [CRD, VALUES_POLICY, *flux_crd_files()] if flux else [CRD, VALUES_POLICY]
     args = ["apply", "--server-side", "--field-manager=kyma-gpu-tests"]
     for path in files:
         args += ["-f", str(path)]

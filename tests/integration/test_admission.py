@@ -32,9 +32,12 @@ from kyma_gpu.api.operations import (
     REPLICAS_NEEDED,
     TIME_SLICING_ONLY,
 )
+from kyma_gpu.api.selectors import LABEL_SELECTOR_MESSAGE
+from kyma_gpu.api.values import DEPTH_MESSAGE, MAX_DEPTH, MAX_ENTRIES, MAX_TEXT
+from kyma_gpu.api.values import REASON as VALUES_REASON
 from kyma_gpu.cli import main
 from tests.harness.cluster import LocalCluster
-from tests.harness.module import CRD
+from tests.harness.module import CRD, VALUES_POLICY, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -48,6 +51,17 @@ HOSTILE_BINDING = {
                 "name": "cluster-admin"},
     "subjects": [{"kind": "User", "name": "mallory"}],
 }  # fmt: skip
+
+
+INJECTED = "IfNotPresent\n---\n" + json.dumps(HOSTILE_BINDING)
+"""A document separator and a second object, as the chart would print them unquoted."""
+
+
+def _deep(levels: int) -> Any:
+    node: Any = "x"
+    for _ in range(levels):
+        node = {"a": node}
+    return node
 
 
 def _pattern(path: str, value: str, pattern: str) -> str:
@@ -167,6 +181,43 @@ ROWS: list[tuple[str, dict[str, Any], str]] = [
      f"spec.values: Invalid value: {EXTRA_OBJECTS}"),
     ("values-nfd-namespace", {"values": {"node-feature-discovery": {"namespaceOverride": "x"}}},
      f"spec.values.node-feature-discovery: Invalid value: {NFD_NAMESPACE}"),
+    # spec.values that Helm would read as structure (the admission policy, api/policy.py)
+    ("values-document-separator",
+     {"values": {"kataSandboxDevicePlugin": {"imagePullPolicy": INJECTED}}},
+     "spec.values.kataSandboxDevicePlugin.imagePullPolicy: Invalid value: a line break or "
+     f'control character after "IfNotPresent": {VALUES_REASON}'),
+    ("values-unicode-line-separator", {"values": {"operator": {"priorityClassName": "a\u2028b"}}},
+     'spec.values.operator.priorityClassName: Invalid value: a line break or control character '
+     'after "a"'),
+    ("values-carriage-return-in-text",
+     {"values": {"dcgmExporter": {"config": {"data": "a\r\nb"}}}},
+     'spec.values.dcgmExporter.config.data: Invalid value: a line break or control character '
+     'after "a"'),
+    ("values-line-break-in-a-key", {"values": {"daemonsets": {"labels": {"a\nb": "c"}}}},
+     'spec.values.daemonsets.labels: Invalid value: a key holds a line break or control '
+     'character after "a"'),
+    ("values-in-a-list", {"values": {"toolkit": {"env": [{"name": "A", "value": "x\ny"}]}}},
+     'spec.values.toolkit.env[0].value: Invalid value: a line break or control character'),
+    ("values-too-deep", {"values": _deep(300)},
+     f"spec.values.{'.'.join(['a'] * MAX_DEPTH)}: Invalid value: {DEPTH_MESSAGE}"),
+    ("values-too-many-entries", {"values": {"x": list(range(MAX_ENTRIES))}},
+     f"spec.values: Invalid value: spec.values may hold at most {MAX_ENTRIES} entries, "
+     f"it holds {MAX_ENTRIES + 1}"),
+    ("values-too-much-text", {"values": {"x": "y" * MAX_TEXT}},
+     f"spec.values: Invalid value: the keys and strings of spec.values may total at most "
+     f"{MAX_TEXT} characters, they total {MAX_TEXT + 1}"),
+    ("selector-unclosed",
+     {"driver": {"upgradePolicy": {"waitForCompletion": {"podSelector": "app in (batch,train"}}}},
+     'spec.driver.upgradePolicy.waitForCompletion.podSelector: Invalid value: '
+     f'"app in (batch,train": {LABEL_SELECTOR_MESSAGE}'),
+    ("selector-template", {"driver": {"upgradePolicy": {"waitForCompletion": {
+        "podSelector": "{{ .Values.p | b64dec }}"}}}},
+     'spec.driver.upgradePolicy.waitForCompletion.podSelector: Invalid value: '
+     f'"{{{{ .Values.p | b64dec }}}}": {LABEL_SELECTOR_MESSAGE}'),
+    ("selector-two-equals",
+     {"driver": {"upgradePolicy": {"drain": {"podSelector": "team=ml=gpu"}}}},
+     'spec.driver.upgradePolicy.drain.podSelector: Invalid value: '
+     f'"team=ml=gpu": {LABEL_SELECTOR_MESSAGE}'),
 ]  # fmt: skip
 
 
@@ -181,10 +232,14 @@ def _manifest(spec: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def gpu_crd(local_cluster: LocalCluster) -> Iterator[LocalCluster]:
-    """The generated CRD on the API server; removed again if this test brought it."""
+    """The generated CRD and values policy on the API server; the CRD is removed again if this
+    test brought it."""
     existed = local_cluster.get_object("crd", "gpus.gpu.kyma-project.io") is not None
-    local_cluster.kubectl("apply", "--server-side", "-f", str(CRD))
+    local_cluster.kubectl("apply", "--server-side", "-f", str(CRD), "-f", str(VALUES_POLICY))
     local_cluster.wait_crds_established("gpus.gpu.kyma-project.io")
+    # A new admission policy takes effect once the API server has loaded it.
+    wait_until(lambda: _admission(local_cluster, {"values": _deep(300)})[0] != 0, 30,
+               "the values policy in force")  # fmt: skip
     yield local_cluster
     if not existed:
         local_cluster.kubectl("delete", "-f", str(CRD), "--wait=true", check=False)

@@ -304,3 +304,23 @@ def test_unknown_fields_and_another_error(tmp_path: Path) -> None:
     assert got == 2
     assert 'unknown field "spec.driver.verison" (did you mean "version"?); ' in err
     assert 'spec.driver.mode: Unsupported value: "Foo"' in err
+
+
+def _deep_gpu(levels: int) -> str:
+    """A Gpu whose spec.values nests `levels` maps deep, in block style."""
+    lines = [GPU.replace("spec: {}\n", "spec:"), "  values:"]
+    lines += ["  " * (i + 2) + "a:" for i in range(levels)]
+    return "\n".join([*lines, "  " * (levels + 2) + "x", ""])
+
+
+@pytest.mark.parametrize("levels", [21, 300, 340, 1000, 5000])
+def test_deep_values_are_refused_in_one_line(tmp_path: Path, levels: int) -> None:
+    """Deep values once killed `kyma-gpu plan` with a RecursionError traceback (issue 20)."""
+    path = tmp_path / "gpu.yaml"
+    path.write_text(_deep_gpu(levels), encoding="utf-8")
+    code, out, err = run(["plan", "-f", str(path)])
+    assert code == 2, err
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1, err
+    assert "at most 20 levels deep" in err
+    assert "Traceback" not in err

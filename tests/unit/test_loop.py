@@ -442,3 +442,29 @@ def test_a_field_the_server_drops_is_not_applied_again(
     assert world.api.writes().count("apply HelmRelease") == 1
     world.run()
     assert not [w for w in world.api.writes() if w.startswith("apply")]
+
+
+def _unplannable(*_: Any) -> Any:
+    raise RecursionError("maximum recursion depth exceeded while serializing")
+
+
+def test_a_spec_that_cannot_be_planned_is_an_error_in_status(world: World) -> None:
+    """Not a pass that fails in silence every time (issue 20: deep spec.values once did)."""
+    world.loop.plan = _unplannable  # type: ignore[method-assign,assignment]
+    assert world.run() is Phase.INVALID
+    ready = world.api.gpu["status"]["conditions"][0]
+    assert ready["reason"] == "PlanFailed"
+    assert "RecursionError" in ready["message"]
+    assert world.api.gpu["status"]["state"] == "Error"
+    assert world.loop.error_count == 0
+    world.run()
+    assert world.api.calls == []  # the same status is not written again
+
+
+def test_a_spec_that_cannot_be_planned_can_still_be_deleted(world: World) -> None:
+    installed(world)
+    world.loop.plan = _unplannable  # type: ignore[method-assign,assignment]
+    world.edit(deletionTimestamp="2026-01-01T00:00:00Z",
+               annotations={"gpu.kyma-project.io/skip-workload-protection": "true"})  # fmt: skip
+    assert world.run() is Phase.UNINSTALLING
+    assert "delete HelmRelease" in world.api.calls

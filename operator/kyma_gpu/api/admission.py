@@ -127,6 +127,7 @@ _FORMATS: Mapping[str, Callable[[str, ErrorDetails], str]] = {
     "value_error": _custom,
     "refused_value": _custom,
     "field_rule": _field_rule,
+    "values_rule": _custom,
     **dict.fromkeys(_EXPECTED_TYPE, _wrong_type),
 }
 

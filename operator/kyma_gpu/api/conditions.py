@@ -33,6 +33,8 @@ class ReadyReason(StrEnum):
     DELETING = "Deleting"
     NOT_THE_SINGLETON = "NotTheSingleton"
     INVALID_SPEC = "InvalidSpec"
+    PLAN_FAILED = "PlanFailed"
+    """The module could not plan a spec the model accepted (a defect of the module)."""
     FLUX_INCOMPATIBLE = "FluxIncompatible"
     DEGRADED = "Degraded"
     """The stack serves the GPU nodes of every worker pool but the blocked or degraded ones

@@ -34,6 +34,7 @@ from kyma_gpu.api.operations import (
     SharingSpec,
     UpgradePolicySpec,
 )
+from kyma_gpu.api.values import values_error
 
 API_GROUP = "gpu.kyma-project.io"
 API_VERSION = "v1beta1"
@@ -272,7 +273,9 @@ class GpuSpec(_Model):
     """Raw chart values, deep-merged after every rule. An escape hatch: what is set here wins,
     and the module cannot check it. Prefer the typed fields above. Keys that create arbitrary
     objects or that the module reserves (extraObjects, node-feature-discovery.namespaceOverride)
-    are refused."""
+    are refused, and so are line breaks and control characters in keys and strings (but in the
+    device plugin's and MIG manager's config data and the DCGM metrics list); at most 20 levels
+    deep, 2000 entries and 131072 characters of keys and strings."""
 
     @field_validator("values")
     @classmethod
@@ -281,6 +284,11 @@ class GpuSpec(_Model):
         if found:
             owner = ".".join(("spec.values", *found[0].path[:-1]))
             raise PydanticCustomError("refused_value", found[0].message, {"owner": owner})
+        bad = values_error(values) if values is not None else None
+        if bad is not None:  # the message last: it quotes the user's text
+            raise PydanticCustomError(
+                "values_rule", "{message}", {"owner": bad.path, "message": bad.message}
+            )
         return values
 
 

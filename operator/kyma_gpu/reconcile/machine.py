@@ -16,7 +16,7 @@ step has nothing left to write. Deletion is a phase of the same machine.
     being deleted, the module's own Flux left .... RemovingFlux (its controllers; its CRDs
                                                    unless others' objects use them)
     being deleted, nothing left .................. Released (remove the finalizer)
-    spec invalid ................................. Invalid
+    spec invalid, or it cannot be planned ........ Invalid (InvalidSpec, PlanFailed)
     no finalizer yet ............................. Initializing (add it)
     plan has errors .............................. Blocked (status only, nothing applied)
     the cluster's Flux is too old or partial ..... FluxIncompatible (Error, nothing applied)
@@ -41,6 +41,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from kyma_gpu.api.admission import admission_message
+from kyma_gpu.api.conditions import ReadyReason
 from kyma_gpu.api.models import SINGLETON_NAME, Condition, GpuSpec, GpuState, GpuStatus
 from kyma_gpu.facts import ClusterFacts, NodeFacts, cluster_facts
 from kyma_gpu.plan import Owner, Plan
@@ -223,7 +224,11 @@ def _natural(inputs: Inputs) -> Step:
         return Step(Phase.INVALID, status=invalid_status(gpu, spec, inputs.now))
     if FINALIZER not in gpu.finalizers:
         return Step(Phase.INITIALIZING, finalizer=FinalizerChange.ADD, key="finalizer")
-    return _running(inputs, _plan(inputs, spec))
+    plan = _safe_plan(inputs, spec)
+    if isinstance(plan, str):
+        status = _error_status(gpu, ReadyReason.PLAN_FAILED, plan, inputs.now)
+        return Step(Phase.INVALID, status=status)
+    return _running(inputs, plan)
 
 
 def _parse(gpu: GpuObject) -> GpuSpec | ValidationError:
@@ -236,6 +241,19 @@ def _parse(gpu: GpuObject) -> GpuSpec | ValidationError:
 def _plan(inputs: Inputs, spec: GpuSpec) -> Plan:
     owner = Owner(uid=inputs.gpu.uid, name=inputs.gpu.name)
     return inputs.planner(spec, cluster_facts(inputs.snap.nodes), owner)
+
+
+def _safe_plan(inputs: Inputs, spec: GpuSpec) -> Plan | str:
+    """The plan, or why there is none: a spec the model accepts but the module cannot plan
+    (or serialise, as once at 300 levels of spec.values) must show in the status, not fail
+    every pass in silence, and must not stop a deletion."""
+    try:
+        return _plan(inputs, spec)
+    except (RecursionError, ValueError, TypeError) as err:
+        return (
+            f"the module cannot plan this spec ({type(err).__name__}: {err}); nothing is "
+            "applied. This is a defect of the module: report it with the Gpu's spec"
+        )
 
 
 def _running(inputs: Inputs, plan: Plan) -> Step:
@@ -296,7 +314,8 @@ def _deleting(inputs: Inputs, spec: GpuSpec | None) -> Step:
     protect = not gpu.skip_protection
     if protect and snap.gpu_workloads is None:
         return Step(Phase.WAITING_FOR_WORKLOADS, watch_pods=True)
-    plan = _plan(inputs, spec) if spec is not None else None
+    planned = _safe_plan(inputs, spec) if spec is not None else None
+    plan = planned if isinstance(planned, Plan) else None
     if protect and snap.gpu_workloads:
         status = _status(inputs, plan) if plan is not None else None
         return Step(Phase.WAITING_FOR_WORKLOADS, status=status, watch_pods=True)
