@@ -51,6 +51,10 @@ class LongestFileFirst(LoadScopeScheduling):
                 self._assign_work_unit(node)
             else:
                 node.shutdown()
+        # A worker runs a test only once it knows the next one (or is told to shut down): a
+        # file of one test needs its successor now, or that worker would wait for ever.
+        for node in self.nodes:
+            self._reschedule(node)
 
     def _reschedule(self, node: WorkerController) -> None:
         if node.shutting_down:
