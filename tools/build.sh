@@ -28,6 +28,14 @@ mkdir -p "$cache_root" "$bin_dir"
 
 if [[ "${1:-}" == "--print" ]]; then echo "$cache_root"; exit 0; fi
 
+# One build at a time per cache: a second `make tools` (another checkout, a parallel job)
+# waits here and then reuses what the first one built instead of building it again.
+exec 9>"$cache_root/.build.lock"
+if ! flock -n 9; then
+  echo "tools: another build holds $cache_root/.build.lock; waiting for it ..." >&2
+  flock 9
+fi
+
 # -mod=readonly: a build must never rewrite the committed go.mod/go.sum (the cache key).
 export CGO_ENABLED=0 GOFLAGS=-mod=readonly GOTOOLCHAIN=local
 k8s_pkg=k8s.io/component-base/version
