@@ -1,0 +1,392 @@
+"""`decide(Inputs) -> Step` as a table: one case per row of the phase table in the docstring of
+reconcile/machine.py, asserting the phase and the actions of the step.
+
+The table is read from the docstring itself (`doc_rows`), so the test is tied to it both ways:
+a row whose text or phase changes, or a new row, fails `test_every_row_of_the_phase_table_has_
+a_case`; a change of what `decide` does fails the case of its row. Checked by breaking one row at
+a time and seeing the test fail, then restoring: the Blocked row's phase in the docstring renamed
+(`Blocked` -> `Stuck`: the coverage test fails), `_running` returning Progressing instead of
+Blocked (the Blocked case fails), the HelmRelease-first sort of Uninstalling dropped (the
+Uninstalling case fails), and Initializing given no finalizer change (its case fails).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from kyma_gpu.api.models import GpuSpec
+from kyma_gpu.facts import ClusterFacts, NodeFacts, cluster_facts, node_facts
+from kyma_gpu.plan import Owner, Plan, make_plan
+from kyma_gpu.plan.actions import LiveObject, live_object
+from kyma_gpu.plan.provision import (
+    MARKER_CRD,
+    REQUIRED_APIS,
+    Api,
+    CrdFacts,
+    FluxApi,
+    bundle,
+    bundle_hash,
+)
+from kyma_gpu.reconcile import machine
+from kyma_gpu.reconcile.machine import (
+    FINALIZER,
+    Failure,
+    FinalizerChange,
+    GpuObject,
+    Inputs,
+    Phase,
+    Snapshot,
+    Step,
+    decide,
+    gpu_object,
+)
+from kyma_gpu.rules.catalog import Catalog
+from kyma_gpu.status import ClusterPolicyFacts, DaemonSetFacts, daemonset_facts
+from kyma_gpu.status.deletion import SKIP_PROTECTION_ANNOTATION
+from kyma_gpu.status.observed import HelmReleaseFacts, helm_release_facts
+from tests.unit.builders import cpu_node, node
+
+NOW = "2026-12-01T10:00:00Z"
+DELETED_AT = "2026-12-01T09:59:00Z"
+
+_ROW = re.compile(r"^ {4} *(?P<when>\S.*?) \.{3,} (?P<then>.*)$")
+
+
+def doc_rows() -> dict[str, str]:
+    """The phase table of machine.py's docstring: the condition of each row -> its outcome
+    (the first word, a phase, or the parenthesised note of a row that qualifies the one above)."""
+    rows: dict[str, str] = {}
+    for line in (machine.__doc__ or "").splitlines():
+        found = _ROW.match(line)
+        if found:
+            then = found["then"]
+            rows[found["when"].strip()] = then if then.startswith("(") else then.split()[0]
+    return rows
+
+
+# -- building Inputs --
+
+
+@dataclass(frozen=True)
+class World:
+    catalog: Catalog
+    nodes: tuple[NodeFacts, ...]
+
+    def planner(self, spec: GpuSpec, facts: ClusterFacts, owner: Owner) -> Plan:
+        return make_plan(spec, facts, self.catalog, owner)
+
+    def plan(self, gpu: GpuObject) -> Plan:
+        owner = Owner(uid=gpu.uid, name=gpu.name)
+        spec = GpuSpec.model_validate(gpu.spec)
+        return self.planner(spec, cluster_facts(self.nodes), owner)
+
+    def inputs(self, gpu: GpuObject, failure: Failure | None = None, **snap: Any) -> Inputs:
+        snapshot = Snapshot(nodes=self.nodes, **snap)
+        return Inputs(gpu, snapshot, self.planner, failure, clock=100.0, now=NOW)
+
+
+@pytest.fixture(scope="module")
+def world(catalog: Catalog) -> World:
+    bodies = [node("gpu-1"), node("gpu-2"), cpu_node("cpu-1")]
+    return World(catalog, tuple(node_facts(b, catalog.machine_types) for b in bodies))
+
+
+def gpu(
+    name: str = "gpu",
+    spec: Mapping[str, Any] | None = None,
+    finalizer: bool = True,
+    deleting: bool = False,
+    skip_protection: bool = False,
+) -> GpuObject:
+    meta: dict[str, Any] = {"name": name, "uid": "uid-1", "generation": 3, "resourceVersion": "7"}
+    if finalizer:
+        meta["finalizers"] = [FINALIZER]
+    if deleting:
+        meta["deletionTimestamp"] = DELETED_AT
+    if skip_protection:
+        meta["annotations"] = {SKIP_PROTECTION_ANNOTATION: "true"}
+    return gpu_object({"metadata": meta, "spec": dict(spec or {})})
+
+
+def live(plan: Plan, deleting: bool = False, ready: bool = True) -> dict[str, Any]:
+    """The plan's Flux objects as the API holds them once applied (and Flux reconciled them):
+    the `flux` and `flux_status` of a Snapshot."""
+    objects: list[LiveObject] = []
+    status: list[HelmReleaseFacts] = []
+    for planned in plan.objects:
+        body = dict(planned)
+        meta = {**body["metadata"], "generation": 1}
+        if deleting:
+            meta["deletionTimestamp"] = DELETED_AT
+        body["metadata"] = meta
+        conditions = [{"type": "Ready", "status": "True" if ready else "False",
+                       "reason": "Succeeded" if ready else "InstallFailed",
+                       "message": "m", "observedGeneration": 1}]  # fmt: skip
+        body["status"] = {"observedGeneration": 1, "conditions": conditions}
+        if planned["kind"] == "HelmRelease" and ready:
+            body["status"]["history"] = [{"status": "deployed", "chartVersion": "v26.7.0"}]
+        objects.append(live_object(body))
+        status.append(helm_release_facts(body))
+    return {"flux": tuple(objects), "flux_status": tuple(status)}
+
+
+def ready_components() -> dict[str, Any]:
+    driver: DaemonSetFacts = daemonset_facts({
+        "metadata": {"name": "nvidia-driver-daemonset-x", "generation": 1,
+                     "labels": {"app.kubernetes.io/component": "nvidia-driver"}},
+        "spec": {"updateStrategy": {"type": "OnDelete"}},
+        "status": {"desiredNumberScheduled": 2, "numberAvailable": 2, "observedGeneration": 1},
+    })  # fmt: skip
+    return {"daemonsets": (driver,), "cluster_policy": ClusterPolicyFacts("ready")}
+
+
+def no_flux() -> FluxApi:
+    return FluxApi(crds={}, apis=dict.fromkeys(REQUIRED_APIS, Api.ABSENT))
+
+
+def own_flux(served: bool, current: bool = True, deleting: bool = False) -> FluxApi:
+    """The module's own Flux: its CRDs labelled as provided, with the bundle hash."""
+    digest = bundle_hash() if current else "an-older-bundle"
+    crds = {
+        name: CrdFacts(uid=name, provided=True, deleting=deleting,
+                       bundle_hash=digest if name == MARKER_CRD else None)
+        for name in REQUIRED_APIS
+    }  # fmt: skip
+    api = Api.SERVED if served else Api.UNKNOWN
+    return FluxApi(crds=crds, apis=dict.fromkeys(REQUIRED_APIS, api))
+
+
+def partial_flux() -> FluxApi:
+    """The cluster's own Flux without its HelmRelease CRD."""
+    crds = {name: CrdFacts(uid=name) for name in REQUIRED_APIS if name != MARKER_CRD}
+    return FluxApi(crds=crds, apis=dict.fromkeys(REQUIRED_APIS, Api.SERVED))
+
+
+# -- what a step does --
+
+
+def actions(step: Step) -> tuple[str, ...]:
+    """The step's writes and requests, in words: what a row's 'action' column says."""
+    out: list[str] = []
+    if step.finalizer is FinalizerChange.ADD:
+        out.append("add finalizer")
+    if step.finalizer is FinalizerChange.REMOVE:
+        out.append("remove finalizer")
+    out += [f"apply {o['kind']}/{o['metadata']['name']}" for o in step.apply]
+    out += [f"delete {o.kind}/{o.namespace}/{o.name}" for o in step.delete]
+    if step.remove_flux:
+        out.append("remove the module's Flux")
+    if step.watch_pods:
+        out.append("watch pods")
+    return tuple(out)
+
+
+def ready_reason(step: Step) -> str | None:
+    if step.status is None:
+        return None
+    ready = next(c for c in step.status.conditions if c.type == "Ready")
+    return ready.reason
+
+
+@dataclass(frozen=True)
+class Case:
+    row: str
+    """The condition column of the docstring's row."""
+    inputs: Callable[[World], Inputs]
+    phase: Phase
+    actions: tuple[str, ...]
+    state: str | None = None
+    """The status's state; None: the step leaves the status as it is."""
+    reason: str | None = None
+    """The Ready condition's reason, when it matters."""
+    check: Callable[[World, Step], None] = lambda _world, _step: None
+
+
+DOOMED = (
+    "delete HelmRelease/kyma-system/gpu-operator",
+    "delete HelmRepository/kyma-system/gpu-operator",
+)
+"""Uninstalling deletes the HelmRelease first: Flux uninstalls while its source is there."""
+
+
+def _names_the_pod(world: World, step: Step) -> None:
+    assert step.status is not None
+    assert "ml/train" in " ".join(c.message for c in step.status.conditions)
+
+
+def _uninstalling(world: World, step: Step) -> None:
+    assert step.key
+    assert step.requeue_after is not None
+    assert step.requeue_after > 0  # the uninstall's bound, then Error (UninstallStalled)
+
+
+def _applying(world: World, step: Step) -> None:
+    assert step.key
+    assert step.status is None  # the status follows the writes
+    assert step.status_if_failed is None  # a first attempt says nothing when it fails
+
+
+def _providing(world: World, step: Step) -> None:
+    assert [o["metadata"]["name"] for o in step.apply][-1] == MARKER_CRD  # the marker last
+    assert step.key == f"flux-bundle-{bundle_hash()}"
+
+
+def _plan_failed(*_: Any) -> Plan:
+    raise RecursionError("maximum recursion depth exceeded")
+
+
+def _unplannable(world: World) -> Inputs:
+    return dataclasses.replace(world.inputs(gpu()), planner=_plan_failed)
+
+
+def _failed_lately(world: World) -> Inputs:
+    """The apply of a spec change failed (403) and its retry is not due."""
+    changed = gpu(spec={"components": {"migManager": True}})
+    applied = live(world.plan(gpu()))
+    key = decide(world.inputs(changed, **applied)).key
+    failure = Failure(key, "403 Forbidden", permanent=True, attempts=1, retry_at=130.0)
+    return world.inputs(changed, failure, **applied)
+
+
+def _failed_lately_check(world: World, step: Step) -> None:
+    assert step.requeue_after == pytest.approx(30.0)
+    assert step.status is not None
+    release = next(c for c in step.status.conditions if c.type == "ReleaseReady")
+    assert release.reason == "ApplyFailed"
+    assert release.message.endswith("failed: 403 Forbidden")
+
+
+def _applied(world: World, ready: bool = True, components: bool = True) -> Inputs:
+    snap = live(world.plan(gpu()), ready=ready)
+    if components:
+        snap.update(ready_components())
+    return world.inputs(gpu(), **snap)
+
+
+CASES = [
+    Case("not the singleton", lambda w: w.inputs(gpu("other")),
+         Phase.REFUSED, (), state="Error", reason="NotTheSingleton"),
+    Case("being deleted, finalizer gone",
+         lambda w: w.inputs(gpu(finalizer=False, deleting=True), **live(w.plan(gpu()))),
+         Phase.RELEASED, ()),
+    Case("being deleted, GPU pods not yet listed",
+         lambda w: w.inputs(gpu(deleting=True), gpu_workloads=None, **live(w.plan(gpu()))),
+         Phase.WAITING_FOR_WORKLOADS, ("watch pods",)),
+    Case("being deleted, GPU pods running",
+         lambda w: w.inputs(gpu(deleting=True), gpu_workloads=("ml/train",),
+                            **live(w.plan(gpu()))),
+         Phase.WAITING_FOR_WORKLOADS, ("watch pods",), state="Warning", reason="Deleting",
+         check=_names_the_pod),
+    Case("... unless the skip annotation is set",
+         lambda w: w.inputs(gpu(deleting=True, skip_protection=True), gpu_workloads=None,
+                            **live(w.plan(gpu()))),
+         Phase.UNINSTALLING, DOOMED,
+         state="Deleting", reason="Deleting"),
+    Case("being deleted, Flux objects left",
+         lambda w: w.inputs(gpu(deleting=True), gpu_workloads=(), **live(w.plan(gpu()))),
+         Phase.UNINSTALLING,
+         (*DOOMED, "watch pods"),
+         state="Deleting", reason="Deleting", check=_uninstalling),
+    Case("being deleted, Flux objects left",  # already deleting: nothing deleted twice
+         lambda w: w.inputs(gpu(deleting=True), gpu_workloads=(),
+                            **live(w.plan(gpu()), deleting=True)),
+         Phase.UNINSTALLING, ("watch pods",), state="Deleting", reason="Deleting",
+         check=_uninstalling),
+    Case("being deleted, the module's own Flux left",
+         lambda w: w.inputs(gpu(deleting=True), gpu_workloads=(), flux_api=own_flux(True)),
+         Phase.REMOVING_FLUX, ("remove the module's Flux", "watch pods"),
+         check=lambda _w, s: None if s.key == "flux-remove" else pytest.fail(s.key)),
+    Case("being deleted, nothing left",
+         lambda w: w.inputs(gpu(deleting=True), gpu_workloads=()),
+         Phase.RELEASED, ("remove finalizer", "watch pods")),
+    Case("being deleted, nothing left",  # the module's own Flux already on its way out
+         lambda w: w.inputs(gpu(deleting=True, skip_protection=True),
+                            flux_api=own_flux(True, deleting=True)),
+         Phase.RELEASED, ("remove finalizer",)),
+    Case("spec invalid, or it cannot be planned",
+         lambda w: w.inputs(gpu(spec={"driver": {"mode": "Foo"}})),
+         Phase.INVALID, (), state="Error", reason="InvalidSpec"),
+    Case("spec invalid, or it cannot be planned", _unplannable,
+         Phase.INVALID, (), state="Error", reason="PlanFailed"),
+    Case("no finalizer yet", lambda w: w.inputs(gpu(finalizer=False)),
+         Phase.INITIALIZING, ("add finalizer",),
+         check=lambda _w, s: None if s.key == "finalizer" else pytest.fail(s.key)),
+    Case("plan has errors",
+         lambda w: w.inputs(gpu(spec={"driver": {"installerRelease": "9.9.9"}})),
+         Phase.BLOCKED, (), state="Error"),
+    Case("the cluster's Flux is too old or partial",
+         lambda w: w.inputs(gpu(), flux_api=partial_flux()),
+         Phase.FLUX_INCOMPATIBLE, (), state="Error", reason="FluxIncompatible"),
+    Case("no Flux, or the module's own is outdated", lambda w: w.inputs(gpu(), flux_api=no_flux()),
+         Phase.PROVIDING_FLUX,
+         tuple(f"apply {o['kind']}/{o['metadata']['name']}" for o in bundle()),
+         check=_providing),
+    Case("no Flux, or the module's own is outdated",
+         lambda w: w.inputs(gpu(), flux_api=own_flux(True, current=False)),
+         Phase.PROVIDING_FLUX,
+         tuple(f"apply {o['kind']}/{o['metadata']['name']}" for o in bundle()),
+         check=_providing),
+    Case("the module's own Flux not served yet",
+         lambda w: w.inputs(gpu(), flux_api=own_flux(False)),
+         Phase.PROGRESSING, (), state="Processing"),
+    Case("Flux objects differ from the plan", lambda w: w.inputs(gpu()),
+         Phase.APPLYING, ("apply HelmRepository/gpu-operator", "apply HelmRelease/gpu-operator"),
+         check=_applying),
+    Case("... and the last attempt failed", _failed_lately,
+         Phase.FAILED, (), state="Error", reason="Error", check=_failed_lately_check),
+    Case("applied, status Error", lambda w: _applied(w, ready=False),
+         Phase.FAILED, (), state="Error", reason="Error"),
+    Case("applied, not everything ready", lambda w: _applied(w, components=False),
+         Phase.PROGRESSING, (), state="Processing"),
+    Case("applied, everything ready", _applied, Phase.READY, (), state="Ready", reason="Ready"),
+]  # fmt: skip
+
+
+def test_every_row_of_the_phase_table_has_a_case() -> None:
+    rows = doc_rows()
+    assert len(rows) >= 19, rows  # the parser found the table
+    assert sorted({c.row for c in CASES}) == sorted(rows)
+    for case in CASES:
+        said = rows[case.row]
+        if not said.startswith("("):  # a row that qualifies the one above names no phase
+            assert said == case.phase.value, case.row
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c.phase.value}: {c.row}" for c in CASES])
+def test_decide(world: World, case: Case) -> None:
+    step = decide(case.inputs(world))
+    assert step.phase is case.phase
+    assert actions(step) == case.actions
+    assert (step.status.state.value if step.status else None) == case.state
+    if case.reason is not None:
+        assert ready_reason(step) == case.reason
+    assert step.writes == any(a != "watch pods" for a in case.actions)
+    case.check(world, step)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c.phase.value}: {c.row}" for c in CASES])
+def test_decide_is_pure(world: World, case: Case) -> None:
+    """The same inputs give the same step: nothing in `decide` remembers or reads a clock."""
+    inputs = case.inputs(world)
+    assert decide(inputs) == decide(inputs)
+
+
+def test_a_failure_of_other_writes_does_not_hold_a_step_back(world: World) -> None:
+    """A failure is matched to the writes by their key: a spec change is tried at once."""
+    failure = Failure("another-key", "403 Forbidden", permanent=True, attempts=1, retry_at=1e9)
+    step = decide(world.inputs(gpu(), failure))
+    assert step.phase is Phase.APPLYING
+
+
+def test_a_failure_whose_retry_is_due_lets_the_step_go(world: World) -> None:
+    key = decide(world.inputs(gpu())).key
+    failure = Failure(key, "429 Too Many Requests", permanent=False, attempts=1, retry_at=99.0)
+    step = decide(world.inputs(gpu(), failure))
+    assert step.phase is Phase.APPLYING
+    assert step.status_if_failed is None  # one transient failure stays quiet
