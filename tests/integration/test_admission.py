@@ -40,6 +40,9 @@ from tests.harness.cluster import LocalCluster
 from tests.harness.module import CRD, VALUES_POLICY, wait_until
 
 pytestmark = pytest.mark.integration
+# The harness applies the CRD and the policy on the shared per-worker cluster as this field
+# manager (tests/harness/module.py); applying them as kubectl's default manager conflicts.
+FIELD_MANAGER = ("--field-manager=kyma-gpu-tests", "--force-conflicts")
 
 MODES = 'supported values: "Auto", "Precompiled", "Preinstalled", "Upstream"'
 EXTRA_OBJECTS, NFD_NAMESPACE = (r.message for r in REFUSED_VALUES)
@@ -235,7 +238,8 @@ def gpu_crd(local_cluster: LocalCluster) -> Iterator[LocalCluster]:
     """The generated CRD and values policy on the API server; the CRD is removed again if this
     test brought it."""
     existed = local_cluster.get_object("crd", "gpus.gpu.kyma-project.io") is not None
-    local_cluster.kubectl("apply", "--server-side", "-f", str(CRD), "-f", str(VALUES_POLICY))
+    local_cluster.kubectl("apply", "--server-side", *FIELD_MANAGER,
+                        "-f", str(CRD), "-f", str(VALUES_POLICY))  # fmt: skip
     local_cluster.wait_crds_established("gpus.gpu.kyma-project.io")
     # A new admission policy takes effect once the API server has loaded it.
     wait_until(lambda: _admission(local_cluster, {"values": _deep(300)})[0] != 0, 30,

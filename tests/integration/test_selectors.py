@@ -29,6 +29,9 @@ from tests.harness.cluster import LocalCluster
 from tests.harness.module import CRD
 
 pytestmark = pytest.mark.integration
+# The harness applies the CRD and the policy on the shared per-worker cluster as this field
+# manager (tests/harness/module.py); applying them as kubectl's default manager conflicts.
+FIELD_MANAGER = ("--field-manager=kyma-gpu-tests", "--force-conflicts")
 
 LONG_PREFIX = ".".join(["a" * 63] * 4)  # 255 characters: over the 253 of a DNS subdomain
 # (selector, the API server parses it)
@@ -137,7 +140,7 @@ def _model_accepts(selector: str) -> bool:
 
 @pytest.fixture(scope="module")
 def cluster(local_cluster: LocalCluster) -> LocalCluster:
-    local_cluster.kubectl("apply", "--server-side", "-f", str(CRD))
+    local_cluster.kubectl("apply", "--server-side", *FIELD_MANAGER, "-f", str(CRD))
     local_cluster.wait_crds_established("gpus.gpu.kyma-project.io")
     return local_cluster
 
