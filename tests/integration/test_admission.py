@@ -33,7 +33,7 @@ from kyma_gpu.api.operations import (
     TIME_SLICING_ONLY,
 )
 from kyma_gpu.api.selectors import LABEL_SELECTOR_MESSAGE
-from kyma_gpu.api.values import DEPTH_MESSAGE, MAX_DEPTH, MAX_ENTRIES, MAX_TEXT
+from kyma_gpu.api.values import DEPTH_MESSAGE, MAX_DEPTH, MAX_ENTRIES, MAX_TEXT, NAME_MESSAGE
 from kyma_gpu.api.values import REASON as VALUES_REASON
 from kyma_gpu.cli import main
 from tests.harness.cluster import LocalCluster
@@ -45,7 +45,7 @@ pytestmark = pytest.mark.integration
 FIELD_MANAGER = ("--field-manager=kyma-gpu-tests", "--force-conflicts")
 
 MODES = 'supported values: "Auto", "Precompiled", "Preinstalled", "Upstream"'
-EXTRA_OBJECTS, NFD_NAMESPACE = (r.message for r in REFUSED_VALUES)
+EXTRA_OBJECTS, NFD_NAMESPACE, NFD_RENAME = (r.message for r in REFUSED_VALUES[:3])
 HOSTILE_BINDING = {
     "apiVersion": "rbac.authorization.k8s.io/v1",
     "kind": "ClusterRoleBinding",
@@ -184,6 +184,14 @@ ROWS: list[tuple[str, dict[str, Any], str]] = [
      f"spec.values: Invalid value: {EXTRA_OBJECTS}"),
     ("values-nfd-namespace", {"values": {"node-feature-discovery": {"namespaceOverride": "x"}}},
      f"spec.values.node-feature-discovery: Invalid value: {NFD_NAMESPACE}"),
+    ("values-nfd-service-account",
+     {"values": {"node-feature-discovery": {"master": {"serviceAccount": {"name": "x"}}}}},
+     "spec.values.node-feature-discovery.master.serviceAccount: Invalid value: "
+     f"{REFUSED_VALUES[4].message}"),
+    ("values-nfd-name-override", {"values": {"node-feature-discovery": {"nameOverride": "x"}}},
+     f"spec.values.node-feature-discovery: Invalid value: {NFD_RENAME}"),
+    ("values-config-map-name", {"values": {"devicePlugin": {"config": {"name": "Not A Name"}}}},
+     f"spec.values.devicePlugin.config.name: Invalid value: {NAME_MESSAGE}"),
     # spec.values that Helm would read as structure (the admission policy, api/policy.py)
     ("values-document-separator",
      {"values": {"kataSandboxDevicePlugin": {"imagePullPolicy": INJECTED}}},

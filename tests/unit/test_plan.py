@@ -15,6 +15,7 @@ from kyma_gpu.facts import ClusterFacts, cluster_facts
 from kyma_gpu.plan import Finding, Owner, Plan, Preflight, Severity, make_plan
 from kyma_gpu.plan.driver import resolve
 from kyma_gpu.plan.features import FEATURE_CHECKS
+from kyma_gpu.plan.plan import template_findings
 from kyma_gpu.plan.preflight import CHECKS, preflight_findings
 from kyma_gpu.rules.catalog import Catalog
 from tests.unit.builders import cpu_node, facts_of, node, ubuntu_node
@@ -782,3 +783,41 @@ def test_nodes_without_a_pool_label(catalog: Catalog) -> None:
     (finding,) = plan.preflight.findings
     assert finding.pool == "(none)"
     assert finding.message.startswith("nodes without a worker pool label (1 of 1 node: bare): ")
+
+
+def test_template_code_in_extra_objects_stops_the_plan() -> None:
+    """The chart runs extraObjects through tpl; nothing that reaches them may hold {{."""
+    clean = {"extraObjects": [{"kind": "NVIDIADriver", "spec": {"podSelector": "app=x"}}]}
+    assert template_findings(clean) == []
+    dirty = {"extraObjects": [{"spec": {"upgradePolicy": {"podSelector": "{{ .Values.p }}"}}}]}
+    [finding] = template_findings(dirty)
+    assert finding.reason == "TemplateInExtraObjects"
+    assert "extraObjects[0].spec.upgradePolicy.podSelector" in finding.message
+    assert template_findings({"extraObjects": [{"{{ x }}": 1}]}) != []
+    assert template_findings({"driver": {"version": "{{ x }}"}}) == []  # not through tpl
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        ("driver", "version"),
+        ("driver", "installerRelease"),
+        ("driver", "upgradePolicy", "maxUnavailable"),
+        ("driver", "upgradePolicy", "waitForCompletion", "podSelector"),
+        ("driver", "upgradePolicy", "drain", "podSelector"),
+        ("operatorVersion",),
+        ("source", "imageRegistry"),
+        ("components", "vgpuManagerImage"),
+    ],
+)
+def test_no_typed_field_that_reaches_extra_objects_holds_braces(path: tuple[str, ...]) -> None:
+    """The typed fields the module prints into its NVIDIADriver objects (extraObjects, which
+    the chart renders with tpl) cannot hold template delimiters: the model refuses them
+    before the preflight check above would have to."""
+    spec: dict[str, Any] = {}
+    node = spec
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = "{{ .Values.p | b64dec }}"
+    with pytest.raises(ValidationError):
+        GpuSpec.model_validate(spec)

@@ -68,6 +68,12 @@ def test_the_policy_is_valid_yaml_of_two_objects() -> None:
         ({"dcgmExporter": {"config": {"data": "a\r\nb"}}}, False),
         ({"devicePlugin": {"config": {"data": {"any": {"nested": "a\nb"}}}}}, False),
         ({"devicePlugin": {"config": {"name": "a\nb"}}}, False),
+        # the ConfigMap names: DNS names, so they rename that ConfigMap and nothing else
+        ({"devicePlugin": {"config": {"name": "kygpu-sharing.v2"}}}, True),
+        ({"migManager": {"config": {"name": "Not A Name"}}}, False),
+        ({"dcgmExporter": {"config": {"name": "x: y"}}}, False),
+        ({"dcgmExporter": {"config": {"name": ["a"]}}}, False),
+        ({"devicePlugin": {"config": {"name": "a" * 254}}}, False),
     ],
 )
 def test_limits(values: Any, fine: bool) -> None:
@@ -88,3 +94,23 @@ def test_a_refused_string_is_shown_up_to_its_first_bad_character() -> None:
             {"values": {"operator": {"priorityClassName": "x {owner} {message}\n---"}}}
         )
     assert 'after "x {owner} {message}"' in admission_message(err.value)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"node-feature-discovery": {"nameOverride": "x"}},
+        {"node-feature-discovery": {"fullnameOverride": "x"}},
+        {"node-feature-discovery": {"master": {"serviceAccount": {"name": "x"}}}},
+        {"node-feature-discovery": {"worker": {"serviceAccount": {"name": "x"}}}},
+        {"node-feature-discovery": {"gc": {"serviceAccount": {"name": "x"}}}},
+        {"node-feature-discovery": {"topologyUpdater": {"serviceAccount": {"name": "x"}}}},
+    ],
+)
+def test_values_that_rename_release_objects_are_refused(values: Any) -> None:
+    """The release account writes and binds the chart's RBAC objects by their chart names
+    (config/rbac/release_rbac.yaml): a value that renames them would fail the install at
+    best, so the model and admission refuse it in one sentence."""
+    with pytest.raises(ValidationError) as err:
+        GpuSpec.model_validate({"values": values})
+    assert "renames objects of the release" in admission_message(err.value)

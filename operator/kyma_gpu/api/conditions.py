@@ -75,6 +75,8 @@ class PreflightReason(StrEnum):
     PREINSTALLED_NODE_NOT_EXCLUDED = "PreinstalledNodeNotExcluded"
     NO_DRIVER_FOR_UNKNOWN_OS = "NoDriverForUnknownOs"
     MIRROR_NEEDS_CHART_FACTS = "MirrorNeedsChartFacts"
+    TEMPLATE_IN_EXTRA_OBJECTS = "TemplateInExtraObjects"
+    """A string of the module's extraObjects holds {{: the chart runs them through tpl."""
     NEEDS_VGPU_GUEST_DRIVER = "NeedsVgpuGuestDriver"
     GPU_NOT_SUPPORTED_BY_DRIVER = "GpuNotSupportedByDriver"
     # the typed operations (spec.driver.upgradePolicy, spec.sharing, the extras, spec.stack)

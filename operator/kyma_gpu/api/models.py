@@ -83,6 +83,22 @@ REFUSED_VALUES: tuple[RefusedValue, ...] = (
         "uninstall would not find it",
         "string",
     ),
+    *(
+        RefusedValue(
+            ("node-feature-discovery", *path),
+            "it renames objects of the release (NFD's roles, bindings or ServiceAccount), "
+            "which the release account may write and bind by their chart names only",
+            "string",
+        )
+        for path in (
+            ("nameOverride",),
+            ("fullnameOverride",),
+            ("master", "serviceAccount", "name"),
+            ("worker", "serviceAccount", "name"),
+            ("gc", "serviceAccount", "name"),
+            ("topologyUpdater", "serviceAccount", "name"),
+        )
+    ),
 )
 """Chart values that create arbitrary objects or that the module reserves. Refused at admission
 (CEL rules generated from this list, api/crd.py) and by the model, so `kyma-gpu plan` says the
@@ -272,10 +288,12 @@ class GpuSpec(_Model):
     values: dict[str, Any] | None = Field(default=None, json_schema_extra={"x-kyma-raw": True})
     """Raw chart values, deep-merged after every rule. An escape hatch: what is set here wins,
     and the module cannot check it. Prefer the typed fields above. Keys that create arbitrary
-    objects or that the module reserves (extraObjects, node-feature-discovery.namespaceOverride)
-    are refused, and so are line breaks and control characters in keys and strings (but in the
-    device plugin's and MIG manager's config data and the DCGM metrics list); at most 20 levels
-    deep, 2000 entries and 131072 characters of keys and strings."""
+    objects or that the module reserves (extraObjects, node-feature-discovery.namespaceOverride,
+    the NFD subchart's name overrides and ServiceAccount names) are refused, and so are line
+    breaks and control characters in keys and strings (but in the device plugin's and MIG
+    manager's config data and the DCGM metrics list); the config ConfigMap names
+    (devicePlugin, migManager, dcgmExporter .config.name) take DNS names only; at most 20
+    levels deep, 2000 entries and 131072 characters of keys and strings."""
 
     @field_validator("values")
     @classmethod

@@ -24,6 +24,10 @@ from kyma_gpu.api.values import (
     MAX_DEPTH,
     MAX_ENTRIES,
     MAX_TEXT,
+    NAME_MAX,
+    NAME_MESSAGE,
+    NAME_PATTERN,
+    NAMING_VALUES,
     PREFIX_SHOWN,
     REASON,
     TEXT_VALUES,
@@ -53,10 +57,10 @@ def _shown(text: str, pattern: str) -> str:
     return f"{text}.substring(0, {at} < {PREFIX_SHOWN} ? {at} : {PREFIX_SHOWN})"
 
 
-def _is_text(node: str) -> str:
-    """True for the nodes whose strings may hold line breaks (values.TEXT_VALUES)."""
+def _is_text(node: str, patterns: tuple[tuple[str, ...], ...] = TEXT_VALUES) -> str:
+    """True for the nodes at one of `patterns` (values.TEXT_VALUES unless told)."""
     alternatives = []
-    for pattern in TEXT_VALUES:
+    for pattern in patterns:
         parts = [f"size({node}[0]) == {len(pattern)}"]
         parts += [f"{node}[0][{i}] == {_str(k)}" for i, k in enumerate(pattern) if k != "*"]
         alternatives.append("(" + " && ".join(parts) + ")")
@@ -147,6 +151,18 @@ def _strings() -> dict[str, str]:
     }
 
 
+def _names() -> dict[str, str]:
+    naming = _is_text("n", NAMING_VALUES)
+    good = f"type(n[1]) == string && size(n[1]) <= {NAME_MAX} && n[1].matches(r'{NAME_PATTERN}')"
+    bad = f"({naming}) && !({good})"
+    message = f"{_path('n[0]')} + ': Invalid value: ' + {_str(NAME_MESSAGE)}"
+    return {
+        "expression": f"!variables.nodes.exists(n, {bad})",
+        "message": f"spec.values: Invalid value: {NAME_MESSAGE}",
+        "messageExpression": _first("variables.nodes", bad, message),
+    }
+
+
 _VALUES_CHANGED = (
     "request.operation == 'CREATE' || (has(object.spec.values) && "
     "(!has(oldObject.spec.values) || object.spec.values != oldObject.spec.values))"
@@ -170,7 +186,7 @@ def policy() -> dict[str, Any]:
         },
         "matchConditions": [{"name": "values-changed", "expression": _VALUES_CHANGED}],
         "variables": _variables(),
-        "validations": [_depth(), *_size(), _keys(), _strings()],
+        "validations": [_depth(), *_size(), _keys(), _strings(), _names()],
     }
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",

@@ -47,6 +47,21 @@ TEXT_VALUES: tuple[tuple[str, ...], ...] = (
 """Values the charts print as text (toYaml, or an indented block), where a line break stays
 inside the string: configuration files and the DCGM metrics list. "*" is any key."""
 
+NAMING_VALUES: tuple[tuple[str, ...], ...] = (
+    ("devicePlugin", "config", "name"),
+    ("migManager", "config", "name"),
+    ("dcgmExporter", "config", "name"),
+)
+"""Values that name an object of the release on purpose: the ConfigMap the chart creates from
+the config text beside it (create: true), or the one it reads. DNS names only, so they can
+rename that ConfigMap and nothing else."""
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+NAME_MAX = 253
+NAME_MESSAGE = (
+    f"it names a ConfigMap of the release: a DNS name (lowercase letters, digits, '-' and "
+    f"'.', at most {NAME_MAX} characters)"
+)
+
 REASON = (
     "Helm prints chart values into YAML, where a line break starts new keys or objects; only "
     "tab is allowed (line breaks only in " + ", ".join(".".join(p) for p in TEXT_VALUES) + ")"
@@ -63,6 +78,7 @@ def _python(pattern: str) -> re.Pattern[str]:
 
 
 _CONTROL = _python(CONTROL)
+_NAME = re.compile(NAME_PATTERN)
 _CONTROL_IN_TEXT = _python(CONTROL_IN_TEXT)
 
 Path = tuple[str | int, ...]
@@ -124,6 +140,7 @@ def values_error(values: Any) -> ValuesError | None:
         or _too_big(nodes)
         or next(filter(None, (_bad_key(p) for p, _ in nodes)), None)
         or next(filter(None, (_bad_string(p, v) for p, v in nodes)), None)
+        or next(filter(None, (_bad_name(p, v) for p, v in nodes)), None)
     )
 
 
@@ -171,3 +188,11 @@ def _bad_string(path: Path, node: Any) -> ValuesError | None:
     shown = _shown(node, bad)
     message = f'a line break or control character after "{shown}": {REASON}'
     return ValuesError(path_text(path), message)
+
+
+def _bad_name(path: Path, node: Any) -> ValuesError | None:
+    if path not in NAMING_VALUES:
+        return None
+    if isinstance(node, str) and len(node) <= NAME_MAX and _NAME.match(node):
+        return None
+    return ValuesError(path_text(path), NAME_MESSAGE)

@@ -189,7 +189,36 @@ def evaluate_rules(r: Resolved, contexts: Contexts, findings: list[Finding]) -> 
     if r.spec.values:
         deep_merge(values, r.spec.values, "spec.values", provenance)
         applied = (*applied, "spec.values")
+    findings.extend(template_findings(values))
     return Values(values, provenance, applied)
+
+
+TEMPLATE_OPEN = "{{"
+
+
+def template_findings(values: dict[str, Any]) -> list[Finding]:
+    """The chart renders extraObjects with `tpl`: a string there holding {{ would run as
+    template code at install (`{{ .Values.x | b64dec }}` emits any YAML). The typed fields
+    that reach them cannot hold braces; this is the check that they never do."""
+    found = []
+    stack: list[tuple[str, Any]] = [("extraObjects", values.get("extraObjects"))]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, dict):
+            stack += [(f"{path}.{k}", v) for k, v in node.items()]
+            stack += [(f"{path}.<key {k}>", k) for k in node]
+        elif isinstance(node, list):
+            stack += [(f"{path}[{i}]", v) for i, v in enumerate(node)]
+        elif isinstance(node, str) and TEMPLATE_OPEN in node:
+            found.append(path)
+    if not found:
+        return []
+    message = (
+        f"the chart's values {', '.join(sorted(found))} hold Helm template delimiters "
+        f"({TEMPLATE_OPEN}): the chart renders extraObjects with tpl, so they would run as "
+        "template code at install; nothing is applied. This is a defect of the module"
+    )
+    return [Finding(Severity.ERROR, PreflightReason.TEMPLATE_IN_EXTRA_OBJECTS, message)]
 
 
 def mirror(r: Resolved, values: dict[str, Any], provenance: Provenance) -> list[Finding]:
