@@ -139,11 +139,21 @@ def test_install(
     release = wait_until(release_ready, 30, "ReleaseReady=True mirrored from the HelmRelease")
     assert "HelmRelease kyma-system/gpu-operator" in release["message"]
 
-    # The real controller's ClusterPolicy state, mirrored: notReady while the operand pods
-    # start (kwok makes them Ready after OPERAND_READY_DELAY_MS), then ready.
-    seen = _watch_components(local_cluster, 180)
+    # The real controller's ClusterPolicy state, mirrored: not ready while the operand pods
+    # start (kwok makes them Ready after OPERAND_READY_DELAY_MS), then ready. The controller
+    # writes its state once per pass; on a loaded machine a pass can outlast the pods' start,
+    # and it goes from no state straight to ready. A notReady it held for seconds is mirrored.
+    seen, policy_states = _watch_components(local_cluster, 180)
     TIMINGS["apply_to_gpu_ready"] = round(time.monotonic() - began, 1)
-    assert any("ClusterPolicy cluster-policy is notReady" in m for _, m in seen), seen
+    before_ready = [m for status, m in seen if status == "False"]
+    assert any(m.startswith(("ClusterPolicy cluster-policy is notReady",
+                             "ClusterPolicy cluster-policy is not reported"))
+               for m in before_ready), seen  # fmt: skip
+    if _held(policy_states, "notReady", MIRROR_LATENCY):
+        assert any("ClusterPolicy cluster-policy is notReady" in m for m in before_ready), (
+            seen,
+            policy_states,
+        )
     assert seen[-1][0] == "True", seen
     assert _cluster_policy(local_cluster)["status"]["state"] == "ready"
     status = (gpu(local_cluster) or {})["status"]
@@ -195,19 +205,40 @@ def test_the_release_runs_as_its_own_service_account(
         assert answer.stdout.strip() == "no", (verb, what, answer.stdout)
 
 
-def _watch_components(cluster: LocalCluster, timeout: float) -> list[tuple[str, str]]:
-    """The distinct (status, message) of ComponentsReady until the Gpu is Ready."""
+MIRROR_LATENCY = 5.0
+"""Seconds a ClusterPolicy state must hold before the Gpu must have shown it."""
+
+
+def _held(states: list[tuple[float, str]], state: str, seconds: float) -> bool:
+    """Whether `state` held for `seconds` in the (time first seen, state) sequence."""
+    ends = [*states[1:], (time.monotonic(), "")]
+    for (at, value), (until, _) in zip(states, ends, strict=True):
+        if value == state and until - at >= seconds:
+            return True
+    return False
+
+
+def _watch_components(
+    cluster: LocalCluster, timeout: float
+) -> tuple[list[tuple[str, str]], list[tuple[float, str]]]:
+    """The distinct (status, message) of ComponentsReady until the Gpu is Ready, and the
+    ClusterPolicy states seen meanwhile with the time each was first seen."""
     seen: list[tuple[str, str]] = []
+    states: list[tuple[float, str]] = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        state = str((_cluster_policy(cluster).get("status") or {}).get("state", ""))
+        if not states or states[-1][1] != state:
+            states.append((time.monotonic(), state))
         obj = gpu(cluster)
         cond = condition(obj, "ComponentsReady")
         if cond and (not seen or seen[-1] != (cond["status"], cond["message"])):
             seen.append((cond["status"], cond["message"]))
         if ((obj or {}).get("status") or {}).get("state") == "Ready":
-            return seen
+            return seen, states
         time.sleep(0.2)
-    raise AssertionError(f"the Gpu did not become Ready; ComponentsReady seen: {seen}")
+    raise AssertionError(f"the Gpu did not become Ready; ComponentsReady seen: {seen}; "
+                         f"ClusterPolicy states: {states}")  # fmt: skip
 
 
 def _writers(

@@ -31,9 +31,11 @@ from tests.harness.module import (
 
 OURS = "app.kubernetes.io/part-of=kyma-gpu"
 CONVERGE_TIMEOUT = 480.0
-"""A chart bump converges only when the NVIDIA operator has replaced the driver node by node
-(maxParallelUpgrades 1; its upgrade controller looks again every 2 minutes): about 2 minutes
-per GPU node, measured 146 s for the two of the demo fleet, plus the faults' own delays."""
+"""A driver change converges only when the NVIDIA operator has replaced the driver on every GPU
+node; its upgrade controller looks again every 2 minutes, and a node needs one or two looks.
+The run lets it replace all nodes at once (UPGRADE_ALL_AT_ONCE), so a phase takes one node's
+time plus the faults' own delays, not one per node (test_flux shows the node-by-node order)."""
+UPGRADE_ALL_AT_ONCE = {"maxParallelUpgrades": 0, "maxUnavailable": "100%"}
 
 
 @dataclass
@@ -147,7 +149,8 @@ class FaultRun:
         source = {"chartRepository": self.flux.helm_repo_url, "insecure": True}
         gpu_body = {"apiVersion": "gpu.kyma-project.io/v1beta1", "kind": "Gpu",
                     "metadata": {"name": "gpu"},
-                    "spec": {"source": source, "operatorVersion": "v26.3.3"}}  # fmt: skip
+                    "spec": {"source": source, "operatorVersion": "v26.3.3",
+                             "driver": {"upgradePolicy": UPGRADE_ALL_AT_ONCE}}}  # fmt: skip
         self.phase("install", lambda: self.cluster.apply(gpu_body),
                    lambda: _ready_at(self.cluster, lambda s: True))  # fmt: skip
         self.phase(
