@@ -16,7 +16,7 @@ import dataclasses
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, assert_never
 
 import pytest
 
@@ -30,17 +30,24 @@ from kyma_gpu.plan.provision import (
     Api,
     CrdFacts,
     FluxApi,
+    Leftover,
     bundle,
     bundle_hash,
 )
 from kyma_gpu.reconcile import machine
 from kyma_gpu.reconcile.machine import (
     FINALIZER,
+    Action,
+    AddFinalizer,
+    Apply,
+    Delete,
     Failure,
-    FinalizerChange,
     GpuObject,
     Inputs,
+    ListFlux,
     Phase,
+    RemoveFinalizer,
+    RemoveFlux,
     Snapshot,
     Step,
     decide,
@@ -171,20 +178,33 @@ def partial_flux() -> FluxApi:
 # -- what a step does --
 
 
+def _deletes(objects: tuple[LiveObject, ...]) -> list[str]:
+    return [f"delete {o.kind}/{o.namespace}/{o.name}" for o in objects]
+
+
+def said(action: Action | None) -> list[str]:
+    """An action in words: what a row's 'action' column says."""
+    match action:
+        case None:
+            return []
+        case AddFinalizer() | RemoveFinalizer():
+            return ["add finalizer" if isinstance(action, AddFinalizer) else "remove finalizer"]
+        case Apply(objects, stale):
+            return [f"apply {o['kind']}/{o['metadata']['name']}" for o in objects] + _deletes(stale)
+        case Delete(objects):
+            return _deletes(objects)
+        case ListFlux():
+            return ["list Flux objects"]
+        case RemoveFlux(hand_over, announce):
+            crds = "hand its CRDs over" if hand_over else "delete its CRDs"
+            return [f"remove the module's Flux, {crds}"] + ([announce.reason] if announce else [])
+        case _:
+            assert_never(action)
+
+
 def actions(step: Step) -> tuple[str, ...]:
-    """The step's writes and requests, in words: what a row's 'action' column says."""
-    out: list[str] = []
-    if step.finalizer is FinalizerChange.ADD:
-        out.append("add finalizer")
-    if step.finalizer is FinalizerChange.REMOVE:
-        out.append("remove finalizer")
-    out += [f"apply {o['kind']}/{o['metadata']['name']}" for o in step.apply]
-    out += [f"delete {o.kind}/{o.namespace}/{o.name}" for o in step.delete]
-    if step.remove_flux:
-        out.append("remove the module's Flux")
-    if step.watch_pods:
-        out.append("watch pods")
-    return tuple(out)
+    """The step's action and requests, in words."""
+    return (*said(step.action), *(["watch pods"] if step.watch_pods else []))
 
 
 def ready_reason(step: Step) -> str | None:
@@ -233,8 +253,17 @@ def _applying(world: World, step: Step) -> None:
 
 
 def _providing(world: World, step: Step) -> None:
-    assert [o["metadata"]["name"] for o in step.apply][-1] == MARKER_CRD  # the marker last
+    assert isinstance(step.action, Apply)
+    assert step.action.objects[-1]["metadata"]["name"] == MARKER_CRD  # the marker last
     assert step.key == f"flux-bundle-{bundle_hash()}"
+
+
+OTHERS = Leftover("HelmRelease", "team-a/app", terminating=False)
+TERMINATING = Leftover("HelmChart", "kyma-system/kyma-system-gpu-operator", terminating=True)
+
+
+def _removal_key(world: World, step: Step) -> None:
+    assert step.key == "flux-remove"  # a failed removal holds the list back, and the other way
 
 
 def _plan_failed(*_: Any) -> Plan:
@@ -300,8 +329,21 @@ CASES = [
          check=_uninstalling),
     Case("being deleted, the module's own Flux left",
          lambda w: w.inputs(gpu(deleting=True), gpu_workloads=(), flux_api=own_flux(True)),
-         Phase.REMOVING_FLUX, ("remove the module's Flux", "watch pods"),
-         check=lambda _w, s: None if s.key == "flux-remove" else pytest.fail(s.key)),
+         Phase.REMOVING_FLUX, ("list Flux objects", "watch pods"), check=_removal_key),
+    Case("being deleted, the module's own Flux left",  # the list found nothing else
+         lambda w: w.inputs(gpu(deleting=True), gpu_workloads=(), flux_api=own_flux(True),
+                            flux_leftovers=()),
+         Phase.REMOVING_FLUX, ("remove the module's Flux, delete its CRDs", "watch pods"),
+         check=_removal_key),
+    Case("being deleted, the module's own Flux left",  # others' objects use its CRDs
+         lambda w: w.inputs(gpu(deleting=True, skip_protection=True), flux_api=own_flux(True),
+                            flux_leftovers=(OTHERS,)),
+         Phase.REMOVING_FLUX, ("remove the module's Flux, hand its CRDs over", "FluxHandedOver"),
+         check=_removal_key),
+    Case("being deleted, the module's own Flux left",  # one of the module's still terminates
+         lambda w: w.inputs(gpu(deleting=True), gpu_workloads=(), flux_api=own_flux(True),
+                            flux_leftovers=(OTHERS, TERMINATING)),
+         Phase.REMOVING_FLUX, ("watch pods",)),
     Case("being deleted, nothing left",
          lambda w: w.inputs(gpu(deleting=True), gpu_workloads=()),
          Phase.RELEASED, ("remove finalizer", "watch pods")),

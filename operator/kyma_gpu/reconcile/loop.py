@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, assert_never
 
 import cachetools
 from pydantic import ValidationError
@@ -51,20 +51,23 @@ from kyma_gpu.plan.provision import (
     FluxApi,
     FluxImages,
     Leftover,
-    Removal,
     bundle_crds,
     bundle_workloads,
     crd_facts,
-    hand_over_message,
-    removal,
 )
 from kyma_gpu.reconcile.machine import (
     FINALIZER,
+    Action,
+    AddFinalizer,
+    Apply,
+    Delete,
     Failure,
-    FinalizerChange,
     GpuObject,
     Inputs,
+    ListFlux,
     Phase,
+    RemoveFinalizer,
+    RemoveFlux,
     Snapshot,
     Step,
     decide,
@@ -74,7 +77,6 @@ from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status.events import (
     EVENT_WINDOW_SECONDS,
     EVENTS_NAMESPACE,
-    EventType,
     GpuEvent,
     GpuRef,
     News,
@@ -227,6 +229,8 @@ class Loop:
     environment)."""
     error_count: int = 0
     """Failed writes and failed passes so far: a reconcile that adds one did not succeed."""
+    flux_leftovers: dict[str, tuple[Leftover, ...]] = field(default_factory=dict)
+    """What ListFlux found, by Gpu name: valid for the pass that listed it only."""
 
     def plan(self, spec: GpuSpec, facts: ClusterFacts, owner: Owner) -> Plan:
         key = (spec.model_dump_json(), facts, owner)
@@ -285,10 +289,13 @@ class Loop:
     async def reconcile(self, gpu: GpuObject) -> Step:
         """Steps until one has nothing left to write; logs the pass."""
         began, writes, errors = time.monotonic(), 0, self.error_count
+        self.flux_leftovers.pop(gpu.name, None)
         for _ in range(MAX_STEPS):
-            step = decide(Inputs(gpu, snapshot(self.store, self.as_applied), self.plan,
-                                 self.failures.get(gpu.name), time.monotonic(), now(),
-                                 self.flux_images))  # fmt: skip
+            snap = replace(snapshot(self.store, self.as_applied),
+                           flux_leftovers=self.flux_leftovers.get(gpu.name))  # fmt: skip
+            step = decide(Inputs(gpu, snap, self.plan, self.failures.get(gpu.name),
+                                 time.monotonic(), now(), self.flux_images,
+                                 self.module_namespace))  # fmt: skip
             done = await self.perform(gpu, step)
             writes += done
             gpu = self.store.get(GPUS, gpu.name) or gpu
@@ -308,51 +315,71 @@ class Loop:
         if not self.may_write():
             return 0
         done = 0
-        if step.writes:
+        if step.action is not None:
             try:
-                done = await self._act(gpu, step)
+                done = await self._act(gpu, step.action)
             except ApiError as err:
                 self._failed(gpu, step, err)
                 return 1  # the status of the failure is the next step's
-            self.failures.pop(gpu.name, None)
+            if not isinstance(step.action, ListFlux):  # a read: the removal may still fail
+                self.failures.pop(gpu.name, None)
         if step.status is not None and await self._write_status(gpu, step.status):
             done += 1
         return done
 
-    async def _act(self, gpu: GpuObject, step: Step) -> int:
-        done = 0
-        if step.finalizer is not FinalizerChange.NONE:
-            self._put_gpu(await self.writer.set_finalizers(
-                gpu.name, _finalizers(gpu, step.finalizer), gpu.resource_version))  # fmt: skip
-            done += 1
-        for obj in step.apply:
-            log.info("applying %s", ObjectRef.of(obj))
-            answer = await self.writer.apply(obj)
-            self._note_dropped(obj, answer)
-            self._put_flux(obj["kind"], answer)
-            done += 1
-        for live in step.delete:
-            log.info("deleting %s/%s/%s", live.kind, live.namespace, live.name)
-            ref = ObjectRef(live.api_version, live.kind, live.namespace, live.name)
-            self._deleted(live, await self.writer.delete(ref))
-            done += 1
-        if step.remove_flux:
-            done += await self._remove_flux(gpu)
-        return done
+    async def _act(self, gpu: GpuObject, action: Action) -> int:
+        """Carries one action out. Returns how many requests it made."""
+        match action:
+            case AddFinalizer() | RemoveFinalizer():
+                adding = isinstance(action, AddFinalizer)
+                self._put_gpu(await self.writer.set_finalizers(
+                    gpu.name, _finalizers(gpu, adding), gpu.resource_version))  # fmt: skip
+                return 1
+            case Apply(objects, stale):
+                for obj in objects:
+                    await self._apply(obj)
+                for live in stale:
+                    await self._delete(live)
+                return len(objects) + len(stale)
+            case Delete(objects):
+                for live in objects:
+                    await self._delete(live)
+                return len(objects)
+            case ListFlux():
+                self.flux_leftovers[gpu.name] = await self._list_flux()
+                return 1
+            case RemoveFlux(hand_over, announce):
+                done = await self._remove_flux(hand_over)
+                if announce is not None:
+                    log.warning("%s", announce.message)
+                    await self._announce(gpu, announce)
+                return done
+            case _:
+                assert_never(action)
 
-    async def _remove_flux(self, gpu: GpuObject) -> int:
-        """The module's own Flux goes: its controllers, then its CRDs, unless objects the
-        module did not create use them (then they stay, handed over)."""
-        leftovers = [
+    async def _apply(self, obj: Mapping[str, Any]) -> None:
+        log.info("applying %s", ObjectRef.of(obj))
+        answer = await self.writer.apply(obj)
+        self._note_dropped(obj, answer)
+        self._put_flux(obj["kind"], answer)
+
+    async def _delete(self, live: LiveObject) -> None:
+        log.info("deleting %s/%s/%s", live.kind, live.namespace, live.name)
+        ref = ObjectRef(live.api_version, live.kind, live.namespace, live.name)
+        self._deleted(live, await self.writer.delete(ref))
+
+    async def _list_flux(self) -> tuple[Leftover, ...]:
+        """The Flux objects of every kind and namespace, a few per kind, as Leftover facts."""
+        return tuple(
             Leftover(kind, f"{meta.get('namespace', '')}/{meta.get('name', '')}",
                      bool(meta.get("deletionTimestamp")))
             for kind, item in await self.writer.flux_objects(per_kind=5)
             for meta in [item.get("metadata") or {}]
-        ]  # fmt: skip
-        verdict = removal(leftovers, self.module_namespace)
-        if verdict is Removal.WAIT:
-            log.info("the module's Flux waits: its objects are still terminating")
-            return 0
+        )  # fmt: skip
+
+    async def _remove_flux(self, hand_over: bool) -> int:
+        """The module's own Flux goes: its controllers, then its CRDs (deleted, or unlabelled
+        and left to the owners of the objects that use them)."""
         done = 0
         for obj in bundle_workloads():
             log.info("removing the module's Flux: %s", ObjectRef.of(obj))
@@ -360,15 +387,11 @@ class Loop:
             done += 1
         for name in bundle_crds():
             ref = ObjectRef("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", name)
-            if verdict is Removal.DELETE_CRDS:
-                self._put_crd(await self.writer.delete(ref))
-            else:
+            if hand_over:
                 self._put_crd(await self.writer.unlabel(ref, PROVIDED_LABEL, BUNDLE_HASH))
+            else:
+                self._put_crd(await self.writer.delete(ref))
             done += 1
-        if verdict is Removal.HAND_OVER:
-            message = hand_over_message(leftovers)
-            log.warning("%s", message)
-            await self._announce(gpu, GpuEvent(EventType.NORMAL, "FluxHandedOver", message))
         return done
 
     def _note_dropped(self, obj: Mapping[str, Any], answer: Mapping[str, Any]) -> None:
@@ -498,9 +521,9 @@ def _transition(status: Mapping[str, Any]) -> tuple[Any, ...]:
     return (status.get("state"), status.get("observedGeneration"), conditions)
 
 
-def _finalizers(gpu: GpuObject, change: FinalizerChange) -> list[str]:
+def _finalizers(gpu: GpuObject, adding: bool) -> list[str]:
     others = [f for f in gpu.finalizers if f != FINALIZER]
-    return [*others, FINALIZER] if change is FinalizerChange.ADD else others
+    return [*others, FINALIZER] if adding else others
 
 
 async def _first_of(event: asyncio.Event, stopped: asyncio.Event, timeout: float | None) -> None:

@@ -1,10 +1,11 @@
 """The reconcile loop's state machine. Pure: facts in, one `Step` out.
 
 `decide` looks at the Gpu, the observed facts and the last failed write, picks the phase, and
-returns the one action of that phase (apply, delete, or a finalizer change), the status the
-Gpu should show, and when to look again. The loop (reconcile/loop.py) carries the step out
-through the adapter and calls `decide` again with what the writes returned; it stops when a
-step has nothing left to write. Deletion is a phase of the same machine.
+returns the one action of that phase (an `Action`: add the finalizer, apply, delete, list the
+Flux objects, remove the module's Flux, remove the finalizer), the status the Gpu should show,
+and when to look again. The loop (reconcile/loop.py) carries the action out through the
+adapter and calls `decide` again with what the writes returned; it stops when a step has
+nothing left to do. Deletion is a phase of the same machine.
 
     not the singleton ............................ Refused
     being deleted, finalizer gone ................ Released (nothing to do)
@@ -13,7 +14,8 @@ step has nothing left to write. Deletion is a phase of the same machine.
       ... unless the skip annotation is set ...... (go on without looking at pods)
     being deleted, Flux objects left ............. Uninstalling (delete them, HelmRelease first;
                                                    Error past the uninstall timeout + grace)
-    being deleted, the module's own Flux left .... RemovingFlux (its controllers; its CRDs
+    being deleted, the module's own Flux left .... RemovingFlux (list the Flux objects of all
+                                                   kinds; then its controllers, and its CRDs
                                                    unless others' objects use them)
     being deleted, nothing left .................. Released (remove the finalizer)
     spec invalid, or it cannot be planned ........ Invalid (InvalidSpec, PlanFailed)
@@ -34,7 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -51,10 +53,14 @@ from kyma_gpu.plan.provision import (
     FluxImages,
     FluxMode,
     FluxVerdict,
+    Leftover,
+    Removal,
     bundle,
     bundle_current,
     bundle_hash,
     external_flux,
+    hand_over_message,
+    removal,
     shard,
     verdict,
 )
@@ -67,6 +73,7 @@ from kyma_gpu.status.deletion import (
     Uninstall,
     uninstall_of,
 )
+from kyma_gpu.status.events import EventType, GpuEvent
 from kyma_gpu.status.flux import with_flux
 
 FINALIZER = "gpu.kyma-project.io/finalizer"
@@ -89,12 +96,6 @@ class Phase(StrEnum):
     PROVIDING_FLUX = "ProvidingFlux"
     REMOVING_FLUX = "RemovingFlux"
     RELEASED = "Released"
-
-
-class FinalizerChange(StrEnum):
-    NONE = "None"
-    ADD = "Add"
-    REMOVE = "Remove"
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +145,9 @@ class Snapshot:
     """namespace/name of running GPU pods; None while they are not observed."""
     flux_api: FluxApi = field(default_factory=external_flux)
     """The Flux CRDs and APIs (the default: a compatible Flux of the cluster's own)."""
+    flux_leftovers: tuple[Leftover, ...] | None = None
+    """The Flux objects of every kind and namespace (a few per kind, metadata only), listed
+    when the module's own Flux is to go; None until listed in this pass."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,12 +161,57 @@ class Failure:
     retry_at: float
 
 
+# -- the actions: what one step carries out (reconcile/loop.py matches them in Loop._act) --
+
+
+@dataclass(frozen=True, slots=True)
+class AddFinalizer:
+    """Add gpu.kyma-project.io/finalizer, before anything is applied."""
+
+
+@dataclass(frozen=True, slots=True)
+class Apply:
+    """Server-side apply `objects` in order; delete `stale`, the objects the plan no longer has."""
+
+    objects: tuple[Mapping[str, Any], ...]
+    stale: tuple[LiveObject, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    """Delete the module's Flux objects (the HelmRelease first): the uninstall."""
+
+    objects: tuple[LiveObject, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ListFlux:
+    """List the Flux objects of every kind (metadata only) into `Snapshot.flux_leftovers`: a
+    read, for the decision how the module's own Flux goes."""
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveFlux:
+    """Delete the module's own Flux controllers, then its CRDs, or, when objects the module did
+    not create use them, unlabel the CRDs and leave them (`announce` says so)."""
+
+    hand_over: bool
+    announce: GpuEvent | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveFinalizer:
+    """Release the Gpu: nothing of the module is left."""
+
+
+Action = AddFinalizer | Apply | Delete | ListFlux | RemoveFlux | RemoveFinalizer
+
+
 @dataclass(frozen=True, slots=True)
 class Step:
     phase: Phase
-    apply: tuple[Mapping[str, Any], ...] = ()
-    delete: tuple[LiveObject, ...] = ()
-    finalizer: FinalizerChange = FinalizerChange.NONE
+    action: Action | None = None
+    """What this step carries out; None: nothing (a status at most)."""
     status: GpuStatus | None = None
     """The status the Gpu should show; None: leave it as it is."""
     watch_pods: bool = False
@@ -172,15 +221,11 @@ class Step:
     """Identifies the writes of this step, to match a failure to them."""
     status_if_failed: GpuStatus | None = None
     """The status to show while these writes wait for a retry after failing."""
-    remove_flux: bool = False
-    """Remove the module's own Flux (the loop decides about its CRDs, see provision.py)."""
 
     @property
     def writes(self) -> bool:
-        return bool(
-            self.apply or self.delete or self.remove_flux
-            or self.finalizer is not FinalizerChange.NONE
-        )  # fmt: skip
+        """The step carries an action out (a write, or the list that a removal needs)."""
+        return self.action is not None
 
 
 Planner = Callable[[GpuSpec, ClusterFacts, Owner], Plan]
@@ -198,6 +243,8 @@ class Inputs:
     """Wall-clock timestamp for condition transitions."""
     flux_images: FluxImages = field(default_factory=FluxImages)
     """The images of the Flux the module installs (the manager's environment)."""
+    module_namespace: str = "kyma-system"
+    """Where the module's Flux objects (and its own Flux) live."""
 
 
 def decide(inputs: Inputs) -> Step:
@@ -223,7 +270,7 @@ def _natural(inputs: Inputs) -> Step:
     if isinstance(spec, ValidationError):
         return Step(Phase.INVALID, status=invalid_status(gpu, spec, inputs.now))
     if FINALIZER not in gpu.finalizers:
-        return Step(Phase.INITIALIZING, finalizer=FinalizerChange.ADD, key="finalizer")
+        return Step(Phase.INITIALIZING, AddFinalizer(), key="finalizer")
     plan = _safe_plan(inputs, spec)
     if isinstance(plan, str):
         status = _error_status(gpu, ReadyReason.PLAN_FAILED, plan, inputs.now)
@@ -268,7 +315,7 @@ def _running(inputs: Inputs, plan: Plan) -> Step:
     if actions.apply or actions.delete:
         key = _key(actions.apply, actions.delete)
         status = _loud_status(inputs, plan, key)
-        return Step(Phase.APPLYING, apply=actions.apply, delete=actions.delete, key=key,
+        return Step(Phase.APPLYING, Apply(actions.apply, actions.delete), key=key,
                     status_if_failed=status)  # fmt: skip
     status = _status(inputs, plan)
     return Step(_phase_of(status), status=status)
@@ -293,7 +340,7 @@ def _flux_step(inputs: Inputs, plan: Plan, flux: FluxVerdict) -> Step | None:
     images = inputs.flux_images
     if wanted and not bundle_current(inputs.snap.flux_api, images):
         key = f"flux-bundle-{bundle_hash(images)}"
-        return Step(Phase.PROVIDING_FLUX, apply=bundle(images), key=key,
+        return Step(Phase.PROVIDING_FLUX, Apply(bundle(images)), key=key,
                     status_if_failed=_loud_status(inputs, plan, key))  # fmt: skip
     if not flux.served:
         return Step(Phase.PROGRESSING, status=_status(inputs, plan))
@@ -326,12 +373,30 @@ def _deleting(inputs: Inputs, spec: GpuSpec | None) -> Step:
     uninstall = uninstall_of(_deleting_flux(snap.flux, inputs.now), inputs.now)
     status = _status(inputs, plan, uninstall=uninstall) if plan is not None else None
     if snap.flux:
-        return Step(Phase.UNINSTALLING, delete=doomed, status=status, watch_pods=protect,
-                    key=_key((), doomed), requeue_after=uninstall.next_stall_in)  # fmt: skip
+        return Step(Phase.UNINSTALLING, Delete(doomed) if doomed else None, status=status,
+                    watch_pods=protect, key=_key((), doomed),
+                    requeue_after=uninstall.next_stall_in)  # fmt: skip
     if _own_flux_left(snap.flux_api):
-        return Step(Phase.REMOVING_FLUX, remove_flux=True, watch_pods=protect, key="flux-remove")
-    return Step(Phase.RELEASED, finalizer=FinalizerChange.REMOVE, watch_pods=protect,
-                key="release")  # fmt: skip
+        return replace(_removing_flux(snap.flux_leftovers, inputs.module_namespace),
+                       watch_pods=protect)  # fmt: skip
+    return Step(Phase.RELEASED, RemoveFinalizer(), watch_pods=protect, key="release")
+
+
+def _removing_flux(leftovers: Sequence[Leftover] | None, module_namespace: str) -> Step:
+    """The module's own Flux goes once the Flux objects of every kind are known: not while one
+    of the module's is still terminating (its controller must finish it); its CRDs stay,
+    handed over, while objects the module did not create use them. The list and the removal
+    share a key: a failed removal holds the next list back until its retry is due."""
+    if leftovers is None:
+        return Step(Phase.REMOVING_FLUX, ListFlux(), key="flux-remove")
+    match removal(leftovers, module_namespace):
+        case Removal.WAIT:
+            return Step(Phase.REMOVING_FLUX)
+        case Removal.HAND_OVER:
+            event = GpuEvent(EventType.NORMAL, "FluxHandedOver", hand_over_message(leftovers))
+            return Step(Phase.REMOVING_FLUX, RemoveFlux(True, event), key="flux-remove")
+        case Removal.DELETE_CRDS:
+            return Step(Phase.REMOVING_FLUX, RemoveFlux(False), key="flux-remove")
 
 
 def _own_flux_left(api: FluxApi) -> bool:
