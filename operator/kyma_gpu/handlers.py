@@ -37,6 +37,7 @@ from kyma_gpu.plan.provision import FluxImages
 from kyma_gpu.reconcile.election import Elector
 from kyma_gpu.reconcile.loop import GPUS, Loop
 from kyma_gpu.reconcile.machine import gpu_object
+from kyma_gpu.reconcile.settings import KopfSettings, Settings
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.rules.engine import RuleError
 
@@ -49,41 +50,43 @@ def _store(memo: Any) -> Store:
     return store
 
 
-LEASE_NAME = "kyma-gpu-manager"
-
-
 class _Forever:
-    """kopf's request retries: 0.5, 1, 2, 3, 5, 8 s, then every 10 s for as long as it takes.
-    A finite list (kopf's default) ends the operator after about a minute without an API
-    server; an outage of minutes must be waited out (tests/e2e/test_outage.py)."""
+    """kopf's request retries (KopfSettings), then the last for as long as it takes."""
+
+    def __init__(self, settings: KopfSettings) -> None:
+        self.settings = settings
 
     def __iter__(self) -> Iterator[float]:
-        return itertools.chain((0.5, 1.0, 2.0, 3.0, 5.0, 8.0), itertools.repeat(10.0))
+        then = itertools.repeat(self.settings.request_backoff_forever)
+        return itertools.chain(self.settings.request_backoffs, then)
 
 
 @kopf.on.startup()
 async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    ours: Settings = memo.settings
     settings.posting.level = logging.WARNING  # no Event per handler run
-    settings.watching.server_timeout = 600
-    settings.networking.error_backoffs = _Forever()
+    settings.watching.server_timeout = ours.kopf.gpu_watch_seconds
+    settings.networking.error_backoffs = _Forever(ours.kopf)
     catalog = Catalog()  # checked in run(): broken rule data never gets this far
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
     metrics = Metrics.for_process()
     adapter = KubeAdapter.connect(identity, metrics)
     store = Store()
-    observers = Observers(adapter, store, asyncio.get_running_loop())
-    defaults = catalog.defaults
+    observers = Observers(adapter, store, asyncio.get_running_loop(), settings=ours.watching)
+    namespace = catalog.defaults.module_namespace
     memo.stopped, memo.elector = asyncio.Event(), None
-    loop = Loop(store, adapter, catalog, watch_pods=observers.watch_pods, metrics=metrics,
+    if memo.leader_election:
+        memo.elector = Elector(adapter, namespace, ours.election.lease_name, identity,
+                               settings=ours.election)  # fmt: skip
+    loop = Loop(store, adapter, catalog, watch_pods=observers.watch_pods,
+                may_write=memo.elector.may_write if memo.elector else lambda: True,
+                module_namespace=namespace, settings=ours.loop, metrics=metrics,
                 flux_images=FluxImages.from_env(os.environ))  # fmt: skip
-    loop.module_namespace = defaults.module_namespace
     metrics.observe(loop.observed)
     memo.metrics_server = await _serve_metrics(memo.metrics_address, metrics, loop)
-    observers.start(catalog.machine_types, defaults.module_namespace, defaults.target_namespace)
-    if memo.leader_election:
-        memo.elector = Elector(adapter, defaults.module_namespace, LEASE_NAME, identity)
+    observers.start(catalog.machine_types, namespace, catalog.defaults.target_namespace)
+    if memo.elector is not None:
         memo.elector_task = asyncio.create_task(memo.elector.run(memo.stopped), name="election")
-        loop.may_write = memo.elector.may_write
     memo.store, memo.observers = store, observers
     memo.loop_task = asyncio.create_task(loop.run(memo.stopped), name="reconcile-loop")
     memo.loop_task.add_done_callback(_loop_ended)
@@ -133,8 +136,9 @@ def gpu_changed(type: str, name: str, body: kopf.Body, memo: kopf.Memo, **_: Any
 
 
 def run(
-    liveness: str | None = None, leader_election: bool = False, metrics_address: str | None = None
-) -> None:
+    liveness: str | None = None, leader_election: bool = False, metrics_address: str | None = None,
+    settings: Settings | None = None,
+) -> None:  # fmt: skip
     """`kyma-gpu run`: the operator process."""
     try:
         Catalog().check()
@@ -149,5 +153,9 @@ def run(
         clusterwide=True,
         liveness_endpoint=liveness,
         standalone=True,
-        memo=kopf.Memo(leader_election=leader_election, metrics_address=metrics_address),
+        memo=kopf.Memo(
+            leader_election=leader_election,
+            metrics_address=metrics_address,
+            settings=settings or Settings(),
+        ),
     )

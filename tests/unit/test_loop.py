@@ -15,6 +15,7 @@ from kyma_gpu.observe.store import Entry, Store, version_of
 from kyma_gpu.plan.provision import PROVIDED_LABEL, REQUIRED_APIS, SHARD, SHARD_LABEL, CrdFacts
 from kyma_gpu.reconcile.loop import GPUS, Loop
 from kyma_gpu.reconcile.machine import FINALIZER, Phase, gpu_object
+from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status import ClusterPolicyFacts, daemonset_facts
 from kyma_gpu.status.deletion import UNINSTALL_GRACE_SECONDS, go_duration_seconds
@@ -84,7 +85,8 @@ def new_world(catalog: Catalog, name: str = "gpu", spec: Mapping[str, Any] | Non
     api.gpu = {"apiVersion": "gpu.kyma-project.io/v1beta1", "kind": "Gpu", "metadata": meta,
                "spec": dict(spec or {})}  # fmt: skip
     wanted: list[bool] = []
-    loop = Loop(store, api, catalog, watch_pods=wanted.append, status_seconds=0.0)
+    loop = Loop(store, api, catalog, watch_pods=wanted.append,
+                settings=LoopSettings(status_seconds=0.0))  # fmt: skip
     world = World(loop, api, store, wanted)
     world.sync_gpu()
     return world
@@ -275,7 +277,7 @@ def test_an_invalid_spec_is_reported(catalog: Catalog) -> None:
 
 
 def test_status_writes_are_coalesced_while_only_messages_change(world: World) -> None:
-    world.loop.status_seconds = 30.0
+    world.loop.settings = LoopSettings(status_seconds=30.0)
     installed(world)
     world.run()  # ReleaseReady turned True: a transition, written at once
     assert world.api.calls == ["status"]
@@ -297,7 +299,7 @@ def test_status_writes_are_coalesced_while_only_messages_change(world: World) ->
 
 
 def test_a_change_of_state_is_written_at_once(world: World) -> None:
-    world.loop.status_seconds = 30.0
+    world.loop.settings = LoopSettings(status_seconds=30.0)
     world.run()
     world.api.fail = [403]
     world.change_spec({"components": {"migManager": True}})

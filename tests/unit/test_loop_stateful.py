@@ -8,14 +8,14 @@ Gpu (with or without the skip annotation) and users' GPU pods. The module's own 
 too: some runs start on a cluster without Flux. After every pass, these hold:
 
 - a pass ends within its step limit: each Gpu's last step had nothing left to write (or its
-  write failed), it did not run into MAX_STEPS;
+  write failed), it did not run into `LoopSettings.max_steps`;
 - a second pass with nothing changed writes nothing (after a pass without failed writes);
 - the finalizer never goes while the module's Flux objects remain, nor while the module's own
   Flux is still installed.
 
 Deterministic (derandomize): the same examples on every run, in CI too; about 8 s. Each
 invariant was seen to fail on a broken loop, then restored: Uninstalling only while a
-HelmRepository is left (the finalizer went with the HelmRelease there), MAX_STEPS = 2 (the
+HelmRepository is left (the finalizer went with the HelmRelease there), max_steps = 2 (the
 step limit), a status written even when it equals the live one (the second pass wrote), and
 RemovingFlux skipped (the finalizer went while the module's own Flux stayed).
 """
@@ -40,7 +40,6 @@ from kyma_gpu.facts import node_facts
 from kyma_gpu.observe.sources import CRDS, FLUX, NODES, PODS
 from kyma_gpu.observe.store import Entry, version_of
 from kyma_gpu.plan.provision import MARKER_CRD, PROVIDED_LABEL, bundle_crds
-from kyma_gpu.reconcile import loop as loop_module
 from kyma_gpu.reconcile.machine import FINALIZER, GpuObject, Step
 from kyma_gpu.rules.catalog import Catalog
 from tests.unit.builders import node
@@ -95,7 +94,7 @@ class LoopMachine(RuleBasedStateMachine):
     def reconcile(self) -> None:
         errors = self.world.loop.error_count
         self._pass()
-        assert 0 < len(self.steps) <= loop_module.MAX_STEPS
+        assert 0 < len(self.steps) <= self.world.loop.settings.max_steps
         last, done = self.steps[-1]
         assert not (last.writes and done), f"ran into the step limit at {last.phase}"
         if self.world.loop.error_count == errors:

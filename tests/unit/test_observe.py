@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kyma_gpu.errors import Gone, NotFound, TransientError
-from kyma_gpu.observe import informer as informer_module
-from kyma_gpu.observe.informer import Informer, Source
+from kyma_gpu.observe.informer import Informer, Source, WatchSettings
 from kyma_gpu.observe.store import Entry, Store
 
 # -- the store --
@@ -118,11 +117,13 @@ def fold(body: Mapping[str, Any]) -> Any:
 def run_informer(
     reader: ScriptedReader, until: Callable[[Store], bool],
     then: Callable[[Informer], None] = lambda _: None,
+    settings: WatchSettings | None = None,
 ) -> Store:  # fmt: skip
     async def main() -> Store:
         store = Store()
         source = Source("things", None, fold, page_size=2)
-        informer = Informer(reader, source, store, asyncio.get_running_loop()).start()
+        loop = asyncio.get_running_loop()
+        informer = Informer(reader, source, store, loop, settings or WatchSettings()).start()
         await asyncio.sleep(0.2)
         then(informer)
         deadline = time.monotonic() + 5
@@ -161,10 +162,10 @@ def test_gone_lists_again() -> None:
     assert reader.calls[:3] == ["list", "watch 100", "list"]
 
 
-def test_not_found_is_absent_until_rechecked(monkeypatch: Any) -> None:
-    monkeypatch.setattr(informer_module, "ABSENT_RECHECK", 0.2)
+def test_not_found_is_absent_until_rechecked() -> None:
     reader = ScriptedReader(pages=[[obj("a", 1)]], list_errors=[NotFound("list", 404)])
-    store = run_informer(reader, lambda s: s.get("things", "a") == "red")
+    store = run_informer(reader, lambda s: s.get("things", "a") == "red",
+                         settings=WatchSettings(absent_recheck=0.2))  # fmt: skip
     assert store.synced("things")
     assert not store.collection("things").absent
 

@@ -9,7 +9,7 @@ JSON parse and a comparison, and nothing crosses to the loop.
 A resource whose CRD is not installed answers 404: the observer reports it absent (synced,
 empty) and sleeps until `crd_present(True)` (the CRD observer calls it when the CRD appears)
 or a long safety interval. While the CRD exists, a 404 means "not served yet" and is retried
-with the short backoff; after UNSERVED_AFTER attempts the store hears that the CRD does not
+with the short backoff; after `unserved_after` attempts the store hears that the CRD does not
 serve the version (`Collection.unserved`), and the retries go on. A CRD that is replaced or
 goes away ends the watch; the observer lists again, with a short backoff while the API
 server's storage for it reinitializes (429/503).
@@ -32,19 +32,24 @@ from kyma_gpu.observe.store import Entry, Store, version_of
 
 log = logging.getLogger(__name__)
 
-BACKOFF = (0.25, 0.5, 1.0, 2.0, 4.0, 5.0)
-"""Seconds between attempts after an error; the last one repeats. Short on purpose: a CRD
-whose storage reinitializes answers 429 for a moment only."""
-UNSERVED_AFTER = 5
-"""404s in a row (about 8 s of backoff) after which a CRD that exists is taken as one that
-does not serve the version asked for (an older Flux), rather than one still starting."""
-ABSENT_RECHECK = 300.0
-"""A safety net only: an absent resource is listed again when its CRD appears."""
-WATCH_SECONDS = 60
-"""The server ends each watch after this long and the observer resumes it from the last
-resourceVersion. Short on purpose: the client's read timeout is this plus 30 s, so a
-connection that went silent (an overloaded or restarted API server) is noticed within
-90 s, not after many minutes."""
+
+@dataclass(frozen=True, slots=True)
+class WatchSettings:
+    """How every observer lists, watches and backs off (part of reconcile.settings.Settings)."""
+
+    backoff: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0, 5.0)
+    """Seconds between attempts after an error (times 0.8 to 1.2); the last one repeats.
+    Short on purpose: a CRD whose storage reinitializes answers 429 for a moment only."""
+    unserved_after: int = 5
+    """404s in a row (about 8 s of backoff) after which a CRD that exists is taken as one that
+    does not serve the version asked for (an older Flux), rather than one still starting."""
+    absent_recheck: float = 300.0
+    """A safety net only: an absent resource is listed again when its CRD appears."""
+    watch_seconds: int = 60
+    """The server ends each watch after this long and the observer resumes it from the last
+    resourceVersion. Short on purpose: the client's read timeout is this plus 30 s
+    (adapter.py), so a connection that went silent (an overloaded or restarted API server) is
+    noticed within 90 s, not after many minutes."""
 
 
 class Reader(Protocol):
@@ -76,14 +81,15 @@ class Source:
     fold: Fold
     page_size: int = 500
     key: Callable[[Mapping[str, Any]], str] = default_key
-    watch_seconds: int = WATCH_SECONDS
 
 
 class Informer:
     def __init__(
-        self, reader: Reader, source: Source, store: Store, loop: asyncio.AbstractEventLoop
-    ) -> None:
+        self, reader: Reader, source: Source, store: Store, loop: asyncio.AbstractEventLoop,
+        settings: WatchSettings = WatchSettings(),
+    ) -> None:  # fmt: skip
         self.reader, self.source, self.store, self.loop = reader, source, store, loop
+        self.settings = settings
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._known: dict[str, Any] = {}
@@ -129,7 +135,7 @@ class Informer:
             except NotFound as err:
                 version = None
                 if self._crd_present:  # a new CRD is served a moment after it is created
-                    if attempt == UNSERVED_AFTER:  # ... but not this long after: not served
+                    if attempt == self.settings.unserved_after:  # ... not this long after
                         self._hand_over(self.store.mark_unserved, self.source.resource)
                     attempt = self._backoff(attempt, err)
                 else:
@@ -141,7 +147,8 @@ class Informer:
                 attempt = self._backoff(attempt, err)
 
     def _backoff(self, attempt: int, err: Exception) -> int:
-        delay = BACKOFF[min(attempt, len(BACKOFF) - 1)] * random.uniform(0.8, 1.2)
+        backoff = self.settings.backoff
+        delay = backoff[min(attempt, len(backoff) - 1)] * random.uniform(0.8, 1.2)
         level = logging.INFO if isinstance(err, TransientError) and attempt < 3 else logging.WARNING
         log.log(level, "observe %s: %s; again in %.1fs", self.source.resource, err, delay)
         self._stop.wait(delay)
@@ -153,7 +160,7 @@ class Informer:
                      self.source.resource)  # fmt: skip
         self._said_absent, self._known = True, {}
         self._hand_over(self.store.replace, self.source.resource, {}, None, True)
-        self._wake.wait(ABSENT_RECHECK)
+        self._wake.wait(self.settings.absent_recheck)
         self._wake.clear()
 
     def _relist(self) -> str:
@@ -195,7 +202,7 @@ class Informer:
 
     def _watch(self, version: str) -> str:
         began = time.monotonic()
-        stream = self.reader.watch(self.source.query, version, self.source.watch_seconds)
+        stream = self.reader.watch(self.source.query, version, self.settings.watch_seconds)
         for event in stream:
             if self._stop.is_set():
                 break

@@ -9,7 +9,7 @@ from typing import Any
 
 from kyma_gpu.facts.machines import MachineTypeRegistry
 from kyma_gpu.observe import sources
-from kyma_gpu.observe.informer import Informer, Reader, Source
+from kyma_gpu.observe.informer import Informer, Reader, Source, WatchSettings
 from kyma_gpu.observe.store import Store
 
 log = logging.getLogger(__name__)
@@ -23,6 +23,7 @@ class Observers:
     informers: dict[str, Informer] = field(default_factory=dict)
     stack_namespaces: tuple[str, ...] = ()
     """The module's and the GPU operator's namespaces: their pods are not users' workloads."""
+    settings: WatchSettings = field(default_factory=WatchSettings)
 
     def start(self, registry: MachineTypeRegistry, module_ns: str, target_ns: str) -> None:
         """Nodes, operand DaemonSets, our Flux objects, the ClusterPolicy, the GPUCluster and
@@ -56,7 +57,7 @@ class Observers:
 
     def _start(self, source: Source) -> None:
         self.informers[source.resource] = Informer(
-            self.reader, source, self.store, self.loop
+            self.reader, source, self.store, self.loop, self.settings
         ).start()
 
     def _crd_changed(self, name: str, facts: Any) -> None:

@@ -13,6 +13,7 @@ rules are client-go's, without trusting anyone's clock:
 - on a graceful stop the holder clears the Lease, so a follower takes over at its next try.
 
 After a SIGKILL of the leader a follower takes over within LEASE_DURATION + 2 * RETRY (16 s).
+The durations are `ElectionSettings` (reconcile/settings.py); the names above are its defaults.
 `decide` is pure; `Elector` carries it out through a `LeaseApi` (kyma_gpu.adapter).
 """
 
@@ -29,12 +30,15 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from kyma_gpu.errors import ApiError
+from kyma_gpu.reconcile.settings import ElectionSettings
 
 log = logging.getLogger(__name__)
 
-LEASE_DURATION = 12
-RENEW_DEADLINE = 8.0
-RETRY = 2.0
+_DEFAULTS = ElectionSettings()
+LEASE_DURATION, RENEW_DEADLINE, RETRY = (
+    _DEFAULTS.lease_duration, _DEFAULTS.renew_deadline, _DEFAULTS.retry
+)  # fmt: skip
+"""The default durations, by name (the tests' timelines read them)."""
 
 
 class Move(StrEnum):
@@ -52,13 +56,13 @@ class LeaseFacts:
     resource_version: str
 
 
-def lease_facts(body: Mapping[str, Any]) -> LeaseFacts:
+def lease_facts(body: Mapping[str, Any], default_duration: int = LEASE_DURATION) -> LeaseFacts:
     spec = body.get("spec") or {}
     duration = spec.get("leaseDurationSeconds")
     transitions = spec.get("leaseTransitions")
     return LeaseFacts(
         holder=str(spec.get("holderIdentity") or ""),
-        duration_seconds=duration if isinstance(duration, int) else LEASE_DURATION,
+        duration_seconds=duration if isinstance(duration, int) else default_duration,
         transitions=transitions if isinstance(transitions, int) else 0,
         resource_version=str((body.get("metadata") or {}).get("resourceVersion", "")),
     )
@@ -91,14 +95,16 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def lease_spec(lease: LeaseFacts | None, me: str, move: Move) -> dict[str, Any]:
+def lease_spec(
+    lease: LeaseFacts | None, me: str, move: Move, duration: int = LEASE_DURATION
+) -> dict[str, Any]:
     """The Lease spec that `move` writes (holder cleared when `me` is empty: a release)."""
     transitions = lease.transitions if lease else 0
     if move is Move.TAKE_OVER:
         transitions += 1
     spec: dict[str, Any] = {
         "holderIdentity": me or None,
-        "leaseDurationSeconds": LEASE_DURATION if me else 1,
+        "leaseDurationSeconds": duration if me else 1,
         "leaseTransitions": transitions,
         "renewTime": _now(),
     }
@@ -127,21 +133,22 @@ class Elector:
     renewed_at: float = 0.0
     seen: Seen = field(default_factory=Seen)
     clock: Callable[[], float] = time.monotonic
+    settings: ElectionSettings = field(default_factory=ElectionSettings)
 
     def may_write(self) -> bool:
         """True while this replica holds the Lease and renewed it within the deadline."""
-        return self.leading and self.clock() - self.renewed_at < RENEW_DEADLINE
+        return self.leading and self.clock() - self.renewed_at < self.settings.renew_deadline
 
     async def run(self, stopped: asyncio.Event) -> None:
         while not stopped.is_set():
             await self.try_once()
             if self.leading and not self.may_write():
                 log.error("could not renew the Lease %s/%s for %.0fs: stepping down to follower",
-                          self.namespace, self.name, RENEW_DEADLINE)  # fmt: skip
+                          self.namespace, self.name, self.settings.renew_deadline)  # fmt: skip
                 self.leading = False
                 self.on_lost()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopped.wait(), timeout=RETRY)
+                await asyncio.wait_for(stopped.wait(), timeout=self.settings.retry)
 
     async def try_once(self) -> None:
         clock = self.clock()
@@ -150,15 +157,15 @@ class Elector:
         except ApiError as err:
             log.warning("reading the Lease failed: %s", err)
             return
-        lease = lease_facts(body) if body is not None else None
+        lease = self._facts(body)
         self.seen.observe(lease, clock)
         move = decide(lease, self.identity, self.seen, clock)
         if move is Move.WAIT:
             return
         version = lease.resource_version if lease else None
         try:
-            await self.api.write_lease(self.namespace, self.name,
-                                       lease_spec(lease, self.identity, move), version)  # fmt: skip
+            spec = lease_spec(lease, self.identity, move, self.settings.lease_duration)
+            await self.api.write_lease(self.namespace, self.name, spec, version)
         except ApiError as err:  # a conflict: someone else wrote first
             log.info("%s of the Lease did not go through: %s", move, err)
             return
@@ -175,8 +182,7 @@ class Elector:
             return
         self.leading = False
         try:
-            body = await self.api.get_lease(self.namespace, self.name)
-            lease = lease_facts(body) if body is not None else None
+            lease = self._facts(await self.api.get_lease(self.namespace, self.name))
             if lease is not None and lease.holder == self.identity:
                 await self.api.write_lease(self.namespace, self.name,
                                            lease_spec(lease, "", Move.RENEW),
@@ -184,3 +190,6 @@ class Elector:
                 log.info("released the Lease %s/%s", self.namespace, self.name)
         except ApiError as err:
             log.warning("releasing the Lease failed (a follower waits for it to expire): %s", err)
+
+    def _facts(self, body: Mapping[str, Any] | None) -> LeaseFacts | None:
+        return lease_facts(body, self.settings.lease_duration) if body is not None else None

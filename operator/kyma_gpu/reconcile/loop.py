@@ -73,6 +73,7 @@ from kyma_gpu.reconcile.machine import (
     decide,
     gpu_object,
 )
+from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status.events import (
     EVENT_WINDOW_SECONDS,
@@ -88,20 +89,6 @@ from kyma_gpu.status.events import (
 log = logging.getLogger(__name__)
 
 GPUS = "gpus"
-RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
-"""After a failed write: transient errors start at the front, permanent ones at 30 s."""
-MAX_STEPS = 8
-"""Steps in one pass: finalizer, apply, status make three; more means something fights us."""
-BURST_SECONDS = 0.05
-"""After a wake-up, let the events of one burst arrive before the pass."""
-STATUS_SECONDS = 1.0
-"""At most one status write per this interval while only messages and counts change: a
-rollout changes DaemonSet counts every few dozen milliseconds. A transition (the state, or a
-condition's status or reason) is written at once; the coalesced write follows when the
-interval is over."""
-SYNC_REPORT_SECONDS = 5.0
-FOLLOWER_SECONDS = 0.25
-"""How often a follower checks whether it leads now."""
 _FLUX_PLURAL = {k.kind: k.plural for k in FLUX_KINDS}
 
 
@@ -212,7 +199,7 @@ class Loop:
     """Which Flux kinds are served: when that changes (Flux installed), failed writes are
     retried at once instead of at their retry time."""
     last_phase: dict[str, Phase] = field(default_factory=dict)
-    status_seconds: float = STATUS_SECONDS
+    settings: LoopSettings = field(default_factory=LoopSettings)
     status_written: dict[str, float] = field(default_factory=dict)
     """When each Gpu's status was last written (monotonic)."""
     status_due: dict[str, float] = field(default_factory=dict)
@@ -245,24 +232,24 @@ class Loop:
         await self._wait_synced(stopped)
         while not stopped.is_set():
             if not self.may_write():  # a follower (leader election): observe, never write
-                await _first_of(stopped, stopped, FOLLOWER_SECONDS)
+                await _first_of(stopped, stopped, self.settings.follower_seconds)
                 continue
             self.store.changed.clear()
             try:
                 requeue = await self.run_pass()
             except Exception:  # a bug in one pass must not end reconciling for good
-                log.exception("reconcile pass failed; again in %.0fs", RETRY_SECONDS[2])
+                requeue = self.settings.failed_pass_seconds
+                log.exception("reconcile pass failed; again in %.0fs", requeue)
                 self._error("internal")
-                requeue = RETRY_SECONDS[2]
             await _first_of(self.store.changed, stopped, requeue)
-            await asyncio.sleep(BURST_SECONDS)
+            await asyncio.sleep(self.settings.burst_seconds)
 
     async def _wait_synced(self, stopped: asyncio.Event) -> None:
-        began = time.monotonic()
+        began, every = time.monotonic(), self.settings.sync_report_seconds
         while not self.store.synced(*REQUIRED) and not stopped.is_set():
             self.store.changed.clear()
-            await _first_of(self.store.changed, stopped, SYNC_REPORT_SECONDS)
-            if time.monotonic() - began >= SYNC_REPORT_SECONDS:
+            await _first_of(self.store.changed, stopped, every)
+            if time.monotonic() - began >= every:
                 missing = [r for r in REQUIRED if not self.store.synced(r)]
                 log.info("waiting for the first list of %s", ", ".join(missing))
         log.info("observed %d nodes; first reconcile after %.2fs",
@@ -290,7 +277,7 @@ class Loop:
         """Steps until one has nothing left to write; logs the pass."""
         began, writes, errors = time.monotonic(), 0, self.error_count
         self.flux_leftovers.pop(gpu.name, None)
-        for _ in range(MAX_STEPS):
+        for _ in range(self.settings.max_steps):
             snap = replace(snapshot(self.store, self.as_applied),
                            flux_leftovers=self.flux_leftovers.get(gpu.name))  # fmt: skip
             step = decide(Inputs(gpu, snap, self.plan, self.failures.get(gpu.name),
@@ -414,7 +401,8 @@ class Loop:
         previous = self.failures.get(gpu.name)
         attempts = previous.attempts + 1 if previous and previous.key == step.key else 1
         permanent = isinstance(err, PermanentError)
-        delays = RETRY_SECONDS[4:] if permanent else RETRY_SECONDS
+        retries = self.settings.retry_seconds
+        delays = retries[self.settings.permanent_from :] if permanent else retries
         delay = delays[min(attempts - 1, len(delays) - 1)]
         log.warning("%s failed (attempt %d), again in %.0fs: %s", step.phase, attempts, delay, err)
         self._error("permanent" if permanent else "transient")
@@ -428,7 +416,8 @@ class Loop:
         self.status_due.pop(gpu.name, None)
         if wanted == live:
             return False
-        due = self.status_written.get(gpu.name, -self.status_seconds) + self.status_seconds
+        interval = self.settings.status_seconds
+        due = self.status_written.get(gpu.name, -interval) + interval
         if _transition(wanted) == _transition(live) and time.monotonic() < due:
             self.status_due[gpu.name] = due
             return False
@@ -437,7 +426,7 @@ class Loop:
         except ApiError as err:
             log.warning("writing the status of Gpu %s failed: %s", gpu.name, err)
             self._error("permanent" if isinstance(err, PermanentError) else "transient")
-            self.status_due[gpu.name] = time.monotonic() + RETRY_SECONDS[0]
+            self.status_due[gpu.name] = time.monotonic() + self.settings.status_retry_seconds
             return False
         self.status_written[gpu.name] = time.monotonic()
         await self._post(gpu, events_for(live, wanted))
