@@ -7,12 +7,19 @@ values of every golden scenario and with every optional component switched on, c
 kinds and the RBAC objects the renders contain, and writes the ServiceAccount, a ClusterRole
 for the cluster-scoped kinds and a Role in the target namespace for the namespaced ones:
 
-- the chart's own Roles and ClusterRoles are not held: the ServiceAccount may `escalate` and
-  `bind` exactly those names (resourceNames), so it can create them without holding what they
-  grant;
+- no `escalate` and no `bind`: the ServiceAccount holds the rules of the chart's own Roles and
+  ClusterRoles itself, so the API server's escalation check lets it create, change and bind
+  those roles, and never a role with a right it does not hold (with `escalate` on a role's name
+  it could have set `*` on it);
 - CustomResourceDefinitions, ClusterRoles and ClusterRoleBindings are limited by name wherever
-  the API allows it (every verb except create, list and watch);
-- a kind the script does not know stops it with the chart version that renders it.
+  RBAC allows it (every verb except create, list and watch); the chart's rules that it now
+  holds reach further, so
+- a ValidatingAdmissionPolicy on the account's requests (`kyma-gpu-release`) holds it to the
+  chart: writes only in the target namespace or to the cluster-scoped kinds the charts render,
+  RBAC objects and CRDs only by the charts' names, bindings only of the charts' roles to the
+  charts' ServiceAccounts in the target namespace;
+- a kind the script does not know, a role with an aggregation rule, or a binding to anything but
+  a ServiceAccount in the target namespace stops it with the chart version that renders it.
 
     python hack/release_rbac.py            # write config/rbac/release_rbac.yaml
     python hack/release_rbac.py --check    # fail when a chart or the values need more
@@ -103,6 +110,12 @@ class Rendered:
     """(group, resource) -> object names, for the kinds limited by name."""
     bound: dict[str, set[str]] = field(default_factory=dict)
     """"roles" / "clusterroles" -> the names the chart's bindings refer to."""
+    cluster_rules: list[dict[str, Any]] = field(default_factory=list)
+    """The rules of the chart's ClusterRoles: held cluster-wide."""
+    namespaced_rules: list[dict[str, Any]] = field(default_factory=list)
+    """The rules of the chart's Roles: held in the target namespace."""
+    subjects: set[str] = field(default_factory=set)
+    """The ServiceAccounts (in the target namespace) the chart's bindings name."""
 
 
 def _group(api_version: str) -> str:
@@ -132,14 +145,44 @@ def _add(rendered: Rendered, docs: list[dict[str, Any]], label: str) -> None:
         (rendered.namespaced if namespaced else rendered.cluster).add((group, resource))
         if group in (RBAC, CRD_GROUP):
             rendered.names.setdefault((group, resource), set()).add(doc["metadata"]["name"])
+        if kind in ("Role", "ClusterRole"):
+            _add_role(rendered, doc, label)
         if kind in ("RoleBinding", "ClusterRoleBinding"):
-            ref = doc["roleRef"]
-            plural = "clusterroles" if ref["kind"] == "ClusterRole" else "roles"
-            rendered.bound.setdefault(plural, set()).add(ref["name"])
-            # Binding a role needs `bind` on it, even when the chart does not define it.
-            (rendered.cluster if plural == "clusterroles" else rendered.namespaced).add(
-                (RBAC, plural)
+            _add_binding(rendered, doc, label)
+
+
+def _add_role(rendered: Rendered, doc: dict[str, Any], label: str) -> None:
+    """The account holds what the chart's roles grant: then it may create and bind them."""
+    if doc.get("aggregationRule"):
+        raise RbacError(f"{label} renders {doc['kind']} {doc['metadata']['name']} with an "
+                        "aggregationRule, whose rights nobody can know beforehand")  # fmt: skip
+    held = rendered.cluster_rules if doc["kind"] == "ClusterRole" else rendered.namespaced_rules
+    held.extend(_normal(rule) for rule in doc.get("rules") or [])
+
+
+def _add_binding(rendered: Rendered, doc: dict[str, Any], label: str) -> None:
+    ref = doc["roleRef"]
+    plural = "clusterroles" if ref["kind"] == "ClusterRole" else "roles"
+    rendered.bound.setdefault(plural, set()).add(ref["name"])
+    (rendered.cluster if plural == "clusterroles" else rendered.namespaced).add((RBAC, plural))
+    name = doc["metadata"]["name"]
+    for subject in doc.get("subjects") or []:
+        namespace = subject.get("namespace", TARGET_NAMESPACE)
+        if subject.get("kind") != "ServiceAccount" or namespace != TARGET_NAMESPACE:
+            raise RbacError(
+                f"{label} renders {doc['kind']} {name} with subject {subject}: the release "
+                f"account binds only ServiceAccounts in {TARGET_NAMESPACE}; review it"
             )
+        rendered.subjects.add(subject["name"])
+
+
+def _normal(rule: dict[str, Any]) -> dict[str, Any]:
+    """A rule with its lists sorted, in the order RBAC prints them."""
+    out = {key: sorted(rule[key]) for key in ("apiGroups", "resources", "verbs") if key in rule}
+    for key in ("resourceNames", "nonResourceURLs"):
+        if rule.get(key):
+            out[key] = sorted(rule[key])
+    return out
 
 
 def _render(chart: Path, values: dict[str, Any], label: str) -> list[dict[str, Any]]:
@@ -209,22 +252,25 @@ def _rule(group: str, resources: list[str], verbs: list[str], names: Iterable[st
 
 
 def _limited(rendered: Rendered, group: str, resource: str, extra: list[str]) -> list[dict]:
-    """create/list/watch for the kind, every other verb (and `extra`) only on the chart's names."""
-    names = rendered.names.get((group, resource), set())
-    if resource in ("roles", "clusterroles"):
-        names = names | rendered.bound.get(resource, set())
+    """create/list/watch for the kind, every other verb (and `extra`) only on the chart's names.
+    (The chart's roles, which the account holds too, may grant more: the admission policy
+    holds it to these names.)"""
+    names = _names(rendered, group, resource)
     return [_rule(group, [resource], ["create", "list", "watch"]),
             _rule(group, [resource], [*NAMED, *extra], names)]  # fmt: skip
+
+
+def _names(rendered: Rendered, group: str, resource: str) -> set[str]:
+    """The objects of a kind limited by name: the chart's, and the roles its bindings name."""
+    names = rendered.names.get((group, resource), set())
+    return names | rendered.bound.get(resource, set()) if group == RBAC else names
 
 
 def _rules(rendered: Rendered, kinds: set[tuple[str, str]], namespaced: bool) -> list[dict]:
     rules = []
     by_group: dict[str, list[str]] = {}
     for group, resource in sorted(kinds):
-        if group == RBAC:
-            extra = ["escalate", "bind"] if resource in ("roles", "clusterroles") else []
-            rules += _limited(rendered, group, resource, extra)
-        elif group == CRD_GROUP:
+        if group in (RBAC, CRD_GROUP):
             rules += _limited(rendered, group, resource, [])
         elif (group, resource) == ("", "namespaces"):
             rules.append(_rule("", ["namespaces"], ["get"], [TARGET_NAMESPACE]))
@@ -236,6 +282,8 @@ def _rules(rendered: Rendered, kinds: set[tuple[str, str]], namespaced: bool) ->
     rules += [_rule(g, sorted(set(r)), list(ALL)) for g, r in sorted(by_group.items())]
     if not namespaced:  # `createNamespace` only looks the module's namespace up
         rules.append(_rule("", ["namespaces"], ["get"], [TARGET_NAMESPACE]))
+    # What the chart's own roles grant, so that it may create and bind them (no escalate).
+    rules += rendered.namespaced_rules if namespaced else rendered.cluster_rules
     return _dedupe(rules)
 
 
@@ -269,6 +317,103 @@ def manifests(rendered: Rendered) -> list[dict[str, Any]]:
          "metadata": {"name": name, "namespace": TARGET_NAMESPACE, "labels": labels},
          "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": name},
          "subjects": [subject]},
+        *admission_policy(rendered, labels),
+    ]  # fmt: skip
+
+
+ACCOUNT = f"system:serviceaccount:{MODULE_NAMESPACE}:{SERVICE_ACCOUNT}"
+POLICY = "kyma-gpu-release"
+
+
+def _cel_list(items: Iterable[str]) -> str:
+    return "[" + ", ".join(f"'{item}'" for item in sorted(items)) + "]"
+
+
+def _kind_key(group: str, resource: str) -> str:
+    """How the policy names a resource: group/resource, the core group empty ("/secrets")."""
+    return f"{group}/{resource}"
+
+
+def _names_map(rendered: Rendered) -> str:
+    """CEL: kind -> the names the charts give their RBAC objects and CRDs."""
+    kinds = rendered.cluster | rendered.namespaced
+    named = {_kind_key(g, r): _names(rendered, g, r) for g, r in kinds if g in (RBAC, CRD_GROUP)}
+    return "{" + ", ".join(f"'{k}': {_cel_list(v)}" for k, v in sorted(named.items())) + "}"
+
+
+def _policy_validations(rendered: Rendered) -> list[dict[str, str]]:
+    """What the release account may write, in CEL: the chart's objects and nothing else."""
+    cluster_kinds = sorted(_kind_key(g, r) for g, r in rendered.cluster if r != "namespaces")
+    who = f"the release account {SERVICE_ACCOUNT} ({MODULE_NAMESPACE})"
+    subject = "s.kind + ' ' + (has(s.namespace) ? s.namespace : variables.ns) + '/' + s.name"
+    good_subject = (f"s.kind == 'ServiceAccount' && (has(s.namespace) ? s.namespace : "
+                    f"variables.ns) == '{TARGET_NAMESPACE}' && "
+                    f"s.name in {_cel_list(rendered.subjects)}")  # fmt: skip
+    roles = {p: sorted(rendered.bound.get(p, set())) for p in ("roles", "clusterroles")}
+    role_ref = (f"object.roleRef.name in (object.roleRef.kind == 'ClusterRole' ? "
+                f"{_cel_list(roles['clusterroles'])} : {_cel_list(roles['roles'])})")  # fmt: skip
+    return [
+        {"expression": f"variables.ns == '' || variables.ns == '{TARGET_NAMESPACE}'",
+         "messageExpression": f"'{who} writes only in namespace {TARGET_NAMESPACE}, where the "
+                              "chart is installed; refused: ' + variables.what + ' in namespace '"
+                              " + variables.ns"},
+        {"expression": f"variables.ns != '' || variables.kind in {_cel_list(cluster_kinds)}",
+         "messageExpression": f"'{who} writes only the cluster-scoped kinds the supported charts "
+                              f"render ({', '.join(cluster_kinds)}); refused: ' + variables.what"},
+        {"expression": "!(variables.kind in variables.names) || "
+                       "variables.target in variables.names[variables.kind]",
+         "messageExpression": f"'{who} writes RBAC objects and CRDs only by the names the "
+                              "supported charts give them; refused: ' + variables.what"},
+        {"expression": "!variables.binding || !has(object.subjects) || "
+                       f"object.subjects.all(s, {good_subject})",
+         "messageExpression": f"'{who} binds roles only to the ServiceAccounts of the chart in "
+                              f"{TARGET_NAMESPACE} ({', '.join(sorted(rendered.subjects))}); "
+                              "refused: ' + variables.what + ' naming ' + object.subjects"
+                              f".filter(s, !({good_subject})).map(s, {subject})[0]"},
+        {"expression": f"!variables.binding || {role_ref}",
+         "messageExpression": f"'{who} binds only the roles of the chart; refused: ' + "
+                              "variables.what + ' to ' + object.roleRef.kind + ' ' + "
+                              "object.roleRef.name"},
+    ]  # fmt: skip
+
+
+def admission_policy(rendered: Rendered, labels: dict[str, str]) -> list[dict[str, Any]]:
+    """The ValidatingAdmissionPolicy (and its binding) on the release account's requests."""
+    variables = [
+        {"name": "names", "expression": _names_map(rendered)},
+        {"name": "ns",
+         "expression": "has(request.namespace) ? request.namespace : ''"},
+        {"name": "target", "expression": "has(request.name) ? request.name : ''"},
+        {"name": "subresource",
+         "expression": "has(request.subResource) ? request.subResource : ''"},
+        {"name": "kind",
+         "expression": "request.resource.group + '/' + request.resource.resource"},
+        {"name": "what",
+         "expression": "request.operation + ' ' + request.resource.resource + "
+                       "(variables.subresource != '' ? '/' + variables.subresource : '') + "
+                       "(variables.target != '' ? ' ' + variables.target : '')"},
+        {"name": "binding",
+         "expression": "request.operation != 'DELETE' && request.operation != 'CONNECT' && "
+                       f"request.resource.group == '{RBAC}' && variables.subresource == '' && "
+                       "request.resource.resource in ['rolebindings', 'clusterrolebindings']"},
+    ]  # fmt: skip
+    rules = [{"apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*/*"],
+              "operations": ["CREATE", "UPDATE", "DELETE", "CONNECT"], "scope": "*"}]  # fmt: skip
+    spec = {
+        "failurePolicy": "Fail",
+        "matchConstraints": {"resourceRules": rules},
+        "matchConditions": [{"name": "the-release-account",
+                             "expression": f"request.userInfo.username == '{ACCOUNT}'"}],
+        "variables": variables,
+        "validations": _policy_validations(rendered),
+    }  # fmt: skip
+    api = "admissionregistration.k8s.io/v1"
+    return [
+        {"apiVersion": api, "kind": "ValidatingAdmissionPolicy",
+         "metadata": {"name": POLICY, "labels": labels}, "spec": spec},
+        {"apiVersion": api, "kind": "ValidatingAdmissionPolicyBinding",
+         "metadata": {"name": POLICY, "labels": labels},
+         "spec": {"policyName": POLICY, "validationActions": ["Deny"]}},
     ]  # fmt: skip
 
 
@@ -283,7 +428,9 @@ HEADER = """\
 #
 # helm-controller runs the gpu-operator HelmRelease as this ServiceAccount (Flux's
 # multi-tenancy pattern) instead of its own cluster-admin rights. It may write the kinds the
-# chart renders, and the chart's own Roles and ClusterRoles only by name (escalate/bind).
+# chart renders, and holds what the chart's own Roles and ClusterRoles grant (no escalate, no
+# bind), so it can create and bind those and nothing beyond what it holds. The admission
+# policy kyma-gpu-release holds its writes to the chart's namespace, kinds, names and subjects.
 """
 
 

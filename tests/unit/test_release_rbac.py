@@ -25,11 +25,19 @@ def _load() -> ModuleType:
 
 
 rbac = _load()
+NODES = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch", "get"]}
 ROLE = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-        "metadata": {"name": "gpu-operator"}, "rules": []}  # fmt: skip
-BINDING = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-           "metadata": {"name": "nfd-worker", "namespace": "gpu-operator"},
-           "roleRef": {"kind": "Role", "name": "nfd-worker"}}  # fmt: skip
+        "metadata": {"name": "gpu-operator"}, "rules": [NODES]}  # fmt: skip
+BINDING = {
+    "apiVersion": "rbac.authorization.k8s.io/v1",
+    "kind": "RoleBinding",
+    "metadata": {"name": "nfd-worker", "namespace": "gpu-operator"},
+    "roleRef": {"kind": "Role", "name": "nfd-worker"},
+    "subjects": [{"kind": "ServiceAccount", "name": "nfd", "namespace": "gpu-operator"}],
+}
+NFD_ROLE = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "nfd-worker", "namespace": "gpu-operator"},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}  # fmt: skip
 DEPLOYMENT = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "op"}}
 
 
@@ -40,24 +48,53 @@ def _rules(docs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[
     return objects["ClusterRole"]["rules"], objects["Role"]["rules"]
 
 
-def test_the_charts_roles_are_escalated_and_bound_only_by_name() -> None:
-    cluster, namespaced = _rules([ROLE, BINDING, DEPLOYMENT])
-    named = [r for r in cluster if "escalate" in r["verbs"]]
-    assert named == [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
-                      "verbs": ["get", "update", "patch", "delete", "escalate", "bind"],
-                      "resourceNames": ["gpu-operator"]}]  # fmt: skip
-    roles = [r for r in namespaced if "bind" in r["verbs"]]
-    assert roles[0]["resourceNames"] == ["nfd-worker"]  # bound by the chart, so bindable
+def test_the_charts_roles_are_held_not_escalated() -> None:
+    """No escalate, no bind: the account holds what the chart's roles grant, so the API
+    server's escalation check lets it create and bind those roles and nothing beyond."""
+    cluster, namespaced = _rules([ROLE, NFD_ROLE, BINDING, DEPLOYMENT])
+    for rule in cluster + namespaced:
+        assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
+    assert {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]} in cluster
+    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]} in namespaced
     assert any(r["resources"] == ["deployments"] for r in namespaced)
     assert not any("deployments" in r["resources"] for r in cluster)
 
 
-def test_no_wildcards_and_no_unlimited_escalation() -> None:
+def test_no_wildcards() -> None:
     cluster, namespaced = _rules([ROLE, BINDING, DEPLOYMENT])
     for rule in cluster + namespaced:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
-        if {"escalate", "bind"} & set(rule["verbs"]):
-            assert rule.get("resourceNames"), rule
+
+
+def test_a_binding_to_anything_but_the_charts_service_accounts_stops_it() -> None:
+    user = {**BINDING, "subjects": [{"kind": "User", "name": "mallory"}]}
+    with pytest.raises(rbac.RbacError, match="binds only ServiceAccounts in gpu-operator"):
+        _rules([user])
+    elsewhere = {**BINDING, "subjects": [{"kind": "ServiceAccount", "name": "x",
+                                          "namespace": "kube-system"}]}  # fmt: skip
+    with pytest.raises(rbac.RbacError, match="kube-system"):
+        _rules([elsewhere])
+
+
+def test_an_aggregated_role_stops_it() -> None:
+    aggregated = {**ROLE, "aggregationRule": {"clusterRoleSelectors": [{}]}}
+    with pytest.raises(rbac.RbacError, match="aggregationRule"):
+        _rules([aggregated])
+
+
+def test_the_admission_policy_names_the_charts_objects_and_accounts() -> None:
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in rbac.manifests(_rendered(
+        [ROLE, NFD_ROLE, BINDING, DEPLOYMENT]))}  # fmt: skip
+    policy = objects[("ValidatingAdmissionPolicy", "kyma-gpu-release")]["spec"]
+    assert policy["matchConditions"][0]["expression"] == (
+        "request.userInfo.username == 'system:serviceaccount:kyma-system:gpu-operator-release'"
+    )
+    text = str(policy["validations"]) + str(policy["variables"])
+    assert "'nfd-worker'" in text  # the bound Role, by name
+    assert "s.name in ['nfd']" in text  # the one ServiceAccount the chart binds
+    assert "variables.ns == 'gpu-operator'" in text
+    binding = objects[("ValidatingAdmissionPolicyBinding", "kyma-gpu-release")]["spec"]
+    assert binding == {"policyName": "kyma-gpu-release", "validationActions": ["Deny"]}
 
 
 def test_a_kind_the_script_does_not_know_stops_it() -> None:
