@@ -12,7 +12,9 @@ or a long safety interval. While the CRD exists, a 404 means "not served yet" an
 with the short backoff; after `unserved_after` attempts the store hears that the CRD does not
 serve the version (`Collection.unserved`), and the retries go on. A CRD that is replaced or
 goes away ends the watch; the observer lists again, with a short backoff while the API
-server's storage for it reinitializes (429/503).
+server's storage for it reinitializes (429/503). Other errors (the API server, the network)
+back off like client-go's: doubling from 0.25 s up to 30 s, starting over once two minutes
+passed without an error (`Backoff`).
 Nothing here ever blocks another observer or the reconcile loop.
 """
 
@@ -25,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Protocol
 
 from kyma_gpu.errors import ApiError, Gone, NotFound, TransientError
@@ -37,9 +40,20 @@ log = logging.getLogger(__name__)
 class WatchSettings:
     """How every observer lists, watches and backs off (part of reconcile.settings.Settings)."""
 
-    backoff: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0, 5.0)
-    """Seconds between attempts after an error (times 0.8 to 1.2); the last one repeats.
-    Short on purpose: a CRD whose storage reinitializes answers 429 for a moment only."""
+    starting_backoff: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0, 5.0)
+    """Seconds between attempts while a resource whose CRD exists answers 404 (times 0.8 to
+    1.2); the last one repeats. Short on purpose: a new CRD is served a moment after it is
+    created."""
+    error_backoff: float = 0.25
+    """After any other error (the API server, the network): the first wait, doubled with each
+    error up to `error_backoff_cap`. The first five waits are the starting ones: a CRD whose
+    storage reinitializes answers 429 for a moment only."""
+    error_backoff_cap: float = 30.0
+    """The longest wait after an error, as client-go's: an API server that is down for minutes
+    is asked every 30 s, not every 5."""
+    error_backoff_reset: float = 120.0
+    """After this long without an error the waits start over from `error_backoff` (client-go
+    resets its backoff after two minutes of health)."""
     unserved_after: int = 5
     """404s in a row (about 8 s of backoff) after which a CRD that exists is taken as one that
     does not serve the version asked for (an older Flux), rather than one still starting."""
@@ -64,6 +78,41 @@ class Reader(Protocol):
 
 Fold = Callable[[Mapping[str, Any]], Any]
 """Body -> compact facts, or None when the object is of no interest."""
+
+
+class Cause(StrEnum):
+    STARTING = "Starting"
+    """404 while the resource's CRD exists: a new CRD is served a moment after it is created."""
+    SERVER = "Server"
+    """Any other error: the API server (5xx, 429), the network, or a bug of ours."""
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """The errors behind one observer: how many in a row (since its last good watch), how many
+    on the server schedule, and when the last one was (monotonic seconds)."""
+
+    in_a_row: int = 0
+    server: int = 0
+    last_error: float | None = None
+
+    def failed(self, cause: Cause, clock: float, settings: WatchSettings) -> tuple[float, Backoff]:
+        """The seconds to wait after an error of `cause` at `clock` (before jitter), and the
+        backoff after it."""
+        quiet = self.last_error is None or clock - self.last_error >= settings.error_backoff_reset
+        server = 0 if quiet else self.server
+        if cause is Cause.STARTING:
+            starting = settings.starting_backoff
+            delay = starting[min(self.in_a_row, len(starting) - 1)]
+            return delay, Backoff(self.in_a_row + 1, server, clock)
+        cap = settings.error_backoff_cap
+        delay = cap if server >= 32 else min(settings.error_backoff * 2.0**server, cap)
+        return delay, Backoff(self.in_a_row + 1, server + 1, clock)
+
+    def succeeded(self) -> Backoff:
+        """A list or watch went through: the errors in a row start over, the server schedule
+        only once `error_backoff_reset` has passed since the last error."""
+        return Backoff(0, self.server, self.last_error)
 
 
 def default_key(body: Mapping[str, Any]) -> str:
@@ -122,37 +171,38 @@ class Informer:
     # -- the thread --
 
     def _run(self) -> None:
-        attempt = 0
+        backoff = Backoff()
         version: str | None = None
         while not self._stop.is_set():
             try:
                 if version is None:
                     version = self._relist()
                 version = self._watch(version)
-                attempt = 0
+                backoff = backoff.succeeded()
             except Gone:
                 version = None  # expired: list again at once
             except NotFound as err:
                 version = None
                 if self._crd_present:  # a new CRD is served a moment after it is created
-                    if attempt == self.settings.unserved_after:  # ... not this long after
+                    if backoff.in_a_row == self.settings.unserved_after:  # ... not this long after
                         self._hand_over(self.store.mark_unserved, self.source.resource)
-                    attempt = self._backoff(attempt, err)
+                    backoff = self._back_off(backoff, Cause.STARTING, err)
                 else:
                     self._absent()
             except ApiError as err:
-                attempt = self._backoff(attempt, err)
+                backoff = self._back_off(backoff, Cause.SERVER, err)
             except Exception as err:  # a bug must not end observation for good
                 log.exception("observe %s: unexpected error", self.source.resource)
-                attempt = self._backoff(attempt, err)
+                backoff = self._back_off(backoff, Cause.SERVER, err)
 
-    def _backoff(self, attempt: int, err: Exception) -> int:
-        backoff = self.settings.backoff
-        delay = backoff[min(attempt, len(backoff) - 1)] * random.uniform(0.8, 1.2)
-        level = logging.INFO if isinstance(err, TransientError) and attempt < 3 else logging.WARNING
-        log.log(level, "observe %s: %s; again in %.1fs", self.source.resource, err, delay)
+    def _back_off(self, backoff: Backoff, cause: Cause, err: Exception) -> Backoff:
+        delay, after = backoff.failed(cause, time.monotonic(), self.settings)
+        delay *= random.uniform(0.8, 1.2)
+        quiet = isinstance(err, TransientError) and backoff.in_a_row < 3
+        log.log(logging.INFO if quiet else logging.WARNING, "observe %s: %s; again in %.1fs",
+                self.source.resource, err, delay)  # fmt: skip
         self._stop.wait(delay)
-        return attempt + 1
+        return after
 
     def _absent(self) -> None:
         if not self._said_absent:
