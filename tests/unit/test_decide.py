@@ -12,10 +12,12 @@ Uninstalling case fails), and Initializing given no finalizer change (its case f
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, assert_never
 
 import pytest
@@ -432,3 +434,17 @@ def test_a_failure_whose_retry_is_due_lets_the_step_go(world: World) -> None:
     step = decide(world.inputs(gpu(), failure))
     assert step.phase is Phase.APPLYING
     assert step.status_if_failed is None  # one transient failure stays quiet
+
+
+def test_the_machine_names_reasons_by_their_enums() -> None:
+    """No reason is a literal string in machine.py: each comes from an enum (ReadyReason,
+    EventReason), so that a typo cannot reach a status or an Event."""
+    tree = ast.parse(Path(machine.__file__).read_text())
+    literal = []
+    for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+        name = getattr(call.func, "id", getattr(call.func, "attr", ""))
+        args = [k.value for k in call.keywords if k.arg == "reason"]
+        if name in ("_error_status", "GpuEvent") and len(call.args) >= 2:
+            args.append(call.args[1])
+        literal += [ast.unparse(call) for a in args if isinstance(a, ast.Constant)]
+    assert literal == []

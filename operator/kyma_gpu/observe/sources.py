@@ -24,12 +24,15 @@ from typing import Any
 
 from kyma_gpu.adapter import ListQuery
 from kyma_gpu.api.resources import FLUX_KINDS, OURS, FluxKind
-from kyma_gpu.facts import NodeError, node_facts
+from kyma_gpu.facts import NodeError, NodeFacts, node_facts
 from kyma_gpu.facts.machines import MachineTypeRegistry
 from kyma_gpu.observe.informer import Source
+from kyma_gpu.observe.store import Resource
 from kyma_gpu.plan.actions import LiveObject, live_object
-from kyma_gpu.plan.provision import crd_facts
+from kyma_gpu.plan.provision import CrdFacts, crd_facts
 from kyma_gpu.status import (
+    ClusterPolicyFacts,
+    DaemonSetFacts,
     HelmReleaseFacts,
     cluster_policy_facts,
     daemonset_facts,
@@ -39,21 +42,22 @@ from kyma_gpu.status import (
 )
 
 log = logging.getLogger(__name__)
-
-NODES = "nodes"
-DAEMONSETS = "daemonsets"
-CLUSTER_POLICIES = "clusterpolicies"
-GPU_CLUSTERS = "gpuclusters"
-CRDS = "crds"
-PODS = "pods"
+NODES: Resource[NodeFacts] = Resource("nodes")
+DAEMONSETS: Resource[DaemonSetFacts] = Resource("daemonsets")
+CLUSTER_POLICIES: Resource[ClusterPolicyFacts] = Resource("clusterpolicies")
+GPU_CLUSTERS: Resource[ClusterPolicyFacts] = Resource("gpuclusters")
+CRDS: Resource[CrdFacts] = Resource("crds")
+PODS: Resource[str] = Resource("pods")
+"""namespace/name of each running GPU pod of users'."""
 FLUX: dict[str, FluxKind] = {k.plural: k for k in FLUX_KINDS}
+FLUX_RESOURCES: tuple[Resource[FluxFacts], ...] = tuple(Resource(plural) for plural in FLUX)
 GATED = {
     **{k.crd_name: k.plural for k in FLUX_KINDS},
     "clusterpolicies.nvidia.com": CLUSTER_POLICIES,
     "gpuclusters.nvidia.com": GPU_CLUSTERS,
 }
 """CRD name -> the resource it serves: its observer lists again when the CRD appears."""
-REQUIRED = (NODES, DAEMONSETS, CRDS, *FLUX)
+REQUIRED: tuple[str, ...] = (NODES, DAEMONSETS, CRDS, *FLUX)
 """Listed (or found absent) before the first reconcile: planning without them would be wrong.
 The ClusterPolicy and the GPUCluster are not among them: a CRD of our own chart must never
 delay anything."""

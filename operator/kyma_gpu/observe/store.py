@@ -17,9 +17,20 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class Resource(str, Generic[T]):
+    """A collection's name that says which facts it holds: to mypy, `store.get(NODES, name)`
+    is a `NodeFacts | None` (observe/sources.py), `store.get("nodes", name)` only Any. At run
+    time it is the plain string."""
+
+    __slots__ = ()
+
 
 Listener = Callable[[str, Any], None]
 """Called with (key, facts or None) when an entry of a collection changes."""
@@ -69,9 +80,17 @@ class Store:
     def listen(self, resource: str, listener: Listener) -> None:
         self.listeners.setdefault(resource, []).append(listener)
 
+    @overload
+    def facts(self, resource: Resource[T]) -> list[T]: ...
+    @overload
+    def facts(self, resource: str) -> list[Any]: ...
     def facts(self, resource: str) -> list[Any]:
         return self.collection(resource).facts()
 
+    @overload
+    def get(self, resource: Resource[T], key: str) -> T | None: ...
+    @overload
+    def get(self, resource: str, key: str) -> Any: ...
     def get(self, resource: str, key: str) -> Any:
         entry = self.collection(resource).entries.get(key)
         return entry.facts if entry is not None else None

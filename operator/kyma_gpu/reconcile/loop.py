@@ -32,7 +32,7 @@ from kyma_gpu.observe.sources import (
     CLUSTER_POLICIES,
     CRDS,
     DAEMONSETS,
-    FLUX,
+    FLUX_RESOURCES,
     GATED,
     GPU_CLUSTERS,
     NODES,
@@ -40,7 +40,7 @@ from kyma_gpu.observe.sources import (
     REQUIRED,
     flux_facts,
 )
-from kyma_gpu.observe.store import Entry, Store, version_of
+from kyma_gpu.observe.store import Entry, Resource, Store, version_of
 from kyma_gpu.plan import Owner, Plan, make_plan
 from kyma_gpu.plan.actions import LiveObject, live_object, missing
 from kyma_gpu.plan.provision import (
@@ -88,7 +88,8 @@ from kyma_gpu.status.events import (
 
 log = logging.getLogger(__name__)
 
-GPUS = "gpus"
+GPUS: Resource[GpuObject] = Resource("gpus")
+"""The Gpus, as kopf's watch hands them over (handlers.py)."""
 _FLUX_PLURAL = {k.kind: k.plural for k in FLUX_KINDS}
 
 
@@ -131,7 +132,7 @@ def snapshot(
 ) -> Snapshot:
     """The store's facts; `as_applied` (key -> spec hash, generation) marks the Flux objects
     that still are the answer to an apply whose planned fields the API server dropped."""
-    flux = [facts for plural in FLUX for facts in store.facts(plural)]
+    flux = [facts for resource in FLUX_RESOURCES for facts in store.facts(resource)]
     marks = as_applied or {}
     live = tuple(
         replace(obj, as_applied=True)
@@ -259,7 +260,7 @@ class Loop:
         """Reconcile every Gpu once. Returns the seconds until a retry is due, if any."""
         requeues: list[float] = []
         want_pods = False
-        served = tuple(not self.store.collection(plural).absent for plural in FLUX)
+        served = tuple(not self.store.collection(plural).absent for plural in FLUX_RESOURCES)
         if served != self.flux_served:
             self.flux_served = served
             self.failures.clear()

@@ -43,7 +43,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from kyma_gpu.api.admission import admission_message
-from kyma_gpu.api.conditions import ReadyReason
+from kyma_gpu.api.conditions import ConditionType, ReadyReason
 from kyma_gpu.api.models import SINGLETON_NAME, Condition, GpuSpec, GpuState, GpuStatus
 from kyma_gpu.facts import ClusterFacts, NodeFacts, cluster_facts
 from kyma_gpu.plan import Owner, Plan
@@ -159,6 +159,13 @@ class Failure:
     permanent: bool
     attempts: int
     retry_at: float
+
+
+class EventReason(StrEnum):
+    """The reasons of the Events the machine itself asks for (the others come from status
+    changes: status/events.py)."""
+
+    FLUX_HANDED_OVER = "FluxHandedOver"
 
 
 # -- the actions: what one step carries out (reconcile/loop.py matches them in Loop._act) --
@@ -334,7 +341,7 @@ def _loud_status(inputs: Inputs, plan: Plan, key: str) -> GpuStatus | None:
 def _flux_step(inputs: Inputs, plan: Plan, flux: FluxVerdict) -> Step | None:
     """What Flux needs before the plan's objects can go in; None when it is ready."""
     if flux.mode is FluxMode.INCOMPATIBLE:
-        status = _error_status(inputs.gpu, "FluxIncompatible", flux.message, inputs.now)
+        status = _error_status(inputs.gpu, ReadyReason.FLUX_INCOMPATIBLE, flux.message, inputs.now)
         return Step(Phase.FLUX_INCOMPATIBLE, status=status)
     wanted = flux.mode in (FluxMode.ABSENT, FluxMode.PROVIDED)
     images = inputs.flux_images
@@ -350,7 +357,7 @@ def _flux_step(inputs: Inputs, plan: Plan, flux: FluxVerdict) -> Step | None:
 def _phase_of(status: GpuStatus) -> Phase:
     if status.state is GpuState.ERROR:
         return Phase.FAILED
-    ready = next((c for c in status.conditions if c.type == "Ready"), None)
+    ready = next((c for c in status.conditions if c.type == ConditionType.READY), None)
     return Phase.READY if ready is not None and ready.status == "True" else Phase.PROGRESSING
 
 
@@ -393,7 +400,8 @@ def _removing_flux(leftovers: Sequence[Leftover] | None, module_namespace: str) 
         case Removal.WAIT:
             return Step(Phase.REMOVING_FLUX)
         case Removal.HAND_OVER:
-            event = GpuEvent(EventType.NORMAL, "FluxHandedOver", hand_over_message(leftovers))
+            message = hand_over_message(leftovers)
+            event = GpuEvent(EventType.NORMAL, EventReason.FLUX_HANDED_OVER, message)
             return Step(Phase.REMOVING_FLUX, RemoveFlux(True, event), key="flux-remove")
         case Removal.DELETE_CRDS:
             return Step(Phase.REMOVING_FLUX, RemoveFlux(False), key="flux-remove")
@@ -482,9 +490,9 @@ def conditions_of(status: Mapping[str, Any]) -> list[Condition]:
     return out
 
 
-def _error_status(gpu: GpuObject, reason: str, message: str, now: str) -> GpuStatus:
+def _error_status(gpu: GpuObject, reason: ReadyReason, message: str, now: str) -> GpuStatus:
     cond = Condition(
-        type="Ready", status="False", reason=reason, message=message,
+        type=ConditionType.READY, status="False", reason=reason, message=message,
         observed_generation=gpu.generation,
     )  # fmt: skip
     return GpuStatus(
@@ -500,9 +508,9 @@ def refused_status(gpu: GpuObject, now: str) -> GpuStatus:
         f"Gpu {gpu.name!r} is ignored: the module serves one Gpu named {SINGLETON_NAME!r}; "
         f"delete this one and create {SINGLETON_NAME!r}"
     )
-    return _error_status(gpu, "NotTheSingleton", message, now)
+    return _error_status(gpu, ReadyReason.NOT_THE_SINGLETON, message, now)
 
 
 def invalid_status(gpu: GpuObject, err: ValidationError, now: str) -> GpuStatus:
     """In the API server's words: an old Gpu may predate a rule that admission now enforces."""
-    return _error_status(gpu, "InvalidSpec", admission_message(err), now)
+    return _error_status(gpu, ReadyReason.INVALID_SPEC, admission_message(err), now)
