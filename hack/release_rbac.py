@@ -7,10 +7,11 @@ values of every golden scenario and with every optional component switched on, c
 kinds and the RBAC objects the renders contain, and writes the ServiceAccount, a ClusterRole
 for the cluster-scoped kinds and a Role in the target namespace for the namespaced ones:
 
-- no `escalate` and no `bind`: the ServiceAccount holds the rules of the chart's own Roles and
-  ClusterRoles itself, so the API server's escalation check lets it create, change and bind
-  those roles, and never a role with a right it does not hold (with `escalate` on a role's name
-  it could have set `*` on it);
+- no `escalate`: the ServiceAccount holds the rules of the chart's own Roles and ClusterRoles
+  itself, so the API server's escalation check lets it create, change and bind those roles,
+  and never a role with a right it does not hold (with `escalate` on a role's name it could
+  have set `*` on it); `bind` on those names only, for bindings Helm applies in the same batch
+  as their role (hooks), which the API server cannot check against a role not yet there;
 - CustomResourceDefinitions, ClusterRoles and ClusterRoleBindings are limited by name wherever
   RBAC allows it (every verb except create, list and watch); the chart's rules that it now
   holds reach further, so
@@ -241,7 +242,20 @@ def collect() -> Rendered:
         for name, values in _value_sets():
             label = f"{chart.name} with {name}"
             _add(rendered, _render(chart, values, label), label)
+    check_bound(rendered)
     return rendered
+
+
+def check_bound(rendered: Rendered) -> None:
+    """`bind` is granted on the roles the charts' bindings name: each must be a role the
+    charts define (whose rules the account holds), never one that exists for someone else."""
+    for plural in ("roles", "clusterroles"):
+        foreign = rendered.bound.get(plural, set()) - rendered.names.get((RBAC, plural), set())
+        if foreign:
+            raise RbacError(
+                f"the charts bind {plural} they do not define ({', '.join(sorted(foreign))}): "
+                "the release account would bind rights it does not hold; review it"
+            )
 
 
 def _rule(group: str, resources: list[str], verbs: list[str], names: Iterable[str] = ()) -> dict:
@@ -271,7 +285,12 @@ def _rules(rendered: Rendered, kinds: set[tuple[str, str]], namespaced: bool) ->
     by_group: dict[str, list[str]] = {}
     for group, resource in sorted(kinds):
         if group in (RBAC, CRD_GROUP):
-            rules += _limited(rendered, group, resource, [])
+            # `bind` on the chart's role names only: Helm applies a hook's role and binding in
+            # one batch (the chart's pre-upgrade CRD hook), and without `bind` the API server
+            # must read the role to check the binding, which fails while the role is not there
+            # yet. It adds no power: holding the role's rules already lets it bind the role.
+            extra = ["bind"] if resource in ("roles", "clusterroles") else []
+            rules += _limited(rendered, group, resource, extra)
         elif (group, resource) == ("", "namespaces"):
             rules.append(_rule("", ["namespaces"], ["get"], [TARGET_NAMESPACE]))
         else:
@@ -428,9 +447,10 @@ HEADER = """\
 #
 # helm-controller runs the gpu-operator HelmRelease as this ServiceAccount (Flux's
 # multi-tenancy pattern) instead of its own cluster-admin rights. It may write the kinds the
-# chart renders, and holds what the chart's own Roles and ClusterRoles grant (no escalate, no
-# bind), so it can create and bind those and nothing beyond what it holds. The admission
-# policy kyma-gpu-release holds its writes to the chart's namespace, kinds, names and subjects.
+# chart renders, and holds what the chart's own Roles and ClusterRoles grant (no escalate;
+# bind on their names only), so it can create and bind those and nothing beyond what it holds.
+# The admission policy kyma-gpu-release holds its writes to the chart's namespace, kinds,
+# names and subjects.
 """
 
 

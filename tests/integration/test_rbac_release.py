@@ -134,12 +134,34 @@ def test_it_writes_nothing_outside_the_chart(cluster: LocalCluster) -> None:
         assert "forbidden" in out, out
 
 
-def test_it_holds_no_escalate_or_bind(cluster: LocalCluster) -> None:
-    roles = (f"clusterroles/{TARGET}", "clusterroles/cluster-admin")
-    asked = [(verb, role) for verb in ("escalate", "bind") for role in roles]
-    for verb, what in [*asked, ("impersonate", "users")]:
+def test_it_holds_no_escalate_and_binds_only_the_charts_roles(cluster: LocalCluster) -> None:
+    """No escalate anywhere; bind only on the chart's roles by name (whose rules it holds)."""
+    denied = [("escalate", f"clusterroles/{TARGET}"), ("escalate", "clusterroles/cluster-admin"),
+              ("bind", "clusterroles/cluster-admin"), ("bind", "clusterroles/admin"),
+              ("impersonate", "users")]  # fmt: skip
+    for verb, what in denied:
         answer = cluster.kubectl("auth", "can-i", verb, what, f"--as={RELEASE}", check=False)
         assert answer.stdout.strip() == "no", (verb, what, answer.stdout)
+    answer = cluster.kubectl("auth", "can-i", "bind", f"clusterroles/{TARGET}", f"--as={RELEASE}",
+                             check=False)  # fmt: skip
+    assert answer.stdout.strip() == "yes", answer.stdout
+
+
+def test_it_binds_a_role_applied_in_the_same_batch(cluster: LocalCluster) -> None:
+    """Helm applies the chart's pre-upgrade hook (ServiceAccount, ClusterRole, binding) at
+    once: the binding may reach the API server before its role exists. Without `bind` the
+    server would have to read the role to check the binding and answer "not found"."""
+    hook = "gpu-operator-upgrade-crd-hook"
+    assert cluster.get_object("clusterrole", f"{hook}-role") is None
+    code, out = _as_release(
+        cluster,
+        "create",
+        "clusterrolebinding",
+        f"{hook}-binding",
+        f"--clusterrole={hook}-role",
+        f"--serviceaccount={TARGET}:{hook}-sa",
+    )
+    assert code == 0, out
 
 
 def test_it_binds_the_charts_role_to_the_charts_service_account(cluster: LocalCluster) -> None:

@@ -49,11 +49,17 @@ def _rules(docs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[
 
 
 def test_the_charts_roles_are_held_not_escalated() -> None:
-    """No escalate, no bind: the account holds what the chart's roles grant, so the API
-    server's escalation check lets it create and bind those roles and nothing beyond."""
+    """No escalate: the account holds what the chart's roles grant, so the API server's
+    escalation check lets it create and bind those roles and nothing beyond. `bind` only on
+    the chart's role names (for a hook's binding applied with its role)."""
     cluster, namespaced = _rules([ROLE, NFD_ROLE, BINDING, DEPLOYMENT])
     for rule in cluster + namespaced:
-        assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
+        assert not {"escalate", "impersonate"} & set(rule["verbs"]), rule
+        if "bind" in rule["verbs"]:
+            assert set(rule["resources"]) <= {"roles", "clusterroles"}, rule
+            assert rule["resourceNames"], rule
+    (bind,) = [r for r in namespaced if "bind" in r["verbs"]]
+    assert bind["resourceNames"] == ["nfd-worker"]
     assert {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]} in cluster
     assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]} in namespaced
     assert any(r["resources"] == ["deployments"] for r in namespaced)
@@ -115,3 +121,12 @@ def _rendered(docs: list[dict[str, Any]]) -> Any:
     rendered = rbac.Rendered()
     rbac._add(rendered, docs, "test chart")
     return rendered
+
+
+def test_binding_a_role_the_charts_do_not_define_stops_it() -> None:
+    """`bind` goes to the roles the charts bind; one they do not define (someone else's,
+    with rights the account does not hold) would be a door."""
+    rendered = _rendered([BINDING])  # binds Role nfd-worker, which no document defines
+    with pytest.raises(rbac.RbacError, match="bind roles they do not define"):
+        rbac.check_bound(rendered)
+    rbac.check_bound(_rendered([BINDING, NFD_ROLE]))
