@@ -277,7 +277,7 @@ def test_an_invalid_spec_is_reported(catalog: Catalog) -> None:
 
 
 def test_status_writes_are_coalesced_while_only_messages_change(world: World) -> None:
-    world.loop.settings = LoopSettings(status_seconds=30.0)
+    world.loop.status.settings = LoopSettings(status_seconds=30.0)
     installed(world)
     world.run()  # ReleaseReady turned True: a transition, written at once
     assert world.api.calls == ["status"]
@@ -293,13 +293,13 @@ def test_status_writes_are_coalesced_while_only_messages_change(world: World) ->
     requeue = asyncio.run(world.loop.run_pass())
     assert requeue is not None
     assert 25 < requeue <= 30
-    world.loop.status_written.clear()  # the interval is over
+    world.loop.status.written.clear()  # the interval is over
     world.run()
     assert world.api.calls == ["status"]
 
 
 def test_a_change_of_state_is_written_at_once(world: World) -> None:
-    world.loop.settings = LoopSettings(status_seconds=30.0)
+    world.loop.status.settings = LoopSettings(status_seconds=30.0)
     world.run()
     world.api.fail = [403]
     world.change_spec({"components": {"migManager": True}})

@@ -11,20 +11,16 @@ then sleeps until the store changes, or until a retry is due.
 from __future__ import annotations
 
 import asyncio
-import datetime
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, assert_never
+from typing import Any, assert_never
 
 import cachetools
-from pydantic import ValidationError
 
 from kyma_gpu.adapter import ObjectRef
-from kyma_gpu.api.models import GpuSpec, GpuStatus
-from kyma_gpu.api.resources import FLUX_KINDS
+from kyma_gpu.api.models import GpuSpec
 from kyma_gpu.errors import ApiError, PermanentError
 from kyma_gpu.facts import ClusterFacts
 from kyma_gpu.metrics import Metrics, Observed
@@ -38,11 +34,10 @@ from kyma_gpu.observe.sources import (
     NODES,
     PODS,
     REQUIRED,
-    flux_facts,
 )
-from kyma_gpu.observe.store import Entry, Resource, Store, version_of
+from kyma_gpu.observe.store import Store
 from kyma_gpu.plan import Owner, Plan, make_plan
-from kyma_gpu.plan.actions import LiveObject, live_object, missing
+from kyma_gpu.plan.actions import LiveObject
 from kyma_gpu.plan.provision import (
     BUNDLE_HASH,
     PROVIDED_LABEL,
@@ -53,7 +48,6 @@ from kyma_gpu.plan.provision import (
     Leftover,
     bundle_crds,
     bundle_workloads,
-    crd_facts,
 )
 from kyma_gpu.reconcile.machine import (
     FINALIZER,
@@ -71,60 +65,24 @@ from kyma_gpu.reconcile.machine import (
     Snapshot,
     Step,
     decide,
-    gpu_object,
+)
+from kyma_gpu.reconcile.parts import (
+    GPUS,
+    FluxKey,
+    Recorder,
+    StatusWriter,
+    WriteBack,
+    Writer,
+    flux_key,
+    now,
 )
 from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.rules.catalog import Catalog
-from kyma_gpu.status.events import (
-    EVENT_WINDOW_SECONDS,
-    EVENTS_NAMESPACE,
-    GpuEvent,
-    GpuRef,
-    News,
-    Sent,
-    events_for,
-    to_post,
-)
+
+__all__ = ["GPUS", "Loop", "Writer", "flux_api", "now", "snapshot"]
+"""GPUS, Writer and now live in reconcile/parts.py; they are the loop's words too."""
 
 log = logging.getLogger(__name__)
-
-GPUS: Resource[GpuObject] = Resource("gpus")
-"""The Gpus, as kopf's watch hands them over (handlers.py)."""
-_FLUX_PLURAL = {k.kind: k.plural for k in FLUX_KINDS}
-
-
-class Writer(Protocol):
-    """The adapter's write side (kyma_gpu.adapter.KubeAdapter)."""
-
-    async def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]: ...
-
-    async def delete(self, ref: ObjectRef) -> dict[str, Any] | None: ...
-
-    async def apply_status(self, name: str, status: Mapping[str, Any]) -> dict[str, Any]: ...
-
-    async def set_finalizers(
-        self, name: str, finalizers: list[str], resource_version: str
-    ) -> dict[str, Any]: ...
-
-    async def post_event(self, namespace: str, gpu: GpuRef, event: GpuEvent) -> None: ...
-
-    async def unlabel(
-        self, ref: ObjectRef, label: str, annotation: str
-    ) -> dict[str, Any] | None: ...
-
-    async def flux_objects(self, per_kind: int) -> list[tuple[str, dict[str, Any]]]: ...
-
-
-def now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-FluxKey = tuple[str, str, str]
-"""kind, namespace, name of one of the module's Flux objects."""
-
-
-def _key(obj: LiveObject) -> FluxKey:
-    return (obj.kind, obj.namespace, obj.name)
 
 
 def snapshot(
@@ -136,7 +94,7 @@ def snapshot(
     marks = as_applied or {}
     live = tuple(
         replace(obj, as_applied=True)
-        if marks.get(_key(obj)) == (obj.applied_hash, obj.generation)
+        if marks.get(flux_key(obj)) == (obj.applied_hash, obj.generation)
         else obj
         for obj, _ in flux
     )
@@ -171,16 +129,6 @@ def _api(store: Store, resource: str) -> Api:
     return Api.ABSENT if coll.absent else Api.SERVED
 
 
-def normalized(status: Mapping[str, Any] | GpuStatus) -> dict[str, Any]:
-    """A status as the API stores it, for comparison ({} when unreadable)."""
-    try:
-        model = status if isinstance(status, GpuStatus) else GpuStatus.model_validate(status)
-    except ValidationError:
-        return {}
-    result: dict[str, Any] = json.loads(model.model_dump_json(by_alias=True, exclude_none=True))
-    return result
-
-
 @dataclass
 class Loop:
     store: Store
@@ -201,16 +149,6 @@ class Loop:
     retried at once instead of at their retry time."""
     last_phase: dict[str, Phase] = field(default_factory=dict)
     settings: LoopSettings = field(default_factory=LoopSettings)
-    status_written: dict[str, float] = field(default_factory=dict)
-    """When each Gpu's status was last written (monotonic)."""
-    status_due: dict[str, float] = field(default_factory=dict)
-    """A coalesced status write waits until then."""
-    events_sent: dict[str, tuple[Sent, ...]] = field(default_factory=dict)
-    """Each Gpu's recent Events by its uid (a new Gpu of the same name starts afresh), for
-    their budget and deduplication (events.admit)."""
-    as_applied: dict[FluxKey, tuple[str | None, int]] = field(default_factory=dict)
-    """Flux objects whose apply answer lacked planned fields (the server dropped them): their
-    spec hash and generation then. Not applied again while both stay (see LiveObject)."""
     metrics: Metrics = field(default_factory=Metrics)
     flux_images: FluxImages = field(default_factory=FluxImages)
     """The images of the Flux the module installs (provision.IMAGE_ENV, from the manager's
@@ -219,6 +157,15 @@ class Loop:
     """Failed writes and failed passes so far: a reconcile that adds one did not succeed."""
     flux_leftovers: dict[str, tuple[Leftover, ...]] = field(default_factory=dict)
     """What ListFlux found, by Gpu name: valid for the pass that listed it only."""
+    write_back: WriteBack = field(init=False)
+    recorder: Recorder = field(init=False)
+    status: StatusWriter = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.write_back = WriteBack(self.store)
+        self.recorder = Recorder(self.writer)
+        self.status = StatusWriter(self.writer, self.write_back, self.recorder, self._error,
+                                   self.settings)  # fmt: skip
 
     def plan(self, spec: GpuSpec, facts: ClusterFacts, owner: Owner) -> Plan:
         key = (spec.model_dump_json(), facts, owner)
@@ -271,7 +218,7 @@ class Loop:
                 requeues.append(step.requeue_after)
         self.watch_pods(want_pods)
         clock = time.monotonic()
-        requeues += [max(due - clock, 0.0) for due in self.status_due.values()]
+        requeues += [max(due - clock, 0.0) for due in self.status.due.values()]
         return min(requeues, default=None)
 
     async def reconcile(self, gpu: GpuObject) -> Step:
@@ -279,7 +226,7 @@ class Loop:
         began, writes, errors = time.monotonic(), 0, self.error_count
         self.flux_leftovers.pop(gpu.name, None)
         for _ in range(self.settings.max_steps):
-            snap = replace(snapshot(self.store, self.as_applied),
+            snap = replace(snapshot(self.store, self.write_back.as_applied),
                            flux_leftovers=self.flux_leftovers.get(gpu.name))  # fmt: skip
             step = decide(Inputs(gpu, snap, self.plan, self.failures.get(gpu.name),
                                  time.monotonic(), now(), self.flux_images,
@@ -311,7 +258,7 @@ class Loop:
                 return 1  # the status of the failure is the next step's
             if not isinstance(step.action, ListFlux):  # a read: the removal may still fail
                 self.failures.pop(gpu.name, None)
-        if step.status is not None and await self._write_status(gpu, step.status):
+        if step.status is not None and await self.status.write(gpu, step.status):
             done += 1
         return done
 
@@ -320,7 +267,7 @@ class Loop:
         match action:
             case AddFinalizer() | RemoveFinalizer():
                 adding = isinstance(action, AddFinalizer)
-                self._put_gpu(await self.writer.set_finalizers(
+                self.write_back.gpu(await self.writer.set_finalizers(
                     gpu.name, _finalizers(gpu, adding), gpu.resource_version))  # fmt: skip
                 return 1
             case Apply(objects, stale):
@@ -340,21 +287,19 @@ class Loop:
                 done = await self._remove_flux(hand_over)
                 if announce is not None:
                     log.warning("%s", announce.message)
-                    await self._announce(gpu, announce)
+                    await self.recorder.announce(gpu, announce)
                 return done
             case _:
                 assert_never(action)
 
     async def _apply(self, obj: Mapping[str, Any]) -> None:
         log.info("applying %s", ObjectRef.of(obj))
-        answer = await self.writer.apply(obj)
-        self._note_dropped(obj, answer)
-        self._put_flux(obj["kind"], answer)
+        self.write_back.applied(obj, await self.writer.apply(obj))
 
     async def _delete(self, live: LiveObject) -> None:
         log.info("deleting %s/%s/%s", live.kind, live.namespace, live.name)
         ref = ObjectRef(live.api_version, live.kind, live.namespace, live.name)
-        self._deleted(live, await self.writer.delete(ref))
+        self.write_back.deleted(live, await self.writer.delete(ref))
 
     async def _list_flux(self) -> tuple[Leftover, ...]:
         """The Flux objects of every kind and namespace, a few per kind, as Leftover facts."""
@@ -376,27 +321,11 @@ class Loop:
         for name in bundle_crds():
             ref = ObjectRef("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", name)
             if hand_over:
-                self._put_crd(await self.writer.unlabel(ref, PROVIDED_LABEL, BUNDLE_HASH))
+                self.write_back.crd(await self.writer.unlabel(ref, PROVIDED_LABEL, BUNDLE_HASH))
             else:
-                self._put_crd(await self.writer.delete(ref))
+                self.write_back.crd(await self.writer.delete(ref))
             done += 1
         return done
-
-    def _note_dropped(self, obj: Mapping[str, Any], answer: Mapping[str, Any]) -> None:
-        """An answer that lacks planned fields: the server dropped them (an older Flux's CRD
-        has no such field). Said once; not applied again until the object changes."""
-        if obj["kind"] not in _FLUX_PLURAL:
-            return
-        live = live_object(answer)
-        lacking = missing(live.spec, obj.get("spec") or {})
-        if not lacking:
-            self.as_applied.pop(_key(live), None)
-            return
-        if _key(live) not in self.as_applied:
-            log.warning("the API server dropped %s of %s %s/%s, which the module applies "
-                        "(a Flux whose CRD lacks them?); not applying again for them",
-                        ", ".join(lacking), live.kind, live.namespace, live.name)  # fmt: skip
-        self.as_applied[_key(live)] = (live.applied_hash, live.generation)
 
     def _failed(self, gpu: GpuObject, step: Step, err: ApiError) -> None:
         previous = self.failures.get(gpu.name)
@@ -410,49 +339,6 @@ class Loop:
         self.failures[gpu.name] = Failure(
             step.key, str(err), permanent, attempts, time.monotonic() + delay
         )
-
-    async def _write_status(self, gpu: GpuObject, status: GpuStatus) -> bool:
-        wanted = normalized(status)
-        live = normalized(gpu.status)
-        self.status_due.pop(gpu.name, None)
-        if wanted == live:
-            return False
-        interval = self.settings.status_seconds
-        due = self.status_written.get(gpu.name, -interval) + interval
-        if _transition(wanted) == _transition(live) and time.monotonic() < due:
-            self.status_due[gpu.name] = due
-            return False
-        try:
-            self._put_gpu(await self.writer.apply_status(gpu.name, wanted))
-        except ApiError as err:
-            log.warning("writing the status of Gpu %s failed: %s", gpu.name, err)
-            self._error("permanent" if isinstance(err, PermanentError) else "transient")
-            self.status_due[gpu.name] = time.monotonic() + self.settings.status_retry_seconds
-            return False
-        self.status_written[gpu.name] = time.monotonic()
-        await self._post(gpu, events_for(live, wanted))
-        return True
-
-    async def _announce(self, gpu: GpuObject, event: GpuEvent | None) -> None:
-        """An Event on the Gpu; losing one is logged, never retried (the status has it all)."""
-        if event is not None:
-            await self._post(gpu, News(transition=event))
-
-    async def _post(self, gpu: GpuObject, news: News) -> None:
-        """The Events of `news` that their budget and deduplication let through (to_post)."""
-        offered = len(news.findings) + (news.transition is not None)
-        clock = time.monotonic()
-        events, self.events_sent[gpu.uid] = to_post(self.events_sent.get(gpu.uid, ()), news, clock)
-        self.events_sent = {uid: sent for uid, sent in self.events_sent.items()
-                            if sent and clock - sent[-1].at < EVENT_WINDOW_SECONDS}  # fmt: skip
-        if len(events) < offered:
-            log.info("Gpu %s: %d of %d Events not posted (said already, or over budget)",
-                     gpu.name, offered - len(events), offered)  # fmt: skip
-        for event in events:
-            try:
-                await self.writer.post_event(EVENTS_NAMESPACE, GpuRef(gpu.name, gpu.uid), event)
-            except ApiError as err:
-                log.warning("posting an Event on Gpu %s failed: %s", gpu.name, err)
 
     def _error(self, kind: str) -> None:
         self.error_count += 1
@@ -471,44 +357,6 @@ class Loop:
             gpu_states={g.name: str(g.status.get("state") or "") for g in self.store.facts(GPUS)},
             gpu_nodes=None if nodes is None else sum(1 for node in nodes if node.is_gpu),
         )
-
-    # -- what the API answered is the new live state --
-
-    def _put_gpu(self, body: Mapping[str, Any]) -> None:
-        obj = gpu_object(body)
-        self.store.put(GPUS, obj.name, Entry(version_of(obj.resource_version), obj))
-
-    def _put_crd(self, body: Mapping[str, Any] | None) -> None:
-        """A Flux CRD as a write answered it: the next step must not apply the bundle again."""
-        meta = (body or {}).get("metadata") or {}
-        if body is not None and body.get("kind") == "CustomResourceDefinition" and meta.get("name"):
-            entry = Entry(version_of(meta.get("resourceVersion")), crd_facts(meta))
-            self.store.put(CRDS, str(meta["name"]), entry)
-
-    def _put_flux(self, kind: str, body: Mapping[str, Any]) -> None:
-        if kind not in _FLUX_PLURAL:  # the module's own Flux: only its CRDs are observed
-            self._put_crd(body)
-            return
-        plural = _FLUX_PLURAL[kind]
-        meta = body.get("metadata") or {}
-        entry = Entry(version_of(meta.get("resourceVersion")), flux_facts(plural, body))
-        self.store.put(plural, str(meta.get("name")), entry)
-
-    def _deleted(self, live: LiveObject, answer: Mapping[str, Any] | None) -> None:
-        meta = (answer or {}).get("metadata") or {}
-        if answer is not None and answer.get("kind") == live.kind and meta.get("deletionTimestamp"):
-            self._put_flux(live.kind, answer)
-        else:  # gone at once, or already gone
-            self.store.put(_FLUX_PLURAL[live.kind], live.name, None)
-
-
-def _transition(status: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What makes a status change a transition: the state, the generation it speaks of, and
-    each condition's status and reason (not messages, counts or node lists)."""
-    conditions = tuple(
-        (c.get("type"), c.get("status"), c.get("reason")) for c in status.get("conditions") or ()
-    )
-    return (status.get("state"), status.get("observedGeneration"), conditions)
 
 
 def _finalizers(gpu: GpuObject, adding: bool) -> list[str]:
