@@ -1,12 +1,15 @@
 """The observers' backoff by cause, as a pure function (observe/informer.py `Backoff`): fast
 while a CRD that exists is still starting (404), client-go's doubling up to 30 s for the API
-server and the network, started over after two minutes without an error."""
+server and the network, started over after two minutes without an error. And the loop's
+retries of failed writes (reconcile/parts.py `Retries`)."""
 
 from __future__ import annotations
 
 import pytest
 
+from kyma_gpu.errors import ApiError, classify
 from kyma_gpu.observe.informer import Backoff, Cause, WatchSettings
+from kyma_gpu.reconcile.parts import Retries
 
 SETTINGS = WatchSettings()
 
@@ -80,3 +83,35 @@ def test_settings_shape_the_waits() -> None:
         delays.append(delay)
     assert delays == [1.0, 2.0, 3.0, 3.0]
     assert state.failed(Cause.STARTING, 5.0, fast)[0] == 0.1
+
+
+# -- the retries of failed writes (reconcile/parts.py `Retries`) --
+
+
+def _err(status: int) -> ApiError:
+    return classify("apply HelmRelease", status, "Injected", "injected")
+
+
+def test_a_transient_write_failure_waits_longer_each_attempt() -> None:
+    retries = Retries()
+    waits = [retries.failed("gpu", "k", _err(429), 100.0).retry_at - 100.0 for _ in range(7)]
+    assert waits == [1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 60.0]
+    assert retries.attempts("gpu") == 7
+
+
+def test_a_permanent_write_failure_starts_at_30_seconds() -> None:
+    retries = Retries()
+    first = retries.failed("gpu", "k", _err(403), 0.0)
+    assert (first.permanent, first.retry_at) == (True, 30.0)
+    assert retries.failed("gpu", "k", _err(403), 0.0).retry_at == 60.0
+
+
+def test_other_writes_start_the_attempts_over_and_a_success_forgets() -> None:
+    retries = Retries()
+    retries.failed("gpu", "k", _err(500), 0.0)
+    retries.failed("gpu", "k", _err(500), 0.0)
+    assert retries.failed("gpu", "other", _err(500), 0.0).attempts == 1
+    assert retries.attempts("another-gpu") == 0
+    retries.forget("gpu")
+    assert retries.attempts("gpu") == 0
+    assert retries.failures == {}

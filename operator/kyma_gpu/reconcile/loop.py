@@ -21,7 +21,7 @@ import cachetools
 
 from kyma_gpu.adapter import ObjectRef
 from kyma_gpu.api.models import GpuSpec
-from kyma_gpu.errors import ApiError, PermanentError
+from kyma_gpu.errors import ApiError
 from kyma_gpu.facts import ClusterFacts
 from kyma_gpu.metrics import Metrics, Observed
 from kyma_gpu.observe.sources import (
@@ -70,6 +70,7 @@ from kyma_gpu.reconcile.parts import (
     GPUS,
     FluxKey,
     Recorder,
+    Retries,
     StatusWriter,
     WriteBack,
     Writer,
@@ -140,7 +141,6 @@ class Loop:
     """Starts (True) or stops (False) the pod observer."""
     module_namespace: str = "kyma-system"
     """Where the module's Flux objects (and its own Flux) live."""
-    failures: dict[str, Failure] = field(default_factory=dict)
     plans: cachetools.LRUCache[tuple[str, ClusterFacts, Owner], Plan] = field(
         default_factory=lambda: cachetools.LRUCache(maxsize=16)
     )
@@ -160,12 +160,19 @@ class Loop:
     write_back: WriteBack = field(init=False)
     recorder: Recorder = field(init=False)
     status: StatusWriter = field(init=False)
+    retries: Retries = field(init=False)
 
     def __post_init__(self) -> None:
         self.write_back = WriteBack(self.store)
         self.recorder = Recorder(self.writer)
+        self.retries = Retries(self.settings)
         self.status = StatusWriter(self.writer, self.write_back, self.recorder, self._error,
                                    self.settings)  # fmt: skip
+
+    @property
+    def failures(self) -> dict[str, Failure]:
+        """The last failed write of each Gpu (Retries)."""
+        return self.retries.failures
 
     def plan(self, spec: GpuSpec, facts: ClusterFacts, owner: Owner) -> Plan:
         key = (spec.model_dump_json(), facts, owner)
@@ -257,7 +264,7 @@ class Loop:
                 self._failed(gpu, step, err)
                 return 1  # the status of the failure is the next step's
             if not isinstance(step.action, ListFlux):  # a read: the removal may still fail
-                self.failures.pop(gpu.name, None)
+                self.retries.forget(gpu.name)
         if step.status is not None and await self.status.write(gpu, step.status):
             done += 1
         return done
@@ -328,17 +335,11 @@ class Loop:
         return done
 
     def _failed(self, gpu: GpuObject, step: Step, err: ApiError) -> None:
-        previous = self.failures.get(gpu.name)
-        attempts = previous.attempts + 1 if previous and previous.key == step.key else 1
-        permanent = isinstance(err, PermanentError)
-        retries = self.settings.retry_seconds
-        delays = retries[self.settings.permanent_from :] if permanent else retries
-        delay = delays[min(attempts - 1, len(delays) - 1)]
-        log.warning("%s failed (attempt %d), again in %.0fs: %s", step.phase, attempts, delay, err)
-        self._error("permanent" if permanent else "transient")
-        self.failures[gpu.name] = Failure(
-            step.key, str(err), permanent, attempts, time.monotonic() + delay
-        )
+        clock = time.monotonic()
+        failure = self.retries.failed(gpu.name, step.key, err, clock)
+        log.warning("%s failed (attempt %d), again in %.0fs: %s", step.phase, failure.attempts,
+                    failure.retry_at - clock, err)  # fmt: skip
+        self._error("permanent" if failure.permanent else "transient")
 
     def _error(self, kind: str) -> None:
         self.error_count += 1

@@ -4,7 +4,8 @@
   that the next `decide` sees it (and the Flux objects whose planned fields the server dropped);
 - `Recorder`: the Events on a Gpu, within their budget and without repeats (events.to_post);
 - `StatusWriter`: the status, written only when it differs, coalesced while only messages
-  and counts change, and its Events.
+  and counts change, and its Events;
+- `Retries`: when a failed write is tried again, like client-go's rate limiter.
 
 Each is a small object with the writer it needs; the Loop wires them in its constructor.
 """
@@ -29,7 +30,7 @@ from kyma_gpu.observe.sources import CRDS, flux_facts
 from kyma_gpu.observe.store import Entry, Resource, Store, version_of
 from kyma_gpu.plan.actions import LiveObject, live_object, missing
 from kyma_gpu.plan.provision import crd_facts
-from kyma_gpu.reconcile.machine import GpuObject, gpu_object
+from kyma_gpu.reconcile.machine import Failure, GpuObject, gpu_object
 from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.status.events import (
     EVENT_WINDOW_SECONDS,
@@ -227,3 +228,32 @@ class StatusWriter:
         self.written[gpu.name] = time.monotonic()
         await self.recorder.post(gpu, events_for(live, wanted))
         return True
+
+
+@dataclass
+class Retries:
+    """When a failed write is tried again, by Gpu, like client-go's rate limiter (`failed` is
+    its When, `forget` its Forget, `attempts` its NumRequeues). A failure counts its attempts
+    while the same writes (the step's key) fail; transient errors wait from the front of
+    `LoopSettings.retry_seconds`, permanent ones from `permanent_from`."""
+
+    settings: LoopSettings = field(default_factory=LoopSettings)
+    failures: dict[str, Failure] = field(default_factory=dict)
+    """The last failed write of each Gpu, until a write of it goes through."""
+
+    def failed(self, name: str, key: str, err: ApiError, clock: float) -> Failure:
+        previous = self.failures.get(name)
+        attempts = previous.attempts + 1 if previous and previous.key == key else 1
+        permanent = isinstance(err, PermanentError)
+        retries = self.settings.retry_seconds
+        delays = retries[self.settings.permanent_from :] if permanent else retries
+        delay = delays[min(attempts - 1, len(delays) - 1)]
+        failure = self.failures[name] = Failure(key, str(err), permanent, attempts, clock + delay)
+        return failure
+
+    def forget(self, name: str) -> None:
+        self.failures.pop(name, None)
+
+    def attempts(self, name: str) -> int:
+        failure = self.failures.get(name)
+        return failure.attempts if failure is not None else 0
