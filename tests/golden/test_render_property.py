@@ -61,8 +61,7 @@ NFD = "node-feature-discovery"
 PARALLEL = 4
 """helm template runs wait on I/O half the time: four at once on two cores."""
 CHUNK = 4
-"""Leaves predicted to break the YAML are tried in chunks of this many; a chunk that fails is
-tried leaf by leaf."""
+"""A group this small that differs or fails is tried leaf by leaf, not halved."""
 
 _INJECTED = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: kygpu-injected\n"
 _TPL = base64.b64encode(("\n---\n" + _INJECTED).encode()).decode()
@@ -70,19 +69,20 @@ BENIGN = "kygpu-renamed"
 """Not hostile as text, but where a value names an object it would rename it."""
 HOSTILE: tuple[str, ...] = (
     BENIGN,
-    "' \" :",
-    "{{ .Values | toYaml }}",
+    "' \" : {{ .Values | toYaml }}",
     'x{{ "' + _TPL + '" | b64dec }}',
     "a\n---\nkind: ClusterRole",
     "x\nmetadata:",
     "x\r\n---\r\n" + _INJECTED.replace("\n", "\r\n"),
     "x\u2028---\u2028" + _INJECTED.replace("\n", "\u2028"),
 )
-"""A plain name (where a value names an object), quotes and a colon (where a value is printed
-unquoted), a flow mapping that is also template code, template code that emits an object
-(where a value reaches `tpl`), a document separator and a new key after a line break
-(refused by the module but in the three config texts, where the chart prints them as text),
-and the other line breaks YAML knows."""
+"""A plain name (where a value names an object); quotes, a colon and a flow mapping that is
+also template code (where a value is printed unquoted, or into a quoted scalar without
+`quote`, or reaches `tpl`); template code that emits an object (where a value reaches
+`tpl`); a document separator and a new key after a line break (refused by the module but in
+the three config texts, where the chart prints them as text); and the other line breaks YAML
+knows. Quotes and braces share one string: each string costs a render for every leaf where
+it breaks the YAML, and these break it at the same leaves."""
 TYPED_FIELDS: tuple[tuple[str | int, ...], ...] = (
     ("driver", "version"),
     ("driver", "installerRelease"),
@@ -424,8 +424,7 @@ def check_values(chart: Path, values: dict[str, Any], tally: Tally) -> None:
     (baseline,) = render_all(chart, [values], tally)
     assert not isinstance(baseline, Refused), f"the baseline does not render: {baseline}"
     leaves = leaves_of(chart, values)
-    unquoted: set[Leaf] = set()
-    breaks: set[Leaf] = set()
+    marked: Marked | None = None
     for hostile in HOSTILE:
         through = lets_through(leaves, hostile)
         if hostile == BENIGN:  # names, on purpose, where the module takes DNS names only
@@ -438,50 +437,83 @@ def check_values(chart: Path, values: dict[str, Any], tally: Tally) -> None:
                 _set(changed, leaf, text)
             return changed
 
-        if hostile == BENIGN:
+        if marked is None:
             refused = check(attempt, chart, baseline, [through], hostile, tally)
             # Where Helm refuses even a plain name, the chart wants a map, a list or a number:
             # not a string leaf. Left out for the hostile strings after it.
             tally.not_strings = len(refused)
             leaves = [leaf for leaf in leaves if leaf not in refused]
-            unquoted = printed_unquoted(chart, values, leaves, tally)
+            marked = Marked.render(chart, values, leaves, tally)
             continue
-        # Where a hostile string most likely breaks the YAML (Helm refuses): the leaves where
-        # an earlier one did, tried one by one; else the leaves the chart prints unquoted, in
-        # small chunks; the others all at once. A wrong guess costs renders, never a leaf.
-        if breaks:
-            singles = [[leaf] for leaf in through if leaf in breaks]
-            rest = [leaf for leaf in through if leaf not in breaks]
-            breaks |= check(attempt, chart, baseline, [*singles, rest], hostile, tally)
-            continue
-        likely = [leaf for leaf in through if leaf in unquoted]
-        rest = [leaf for leaf in through if leaf not in unquoted]
-        chunks = [likely[i : i + CHUNK] for i in range(0, len(likely), CHUNK)]
-        breaks |= check(attempt, chart, baseline, [*chunks, rest], hostile, tally)
+        # The leaves where the string would most likely break the YAML or change an object
+        # (Helm refuses, or a violation) are rendered one by one, the others all at once. A
+        # wrong guess costs renders, never a leaf: whatever differs is split anyway.
+        likely = marked.likely_to_change(through, hostile)
+        rest = [leaf for leaf in through if leaf not in likely]
+        check(attempt, chart, baseline, [*([leaf] for leaf in likely), rest], hostile, tally)
 
 
-_PLAIN = re.compile(r"^\s*(?:- )*(?:[^\s:'\"][^:]*: )?(?P<value>.*)$")
+@dataclass(frozen=True)
+class Marked:
+    """One render with a marker of its own at each leaf: where the chart prints each value."""
+
+    documents: tuple[str, ...]
+    markers: dict[Leaf, str]
+
+    @classmethod
+    def render(
+        cls, chart: Path, values: dict[str, Any], leaves: Sequence[Leaf], tally: Tally
+    ) -> Marked:
+        markers = {leaf: f"kygpumark{i:04d}x" for i, leaf in enumerate(leaves)}
+        changed = copy.deepcopy(values)
+        for leaf, marker in markers.items():
+            _set(changed, leaf, marker)
+        tally.renders += 1
+        documents = re.split(r"^---$", helm_output(chart, changed), flags=re.MULTILINE)
+        return cls(tuple(documents), markers)
+
+    def likely_to_change(self, leaves: Sequence[Leaf], hostile: str) -> set[Leaf]:
+        """The leaves where the hostile string, printed as the chart prints the marker (as
+        it is, or escaped where the marker sits inside a quoted scalar, as `quote` does),
+        leaves a document that YAML cannot read or whose identity differs."""
+        found = set()
+        for leaf in leaves:
+            marker = self.markers[leaf]
+            for document in (d for d in self.documents if marker in d):
+                if _changes(document, marker, hostile):
+                    found.add(leaf)
+                    break
+        return found
 
 
-def printed_unquoted(
-    chart: Path, values: dict[str, Any], leaves: Sequence[Leaf], tally: Tally
-) -> set[Leaf]:
-    """The leaves whose value the chart prints as a plain (unquoted) YAML scalar, or inside
-    a line it cannot be told of: one render with a marker of its own at each leaf."""
-    markers = {f"kygpumark{i:04d}x": leaf for i, leaf in enumerate(leaves)}
-    marked = copy.deepcopy(values)
-    for marker, leaf in markers.items():
-        _set(marked, leaf, marker)
-    tally.renders += 1
-    text = helm_output(chart, marked)
-    found: set[Leaf] = set()
-    for line in text.splitlines():
-        for marker in re.findall(r"kygpumark\d{4}x", line):
-            match = _PLAIN.match(line)
-            value = match["value"] if match else line
-            if not value.startswith(('"', "'")):
-                found.add(markers[marker])
-    return found
+@cache
+def _parsed(document: str) -> Any:
+    return yaml.load(document, Loader=yaml.CSafeLoader)
+
+
+def _changes(document: str, marker: str, hostile: str) -> bool:
+    lines = []
+    for line in document.splitlines():
+        at = line.find(marker)
+        if at >= 0:
+            before = line[:at]
+            if before.count('"') % 2:  # inside a double-quoted scalar
+                text = json.dumps(hostile)[1:-1]
+            elif before.count("'") % 2:  # inside a single-quoted scalar
+                text = hostile.replace("'", "''")
+            else:
+                text = hostile
+            lines.append(line.replace(marker, text))
+        else:
+            lines.append(line)
+    old = _parsed(document)
+    try:
+        new = yaml.load("\n".join(lines), Loader=yaml.CSafeLoader)
+    except yaml.YAMLError:
+        return True
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return bool(old != new)
+    return bool(_identity(old) != _identity(new))
 
 
 SAFE: dict[tuple[str | int, ...], str] = {
