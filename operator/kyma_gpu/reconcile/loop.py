@@ -80,7 +80,7 @@ from kyma_gpu.reconcile.parts import (
 from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.rules.catalog import Catalog
 
-__all__ = ["GPUS", "Loop", "Writer", "flux_api", "now", "snapshot"]
+__all__ = ["GPUS", "Done", "Loop", "Writer", "flux_api", "now", "snapshot"]
 """GPUS, Writer and now live in reconcile/parts.py; they are the loop's words too."""
 
 log = logging.getLogger(__name__)
@@ -128,6 +128,18 @@ def _api(store: Store, resource: str) -> Api:
     if not coll.synced:
         return Api.UNKNOWN
     return Api.ABSENT if coll.absent else Api.SERVED
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """What carrying one step out did."""
+
+    writes: int = 0
+    """Requests made, a failed one included."""
+    again: bool = False
+    """Decide again at once: the step's action went through (its answers are in the store) or
+    failed (the status of the failure is the next step's). A step that only wrote a status,
+    or wrote nothing, ends the pass."""
 
 
 @dataclass
@@ -239,9 +251,9 @@ class Loop:
                                  time.monotonic(), now(), self.flux_images,
                                  self.module_namespace))  # fmt: skip
             done = await self.perform(gpu, step)
-            writes += done
+            writes += done.writes
             gpu = self.store.get(GPUS, gpu.name) or gpu
-            if not (step.writes and done):
+            if not done.again:
                 break
         self.last_phase[gpu.name] = step.phase
         failed = self.error_count > errors or gpu.name in self.failures
@@ -252,22 +264,21 @@ class Loop:
 
     # -- carrying a step out --
 
-    async def perform(self, gpu: GpuObject, step: Step) -> int:
-        """The step's writes, then its status. Returns how many writes were made."""
+    async def perform(self, gpu: GpuObject, step: Step) -> Done:
+        """The step's action, then its status."""
         if not self.may_write():
-            return 0
-        done = 0
+            return Done()
+        acted = 0
         if step.action is not None:
             try:
-                done = await self._act(gpu, step.action)
+                acted = await self._act(gpu, step.action)
             except ApiError as err:
                 self._failed(gpu, step, err)
-                return 1  # the status of the failure is the next step's
+                return Done(1, again=True)  # the status of the failure is the next step's
             if not isinstance(step.action, ListFlux):  # a read: the removal may still fail
                 self.retries.forget(gpu.name)
-        if step.status is not None and await self.status.write(gpu, step.status):
-            done += 1
-        return done
+        wrote = step.status is not None and await self.status.write(gpu, step.status)
+        return Done(acted + wrote, again=acted > 0)
 
     async def _act(self, gpu: GpuObject, action: Action) -> int:
         """Carries one action out. Returns how many requests it made."""
