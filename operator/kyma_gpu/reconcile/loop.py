@@ -6,6 +6,10 @@ snapshot of the store, asks `machine.decide` for a step, and performs it through
 and the next `decide` sees it, so there is no "recently applied" bookkeeping and no waiting
 for the watch to catch up. A pass ends with a step that has nothing left to write; the loop
 then sleeps until the store changes, or until a retry is due.
+
+The parts it is made of are in reconcile/parts.py (the write-back into the store, the Event
+recorder, the status writer, the retries of failed writes), its timings in `LoopSettings`
+(reconcile/settings.py); the constructor wires them.
 """
 
 from __future__ import annotations
@@ -148,9 +152,9 @@ class Loop:
     writer: Writer
     catalog: Catalog
     watch_pods: Callable[[bool], None] = lambda _: None
+    """Starts (True) or stops (False) the pod observer."""
     may_write: Callable[[], bool] = lambda: True
     """False while another replica leads (reconcile/election.py): then nothing is written."""
-    """Starts (True) or stops (False) the pod observer."""
     module_namespace: str = "kyma-system"
     """Where the module's Flux objects (and its own Flux) live."""
     plans: cachetools.LRUCache[tuple[str, ClusterFacts, Owner], Plan] = field(
