@@ -172,6 +172,19 @@ _SUMMARY_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     (
+        "HelmReleases (conditions, last history entry)",
+        (
+            "helmreleases.helm.toolkit.fluxcd.io",
+            "-A",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name} generation "
+            "{.metadata.generation}: {range .status.conditions[*]}{.type}={.status} {.reason} "
+            '(gen {.observedGeneration}): {.message}{"\n  "}{end}'
+            "history[0]: {.status.history[0].chartVersion} {.status.history[0].status}"
+            '{"\n"}{end}',
+        ),
+    ),
+    (
         "ClusterPolicies",
         (
             "clusterpolicies.nvidia.com",

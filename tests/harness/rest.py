@@ -36,8 +36,13 @@ class Resource:
     kind: str
     namespaced: bool
 
+    @property
+    def base(self) -> str:
+        """The group version's path, whose GET lists the resources it serves."""
+        return "/api/v1" if self.group_version == "v1" else f"/apis/{self.group_version}"
+
     def path(self, namespace: str | None, name: str | None = None) -> str:
-        base = "/api/v1" if self.group_version == "v1" else f"/apis/{self.group_version}"
+        base = self.base
         where = f"/namespaces/{namespace}" if namespace is not None and self.namespaced else ""
         return f"{base}{where}/{self.plural}" + (f"/{name}" if name is not None else "")
 
@@ -99,19 +104,46 @@ class RestReader:
                 raise UnknownResourceError(f"the server has no resource type {name!r}")
             return self._names[key]
 
+    def _served(self, found: Resource) -> bool:
+        """Whether the server still serves the resource at the version discovery found: a CRD
+        replaced by one without that version (an old Flux's v2beta1 by today's v2) is not."""
+        try:
+            listed = self._get(found.base)
+        except urllib.error.HTTPError as error:
+            if error.code == 404:
+                return False
+            raise
+        return any(item["name"] == found.plural for item in listed.get("resources", []))
+
+    def _current(self, resource: str, found: Resource) -> Resource | None:
+        """After a 404: the resource as the server serves it now, if discovery was stale."""
+        if self._served(found):
+            return None
+        with self._lock:
+            self._names = self._discover()
+            self._discovered = time.monotonic()
+        renewed = self._names.get(resource.lower())
+        return renewed if renewed is not None and renewed != found else None
+
     def get(self, resource: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         """The object, or None if it does not exist, its type included (a CRD not yet there)."""
         try:
-            found = self.resolve(resource)
+            found: Resource | None = self.resolve(resource)
         except UnknownResourceError:
             return None
-        try:
-            obj: dict[str, Any] = self._get(found.path(namespace or "default", name))
-        except urllib.error.HTTPError as error:
-            if error.code == 404:
-                return None
-            raise
-        return obj
+        for _ in range(2):  # once more if the type moved to another version meanwhile
+            assert found is not None
+            try:
+                obj: dict[str, Any] = self._get(found.path(namespace or "default", name))
+            except urllib.error.HTTPError as error:
+                if error.code != 404:
+                    raise
+                found = self._current(resource, found)
+                if found is None:
+                    return None
+                continue
+            return obj
+        return None
 
     def list(
         self, resource: str, namespace: str | None = None, selector: str | None = None
@@ -121,15 +153,16 @@ class RestReader:
             found = self.resolve(resource)
         except UnknownResourceError:
             return []
-        path = found.path(namespace)
-        if selector:
-            path += "?" + urllib.parse.urlencode({"labelSelector": selector})
+        query = "?" + urllib.parse.urlencode({"labelSelector": selector}) if selector else ""
         try:
-            listed = self._get(path)
+            listed = self._get(found.path(namespace) + query)
         except urllib.error.HTTPError as error:
-            if error.code == 404:
-                return []  # the resource went away (a CRD deleted)
-            raise
+            if error.code != 404:
+                raise
+            renewed = self._current(resource, found)  # a CRD deleted, or served at another version
+            if renewed is None:
+                return []
+            found, listed = renewed, self._get(renewed.path(namespace) + query)
         items: list[dict[str, Any]] = listed.get("items", [])
         for item in items:
             item.setdefault("apiVersion", found.group_version)
