@@ -177,6 +177,15 @@ class KubeAdapter:
         return self._json(f"list {query.path}", "GET", query.path, query=params, accept=accept,
                           timeout=(10, 60))  # fmt: skip
 
+    def serves(self, group: str, version: str, plural: str) -> bool:
+        """Whether discovery lists the resource. An API server that is starting serves its
+        CRDs' groups only once it has loaded them; until then the group is missing (404)."""
+        try:
+            found = self._json(f"discover {group}/{version}", "GET", f"/apis/{group}/{version}")
+        except NotFound:
+            return False
+        return any(item.get("name") == plural for item in found.get("resources") or ())
+
     def watch(
         self, query: ListQuery, resource_version: str, timeout_seconds: int
     ) -> Iterator[dict[str, Any]]:

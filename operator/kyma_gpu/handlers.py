@@ -30,6 +30,7 @@ from aiohttp import web
 
 from kyma_gpu.adapter import KubeAdapter
 from kyma_gpu.api.models import API_GROUP, API_VERSION, PLURAL
+from kyma_gpu.errors import ApiError
 from kyma_gpu.metrics import Metrics, serve
 from kyma_gpu.observe import Entry, Observers, Store
 from kyma_gpu.observe.store import version_of
@@ -90,6 +91,27 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     memo.store, memo.observers = store, observers
     memo.loop_task = asyncio.create_task(loop.run(memo.stopped), name="reconcile-loop")
     memo.loop_task.add_done_callback(_loop_ended)
+    await _until_gpus_served(adapter, ours.kopf)
+
+
+async def _until_gpus_served(adapter: KubeAdapter, settings: KopfSettings) -> None:
+    """Return once discovery lists the Gpu resource. kopf resolves its resources once, after
+    the startup handlers, and later only when a CRD changes: had it looked while the API
+    server was starting (the CRDs not loaded yet), it would never watch a Gpu."""
+    waits = itertools.chain(settings.served_poll, itertools.repeat(settings.served_poll[-1]))
+    said = False
+    while True:
+        try:
+            if await asyncio.to_thread(adapter.serves, API_GROUP, API_VERSION, PLURAL):
+                return
+            reason = "not served yet"
+        except ApiError as err:
+            reason = str(err)
+        if not said:
+            log.info("waiting for the API server to serve %s.%s/%s (%s)",
+                     PLURAL, API_GROUP, API_VERSION, reason)  # fmt: skip
+            said = True
+        await asyncio.sleep(next(waits))
 
 
 async def _serve_metrics(address: str | None, metrics: Metrics, loop: Loop) -> web.AppRunner | None:

@@ -66,6 +66,10 @@ class KopfSettings:
     takes: a finite list (kopf's default) ends the operator after about a minute without an
     API server, and an outage of minutes must be waited out (tests/e2e/test_outage.py)."""
     request_backoff_forever: float = 10.0
+    served_poll: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0)
+    """How often startup asks discovery whether the Gpu resource is served yet (the last one
+    again until it is): kopf looks the resource up once, and a scan that misses it (an API
+    server restarting, whose CRDs are not loaded yet) would leave every Gpu unwatched."""
 
 
 @dataclass(frozen=True, slots=True)
