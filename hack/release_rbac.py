@@ -41,6 +41,9 @@ from typing import Any
 
 import yaml
 
+Rule = dict[str, Any]
+"""One RBAC PolicyRule, as YAML writes it."""
+
 ROOT = Path(__file__).resolve().parents[1]
 CHARTS = ROOT.parent / "shared" / "charts"
 OUT = ROOT / "config" / "rbac" / "release_rbac.yaml"
@@ -179,7 +182,9 @@ def _add_binding(rendered: Rendered, doc: dict[str, Any], label: str) -> None:
 
 def _normal(rule: dict[str, Any]) -> dict[str, Any]:
     """A rule with its lists sorted, in the order RBAC prints them."""
-    out = {key: sorted(rule[key]) for key in ("apiGroups", "resources", "verbs") if key in rule}
+    out: dict[str, Any] = {
+        key: sorted(rule[key]) for key in ("apiGroups", "resources", "verbs") if key in rule
+    }
     for key in ("resourceNames", "nonResourceURLs"):
         if rule.get(key):
             out[key] = sorted(rule[key])
@@ -258,14 +263,14 @@ def check_bound(rendered: Rendered) -> None:
             )
 
 
-def _rule(group: str, resources: list[str], verbs: list[str], names: Iterable[str] = ()) -> dict:
+def _rule(group: str, resources: list[str], verbs: list[str], names: Iterable[str] = ()) -> Rule:
     rule: dict[str, Any] = {"apiGroups": [group], "resources": resources, "verbs": verbs}
     if names:
         rule["resourceNames"] = sorted(names)
     return rule
 
 
-def _limited(rendered: Rendered, group: str, resource: str, extra: list[str]) -> list[dict]:
+def _limited(rendered: Rendered, group: str, resource: str, extra: list[str]) -> list[Rule]:
     """create/list/watch for the kind, every other verb (and `extra`) only on the chart's names.
     (The chart's roles, which the account holds too, may grant more: the admission policy
     holds it to these names.)"""
@@ -280,7 +285,7 @@ def _names(rendered: Rendered, group: str, resource: str) -> set[str]:
     return names | rendered.bound.get(resource, set()) if group == RBAC else names
 
 
-def _rules(rendered: Rendered, kinds: set[tuple[str, str]], namespaced: bool) -> list[dict]:
+def _rules(rendered: Rendered, kinds: set[tuple[str, str]], namespaced: bool) -> list[Rule]:
     rules = []
     by_group: dict[str, list[str]] = {}
     for group, resource in sorted(kinds):
@@ -306,8 +311,8 @@ def _rules(rendered: Rendered, kinds: set[tuple[str, str]], namespaced: bool) ->
     return _dedupe(rules)
 
 
-def _dedupe(rules: list[dict]) -> list[dict]:
-    out: list[dict] = []
+def _dedupe(rules: list[Rule]) -> list[Rule]:
+    out: list[Rule] = []
     for rule in rules:
         if rule not in out:
             out.append(rule)
