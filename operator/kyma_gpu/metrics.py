@@ -43,7 +43,7 @@ _APPLY = "application/apply-patch+yaml"
 
 
 @dataclass(frozen=True, slots=True)
-class Observed:
+class Scraped:
     """What a scrape reads of the store (reconcile/loop.py `Loop.observed`)."""
 
     leader: bool
@@ -72,7 +72,7 @@ def write_labels(method: str, path: str, content_type: str | None = None) -> tup
 class _ObservedCollector:
     """Collects at scrape time what `observed` returns: no state of its own to go stale."""
 
-    def __init__(self, observed: Callable[[], Observed]) -> None:
+    def __init__(self, observed: Callable[[], Scraped]) -> None:
         self.observed = observed
 
     def collect(self) -> Iterator[Metric]:
@@ -171,7 +171,7 @@ class Metrics:
     def api_write(self, method: str, path: str, content_type: str | None) -> None:
         self.api_writes.labels(*write_labels(method, path, content_type)).inc()
 
-    def observe(self, observed: Callable[[], Observed]) -> None:
+    def observe(self, observed: Callable[[], Scraped]) -> None:
         """Report what `observed` returns (called at each scrape, on the event loop)."""
         self.registry.register(_ObservedCollector(observed))
 

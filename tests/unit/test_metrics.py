@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kyma_gpu.adapter import KubeAdapter
 from kyma_gpu.cli import main
-from kyma_gpu.metrics import STATES, Metrics, Observed, parse_address, serve, write_labels
+from kyma_gpu.metrics import STATES, Metrics, Scraped, parse_address, serve, write_labels
 from kyma_gpu.observe.sources import NODES, REQUIRED
 from kyma_gpu.rules.catalog import Catalog
 from tests.harness.procs import free_port
@@ -95,7 +95,7 @@ def test_reconcile_hooks_count_time_and_stamp_the_last_success() -> None:
 
 def test_observed_state_one_gauge_per_state_leader_and_nodes() -> None:
     metrics = Metrics()
-    now = Observed(leader=False, gpu_states={"gpu": "Ready", "other": ""}, gpu_nodes=None)
+    now = Scraped(leader=False, gpu_states={"gpu": "Ready", "other": ""}, gpu_nodes=None)
     metrics.observe(lambda: now)
     found = samples(metrics)
     assert value(found, "kyma_gpu_leader") == 0
@@ -105,7 +105,7 @@ def test_observed_state_one_gauge_per_state_leader_and_nodes() -> None:
         )
         assert value(found, "kyma_gpu_gpu_state", name="other", state=state) == 0
     assert value(found, "kyma_gpu_gpu_nodes") is None  # not listed yet: no sample
-    now = Observed(leader=True, gpu_states={}, gpu_nodes=3)
+    now = Scraped(leader=True, gpu_states={}, gpu_nodes=3)
     found = samples(metrics)
     assert value(found, "kyma_gpu_leader") == 1
     assert value(found, "kyma_gpu_gpu_nodes") == 3

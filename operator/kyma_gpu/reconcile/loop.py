@@ -27,7 +27,7 @@ from kyma_gpu.adapter import ObjectRef
 from kyma_gpu.api.models import GpuSpec
 from kyma_gpu.errors import ApiError
 from kyma_gpu.facts import ClusterFacts
-from kyma_gpu.metrics import Metrics, Observed
+from kyma_gpu.metrics import Metrics, Scraped
 from kyma_gpu.observe.sources import (
     CLUSTER_POLICIES,
     CRDS,
@@ -366,9 +366,9 @@ class Loop:
         """What the first reconcile still waits for (not yet listed): readiness."""
         return [resource for resource in REQUIRED if not self.store.synced(resource)]
 
-    def observed(self) -> Observed:
+    def observed(self) -> Scraped:
         nodes = self.store.facts(NODES) if self.store.synced(NODES) else None
-        return Observed(
+        return Scraped(
             leader=self.may_write(),
             gpu_states={g.name: str(g.status.get("state") or "") for g in self.store.facts(GPUS)},
             gpu_nodes=None if nodes is None else sum(1 for node in nodes if node.is_gpu),
