@@ -179,9 +179,9 @@ _SUMMARY_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "-o",
             "jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name} generation "
             "{.metadata.generation}: {range .status.conditions[*]}{.type}={.status} {.reason} "
-            '(gen {.observedGeneration}): {.message}{"\n  "}{end}'
+            '(gen {.observedGeneration}): {.message}{"\\n  "}{end}'
             "history[0]: {.status.history[0].chartVersion} {.status.history[0].status}"
-            '{"\n"}{end}',
+            '{"\\n"}{end}',
         ),
     ),
     (
