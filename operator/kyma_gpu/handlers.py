@@ -151,7 +151,8 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
 def gpu_changed(type: str, name: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Keep the Gpu's compact facts; the store wakes the loop when they changed."""
     if type == "DELETED":
-        _store(memo).put(GPUS, name, None)
+        gone_at = version_of((body.get("metadata") or {}).get("resourceVersion"))
+        _store(memo).put(GPUS, name, None, gone_at)
         return
     obj = gpu_object(body)
     _store(memo).put(GPUS, name, Entry(version_of(obj.resource_version), obj))

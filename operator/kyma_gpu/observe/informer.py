@@ -271,7 +271,8 @@ class Informer:
             return  # a heartbeat, or an object of no interest: nothing crosses to the loop
         if facts is None:
             self._known.pop(key, None)
-            self._hand_over(self.store.put, self.source.resource, key, None)
+            gone_at = version_of((obj.get("metadata") or {}).get("resourceVersion"))
+            self._hand_over(self.store.put, self.source.resource, key, None, gone_at)
             return
         self._known[key] = facts
         meta = obj.get("metadata") or {}

@@ -47,6 +47,10 @@ def newer(candidate: int | None, current: int | None) -> bool:
     return candidate is None or current is None or candidate >= current
 
 
+GONE_KEPT = 256
+"""Deleted keys remembered per resource (Collection.gone)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Entry:
     version: int | None
@@ -63,6 +67,11 @@ class Collection:
     """The resource type is not served (its CRD is not installed)."""
     unserved: bool = False
     """Its CRD exists but does not serve the version asked for (an older Flux)."""
+    gone: dict[str, int] = field(default_factory=dict)
+    """Keys deleted, with the resourceVersion of their deletion (at most GONE_KEPT, oldest
+    dropped first). A write's answer older than that does not bring the object back: the
+    answer to a DELETE (the object with its deletionTimestamp) can arrive after the watch's
+    DELETED event, and would leave a ghost the loop waits on for ever."""
 
     def facts(self) -> list[Any]:
         return [entry.facts for entry in self.entries.values()]
@@ -98,17 +107,27 @@ class Store:
     def synced(self, *resources: str) -> bool:
         return all(self.collection(r).synced for r in resources)
 
-    def put(self, resource: str, key: str, entry: Entry | None) -> bool:
-        """One object changed (None: deleted). True when the facts changed."""
+    def put(self, resource: str, key: str, entry: Entry | None, gone_at: int | None = None) -> bool:
+        """One object changed (None: deleted, at resourceVersion `gone_at` if known). True
+        when the facts changed."""
         coll = self.collection(resource)
         old = coll.entries.get(key)
         if entry is None:
+            if gone_at is not None:
+                coll.gone.pop(key, None)
+                coll.gone[key] = gone_at
+                while len(coll.gone) > GONE_KEPT:
+                    del coll.gone[next(iter(coll.gone))]
             if old is None:
                 return False
             del coll.entries[key]
             return self._changed(resource, key, None)
         if old is not None and not newer(entry.version, old.version):
             return False  # a stale event: a write already told us more
+        gone = coll.gone.get(key)
+        if old is None and gone is not None and entry.version is not None and entry.version <= gone:
+            return False  # deleted since: the answer of a write made before the deletion
+        coll.gone.pop(key, None)
         coll.entries[key] = entry
         if old is not None and old.facts == entry.facts:
             return False
