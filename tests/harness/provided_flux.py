@@ -66,6 +66,12 @@ class ProvidedFluxRunner:
 
     def stop(self) -> None:
         self._stop.set()
+        # SIGTERM (and mark them stopped by the harness) before the thread ends: the
+        # processes die with the thread that started them (PR_SET_PDEATHSIG), and a process
+        # killed that way would look as if it had crashed to the next test on this cluster.
+        with self._lock:
+            for process in self.processes.values():
+                process.terminate()
         if self._thread is not None:
             self._thread.join(timeout=10)
         with self._lock:
