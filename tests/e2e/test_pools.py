@@ -137,3 +137,10 @@ def test_a_good_pool_reaches_ready_while_a_blocked_pool_is_reported(
                "Ready once the blocked pool is gone")  # fmt: skip
     served = condition(gpu(local_cluster), "PoolsReady") or {}
     assert (served.get("status"), served.get("reason")) == ("True", "PoolsServed"), served
+
+    # Uninstall while the good pool's nodes are still there: the chart's pre-delete hook (a
+    # Job, v26.7.0's gpucluster cleanup) needs a node to run on, and the fleet goes with this
+    # test. Without a node Helm waits for the hook until the uninstall timeout.
+    local_cluster.kubectl("delete", "gpus.gpu.kyma-project.io", "gpu", "--wait=false")
+    wait_until(lambda: gpu(local_cluster) is None, 180, "the Gpu gone after Flux uninstalled")
+    assert helm_release(local_cluster) is None

@@ -189,7 +189,9 @@ def remove_gpus(cluster: LocalCluster, process: OperatorProcess) -> None:
     while _gpu_names(cluster) and time.monotonic() < deadline:
         time.sleep(0.5)
     for name in _gpu_names(cluster):
-        print(f"teardown: Gpu {name} not gone after {GPU_REMOVAL_SECONDS:.0f}s; "
+        status = (gpu(cluster, name) or {}).get("status") or {}
+        print(f"teardown: Gpu {name} not gone after {GPU_REMOVAL_SECONDS:.0f}s "
+              f"({status.get('state')}: {status.get('message')}); "
               "removing its finalizers")  # fmt: skip
         cluster.kubectl("patch", "gpus.gpu.kyma-project.io", name, "--type=merge",
                         "-p", '{"metadata":{"finalizers":null}}', check=False)  # fmt: skip
