@@ -385,23 +385,29 @@ def test_toolkit_and_components(
 
 DRIVER_STEP_S = 120
 """The NVIDIA upgrade controller looks again every 2 minutes (plannedRequeueInterval) while a
-node waits for its new driver pod, so a driver rollout takes about that long per node
+node waits for its new driver pod, so a driver rollout takes about that long per step
 (docs/operations.md)."""
 
 
-LOOKS_PER_NODE = 2
-"""A node can need two of those looks: one while its new driver pod starts, one for the
+LOOKS_PER_STEP = 2
+"""A step can need two of those looks: one while the new driver pod starts, one for the
 validator after it (seen once on a loaded machine: 1 of 2 nodes done after 6 minutes)."""
 
 
+UPGRADE_ALL_AT_ONCE = {"maxParallelUpgrades": 0, "maxUnavailable": "100%"}
+"""The driver upgrade policy of this file's two rollouts: every node at once, so a rollout
+costs one node's looks, not one per node. The node-by-node order of the default policy is
+what tests/e2e/test_operations.py::test_a_branch_change_rolls_node_by_node shows."""
+
+
 def _rollout_bound(cluster: LocalCluster) -> tuple[int, float]:
-    """The GPU nodes a driver rollout walks, and how long it may take: two looks of 2 minutes
-    each per node, + 2 minutes."""
+    """The GPU nodes a driver rollout walks, and how long it may take with all of them at once
+    (UPGRADE_ALL_AT_ONCE): two looks of 2 minutes, + 2 minutes."""
     status = (gpu(cluster) or {}).get("status") or {}
     nodes = int(status.get("gpuNodeCount") or 0)
     assert nodes >= 1, status
     assert status.get("driverMode") != "Preinstalled", status
-    return nodes, DRIVER_STEP_S * LOOKS_PER_NODE * nodes + 120.0
+    return nodes, DRIVER_STEP_S * LOOKS_PER_STEP + 120.0
 
 
 def _watch_rollout(cluster: LocalCluster, version: str, timeout: float) -> list[str]:
@@ -424,13 +430,13 @@ def _watch_rollout(cluster: LocalCluster, version: str, timeout: float) -> list[
     )
 
 
-@pytest.mark.timeout(1200)  # the driver rollout takes 2 minutes per GPU node
+@pytest.mark.timeout(1200)  # the driver rollout takes one or two 2-minute looks
 def test_upgrade_on_values_change(
     local_cluster: LocalCluster, flux_stack: FluxStack, stack: OperatorProcess
 ) -> None:
     writes_before = len(operator_writes(local_cluster))
     began = time.monotonic()
-    _patch_spec(local_cluster, {"driver": {"version": "580"}})
+    _patch_spec(local_cluster, {"driver": {"version": "580", "upgradePolicy": UPGRADE_ALL_AT_ONCE}})
     states = _watch_states(local_cluster, "Processing", 30, "Processing after the spec change")
     wait_until(
         lambda: (
@@ -441,7 +447,8 @@ def test_upgrade_on_values_change(
         "ClusterPolicy driver.version 580",
     )
     # A new branch is a new driver DaemonSet template (OnDelete): the NVIDIA upgrade controller
-    # replaces the driver node by node, and DriverReady holds Ready until the last node is done.
+    # replaces the driver (here on all nodes at once), and DriverReady holds Ready until the
+    # last node is done.
     _, bound = _rollout_bound(local_cluster)
     states += _watch_rollout(local_cluster, "580", bound)
     assert "Processing" in states, states
@@ -455,7 +462,7 @@ def test_upgrade_on_values_change(
     WRITES["upgrade"] = len(operator_writes(local_cluster)) - writes_before
 
 
-@pytest.mark.timeout(1200)  # the Ready wait below grows with the nodes the driver rolls over
+@pytest.mark.timeout(1200)  # the Ready wait below follows one all-nodes driver rollout
 def test_upgrade_on_chart_bump_replaces_crds(
     local_cluster: LocalCluster, flux_stack: FluxStack, stack: OperatorProcess
 ) -> None:
@@ -481,6 +488,8 @@ def test_upgrade_on_chart_bump_replaces_crds(
     # replaces the drivers node by node: Ready follows that rollout, so the bound does too.
     nodes, bound = _rollout_bound(local_cluster)
     wait_until(lambda: _state(local_cluster) == "Ready", bound, f"Ready on v26.7.0, {nodes} nodes")
+    policy = _cluster_policy(local_cluster)["spec"]["driver"]["upgradePolicy"]
+    assert policy["maxParallelUpgrades"] == 0, policy
     TIMINGS["chart_bump_to_ready"] = round(time.monotonic() - began, 1)
     # The controller followed the chart (the harness polls each second, so wait), and it
     # rolled its operands to v26.7.0.
