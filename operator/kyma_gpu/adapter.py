@@ -254,6 +254,13 @@ class KubeAdapter:
             found += [(kind, dict(item)) for item in page.get("items") or ()]
         return found
 
+    async def read(self, ref: ObjectRef) -> dict[str, Any] | None:
+        """One object as stored now (the loop's safety pass); None when it is not there."""
+        try:
+            return await asyncio.to_thread(self._json, f"get {ref}", "GET", _path(ref))
+        except NotFound:
+            return None
+
     async def apply_status(self, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
         """Server-side apply of Gpu.status (the whole status is ours). Returns the Gpu."""
         body = {

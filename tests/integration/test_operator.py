@@ -6,6 +6,7 @@ writes what it would). One operator process serves the whole module; tests run i
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import time
@@ -15,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from kyma_gpu.adapter import KubeAdapter, ObjectRef
+from kyma_gpu.observe.sources import FluxFacts, flux_facts, flux_source
 from tests.harness.cluster import LocalCluster
 from tests.harness.module import (
     MODULE_NAMESPACE,
@@ -180,6 +183,43 @@ def test_creating_gpu_writes_flux_objects(
     release = condition(gpu(local_cluster), "ReleaseReady")
     assert release is not None
     assert release["reason"] in ("ReleasePending", "Progressing")
+
+
+def test_the_safety_pass_reads_what_the_observers_list(
+    local_cluster: LocalCluster, operator: OperatorProcess, show_operator_log: None
+) -> None:
+    """The periodic safety pass reads each of the module's Flux objects again
+    (`KubeAdapter.read`, a GET). On the real API server its answer folds into the very facts
+    the observers' LIST gives, so an object in order changes nothing in the store and the pass
+    writes nothing; an object that is not there reads as None (a ghost goes)."""
+    with local_cluster.kube_client() as api:
+        _read_as_listed(KubeAdapter(api=api))
+
+
+def _read_as_listed(adapter: KubeAdapter) -> None:
+    """Each listed object of the module, read again: the same facts."""
+
+    def listed_and_read(plural: str) -> list[tuple[FluxFacts, FluxFacts | None]]:
+        query = flux_source(plural, MODULE_NAMESPACE).query
+        pairs: list[tuple[FluxFacts, FluxFacts | None]] = []
+        for item in adapter.list_page(query, 500).get("items") or ():
+            facts = flux_facts(plural, item)
+            live = facts[0]
+            ref = ObjectRef(live.api_version, live.kind, live.namespace, live.name)
+            body = asyncio.run(adapter.read(ref))
+            pairs.append((facts, flux_facts(plural, body) if body is not None else None))
+        return pairs
+
+    def in_order(plural: str) -> list[tuple[FluxFacts, FluxFacts | None]] | None:
+        """Listed and read alike (a write between the two is tried again)."""
+        pairs = listed_and_read(plural)
+        return pairs if pairs and all(listed == read for listed, read in pairs) else None
+
+    for plural in ("helmreleases", "helmrepositories"):
+        pairs = wait_until(partial(in_order, plural), 30, f"the {plural} read as listed")
+        assert len(pairs) == 1  # the module's one HelmRelease, its one HelmRepository
+    release = ObjectRef("helm.toolkit.fluxcd.io/v2", "HelmRelease", MODULE_NAMESPACE, "no-such")
+    assert asyncio.run(adapter.read(release)) is None
 
 
 def _values(cluster: LocalCluster) -> dict[str, Any]:

@@ -26,6 +26,7 @@ class FakeApi:
     objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     gpu: dict[str, Any] = field(default_factory=dict)
     calls: list[str] = field(default_factory=list)
+    reads: list[str] = field(default_factory=list)
     fail: list[int] = field(default_factory=list)
     """HTTP statuses the next writes fail with, in order."""
     events: list[GpuEvent] = field(default_factory=list)
@@ -100,6 +101,12 @@ class FakeApi:
         flux = ("HelmRelease", "HelmRepository", "OCIRepository", "HelmChart")
         mine = [(kind, obj) for (kind, _), obj in self.objects.items() if kind in flux]
         return [*mine, *self.others]
+
+    async def read(self, ref: ObjectRef) -> dict[str, Any] | None:
+        """A read is no write: counted in `reads`, not in `calls`."""
+        self.reads.append(f"get {ref.kind}")
+        obj = self.objects.get((ref.kind, ref.name))
+        return copy.deepcopy(obj) if obj is not None else None
 
     def next_version(self) -> str:
         """The API server's next resourceVersion (one counter for every object)."""

@@ -55,6 +55,7 @@ from kyma_gpu.reconcile.machine import (
     decide,
     gpu_object,
 )
+from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status import ClusterPolicyFacts, DaemonSetFacts, daemonset_facts
 from kyma_gpu.status.deletion import SKIP_PROTECTION_ANNOTATION
@@ -268,6 +269,12 @@ def _removal_key(world: World, step: Step) -> None:
     assert step.key == "flux-remove"  # a failed removal holds the list back, and the other way
 
 
+def _removal_waits(world: World, step: Step) -> None:
+    """Nothing observes the terminating HelmChart: look again (and list again) after a while,
+    by default the loop's setting."""
+    assert step.requeue_after == LoopSettings().removal_wait_seconds
+
+
 def _plan_failed(*_: Any) -> Plan:
     raise RecursionError("maximum recursion depth exceeded")
 
@@ -345,7 +352,7 @@ CASES = [
     Case("being deleted, the module's own Flux left",  # one of the module's still terminates
          lambda w: w.inputs(gpu(deleting=True), gpu_workloads=(), flux_api=own_flux(True),
                             flux_leftovers=(OTHERS, TERMINATING)),
-         Phase.REMOVING_FLUX, ("watch pods",)),
+         Phase.REMOVING_FLUX, ("watch pods",), check=_removal_waits),
     Case("being deleted, nothing left",
          lambda w: w.inputs(gpu(deleting=True), gpu_workloads=()),
          Phase.RELEASED, ("remove finalizer", "watch pods")),

@@ -70,7 +70,10 @@ class World:
         self.store.put(plural, meta["name"], entry)
 
 
-def new_world(catalog: Catalog, name: str = "gpu", spec: Mapping[str, Any] | None = None) -> World:
+def new_world(
+    catalog: Catalog, name: str = "gpu", spec: Mapping[str, Any] | None = None,
+    settings: LoopSettings | None = None,
+) -> World:  # fmt: skip
     store = Store()
     registry = catalog.machine_types
     bodies = [node("gpu-1"), node("gpu-2"), cpu_node("cpu-1")]
@@ -86,7 +89,7 @@ def new_world(catalog: Catalog, name: str = "gpu", spec: Mapping[str, Any] | Non
                "spec": dict(spec or {})}  # fmt: skip
     wanted: list[bool] = []
     loop = Loop(store, api, catalog, watch_pods=wanted.append,
-                settings=LoopSettings(status_seconds=0.0))  # fmt: skip
+                settings=settings or LoopSettings(status_seconds=0.0))  # fmt: skip
     world = World(loop, api, store, wanted)
     world.sync_gpu()
     return world
@@ -374,8 +377,8 @@ def test_a_flux_too_old_is_an_error_and_nothing_is_written(world: World) -> None
     assert world.api.gpu["status"]["state"] == "Error"
 
 
-def _provided_and_installed(catalog: Catalog) -> World:
-    world = new_world(catalog)
+def _provided_and_installed(catalog: Catalog, settings: LoopSettings | None = None) -> World:
+    world = new_world(catalog, settings=settings)
     _no_flux(world)
     world.edit(finalizers=[FINALIZER])
     world.run()

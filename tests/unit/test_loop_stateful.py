@@ -9,7 +9,8 @@ too: some runs start on a cluster without Flux. After every pass, these hold:
 
 - a pass ends within its step limit: each Gpu's last step had nothing left to write (or its
   write failed), it did not run into `LoopSettings.max_steps`;
-- a second pass with nothing changed writes nothing (after a pass without failed writes);
+- a second pass with nothing changed writes nothing (after a pass without failed writes), nor
+  does the periodic safety pass (`Loop.reread`, then a pass);
 - the finalizer never goes while the module's Flux objects remain, nor while the module's own
   Flux is still installed.
 
@@ -102,6 +103,8 @@ class LoopMachine(RuleBasedStateMachine):
         assert all(d.again for _, d in self.steps[:-1])
         if self.world.loop.error_count == errors:
             assert self._pass() == [], "a second pass with nothing changed wrote"
+            asyncio.run(self.world.loop.reread())
+            assert self._pass() == [], "the safety pass wrote with nothing changed"
 
     # -- the world changes --
 

@@ -4,11 +4,12 @@ gives, the DaemonSet readiness rule, and transition times that only move on a ch
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, get_type_hints
 
 import pytest
 
 from kyma_gpu.api import GpuSpec, GpuState
+from kyma_gpu.api.conditions import ConditionType, FluxMirrored, Reason
 from kyma_gpu.api.models import Condition, GpuStatus
 from kyma_gpu.facts import DriverUpgradeState
 from kyma_gpu.plan import Owner, Plan, make_plan
@@ -26,8 +27,9 @@ from kyma_gpu.status import (
     requests_gpu,
 )
 from kyma_gpu.status.aggregate import nodes_ready, running_driver_version
-from kyma_gpu.status.conditions import release_ready
-from kyma_gpu.status.observed import driver_image_version
+from kyma_gpu.status.conditions import cond, release_ready
+from kyma_gpu.status.deletion import Wait
+from kyma_gpu.status.observed import FluxCondition, driver_image_version
 from tests.unit.builders import cpu_node, facts_of, node, ubuntu_node
 
 UID = "0b5a8c1e-5f7d-4c2b-9a41-6d2f0e7b9c11"
@@ -949,3 +951,12 @@ def test_every_pool_served(pool_plans: dict[str, Plan], plans: dict[str, Plan]) 
         "True", "PoolsServed", "every GPU worker pool is served: gpu (2)")  # fmt: skip
     none = _conditions(aggregate(plans["no-gpu"], ALL_READY, 5))["PoolsReady"]
     assert (none.status, none.reason) == ("True", "NoGpuNodes")
+
+
+def test_reasons_are_typed_end_to_end() -> None:
+    """`cond` takes a `Reason` (one of the module's enums, or Flux's word as `FluxMirrored`),
+    and what feeds it is typed the same way: mypy --strict refuses a literal string there (a
+    call with "Ready" fails it). These annotations are what that proof stands on."""
+    assert get_type_hints(cond)["reason"] == Reason
+    assert get_type_hints(FluxCondition)["reason"] is FluxMirrored
+    assert get_type_hints(Wait)["type"] is ConditionType

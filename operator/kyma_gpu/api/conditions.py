@@ -1,13 +1,15 @@
 """The conditions of Gpu.status and the reasons each may carry: one enum per condition.
 
 Reasons mirrored from Flux (the HelmRelease's and the chart source's Ready condition) are
-Flux's own and not listed here; `FluxMirrored` names that case. docs/crd-reference.md lists
-these enums (api/reference.py).
+Flux's own and not listed here; `FluxMirrored` names that case. `Reason` is every reason a
+condition may carry: `status/conditions.py`'s `cond` takes nothing else, so a literal string
+where a reason belongs fails mypy. docs/crd-reference.md lists these enums (api/reference.py).
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import NewType
 
 
 class ConditionType(StrEnum):
@@ -160,6 +162,25 @@ class DeletionReason(StrEnum):
     UNINSTALL_IN_PROGRESS = "UninstallInProgress"
     UNINSTALL_STALLED = "UninstallStalled"
 
+
+FluxMirrored = NewType("FluxMirrored", str)
+"""A reason as Flux gave it on one of its objects' conditions (Ready, Reconciling), mirrored
+into ReleaseReady or SourceReady: InstallSucceeded, UpgradeFailed, Succeeded, FetchFailed..."""
+
+Reason = (
+    ReadyReason
+    | NodesReason
+    | PoolsReason
+    | PreflightReason
+    | ReleaseReason
+    | SourceReason
+    | DriverReason
+    | ComponentsReason
+    | FluxReason
+    | DeletionReason
+    | FluxMirrored
+)
+"""The reason of a condition of Gpu.status: one of the module's enums, or Flux's own word."""
 
 REASONS: dict[ConditionType, type[StrEnum]] = {
     ConditionType.READY: ReadyReason,

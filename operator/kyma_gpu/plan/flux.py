@@ -87,17 +87,18 @@ class FluxSettings:
 
     @classmethod
     def from_defaults(cls, defaults: Defaults) -> FluxSettings:
-        flux: Mapping[str, str] = defaults.flux
+        """From the typed defaults.yaml (rules/models.py FluxDefaults), field by field."""
+        knobs = defaults.flux_settings
         return cls(
             namespace=defaults.module_namespace,
             target_namespace=defaults.target_namespace,
             release_name=defaults.release_name,
-            interval=flux["interval"],
-            source_interval=flux["sourceInterval"],
-            timeout=flux["timeout"],
-            retry_interval=flux["retryInterval"],
-            uninstall_timeout=flux["uninstallTimeout"],
-            service_account_name=flux["serviceAccountName"],
+            interval=knobs.interval,
+            source_interval=knobs.source_interval,
+            timeout=knobs.timeout,
+            retry_interval=knobs.retry_interval,
+            uninstall_timeout=knobs.uninstall_timeout,
+            service_account_name=knobs.service_account_name,
         )
 
 

@@ -200,20 +200,44 @@ class Loop:
     # -- the loop --
 
     async def run(self, stopped: asyncio.Event) -> None:
+        """Passes on changes and retries, and the periodic safety pass every
+        `LoopSettings.resync_seconds`; only while this replica leads."""
         await self._wait_synced(stopped)
+        resync_at = time.monotonic() + self.settings.resync_seconds
         while not stopped.is_set():
             if not self.may_write():  # a follower (leader election): observe, never write
                 await _first_of(stopped, stopped, self.settings.follower_seconds)
                 continue
-            self.store.changed.clear()
             try:
+                if time.monotonic() >= resync_at:
+                    resync_at = time.monotonic() + self.settings.resync_seconds
+                    await self.reread()
+                self.store.changed.clear()  # what the reads changed is this pass's, too
                 requeue = await self.run_pass()
             except Exception:  # a bug in one pass must not end reconciling for good
                 requeue = self.settings.failed_pass_seconds
                 log.exception("reconcile pass failed; again in %.0fs", requeue)
                 self._error("internal")
-            await _first_of(self.store.changed, stopped, requeue)
+            resync = max(resync_at - time.monotonic(), 0.0)
+            timeout = resync if requeue is None else min(requeue, resync)
+            await _first_of(self.store.changed, stopped, timeout)
             await asyncio.sleep(self.settings.burst_seconds)
+
+    async def reread(self) -> int:
+        """The safety pass's reads: each of the module's Flux objects the store holds, read
+        again (a GET) and its answer put into the store, as a watch event would be: a change
+        behind the store's back, or an object gone that the store still holds, is seen by the
+        pass that follows. Equal facts change nothing. Returns the reads made."""
+        reads = 0
+        for resource in FLUX_RESOURCES:
+            for live, _ in self.store.facts(resource):
+                ref = ObjectRef(live.api_version, live.kind, live.namespace, live.name)
+                reads += 1
+                try:
+                    self.write_back.read(live, await self.writer.read(ref))
+                except ApiError as err:  # the pass goes on with the store as it is
+                    log.warning("reading %s again failed: %s", ref, err)
+        return reads
 
     async def _wait_synced(self, stopped: asyncio.Event) -> None:
         began, every = time.monotonic(), self.settings.sync_report_seconds
@@ -252,8 +276,8 @@ class Loop:
             snap = replace(snapshot(self.store, self.write_back.as_applied),
                            flux_leftovers=self.flux_leftovers.get(gpu.name))  # fmt: skip
             step = decide(Inputs(gpu, snap, self.plan, self.failures.get(gpu.name),
-                                 time.monotonic(), now(), self.flux_images,
-                                 self.module_namespace))  # fmt: skip
+                                 time.monotonic(), now(), self.flux_images, self.module_namespace,
+                                 self.settings.removal_wait_seconds))  # fmt: skip
             done = await self.perform(gpu, step)
             writes += done.writes
             gpu = self.store.get(GPUS, gpu.name) or gpu

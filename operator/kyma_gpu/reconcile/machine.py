@@ -16,7 +16,9 @@ nothing left to do. Deletion is a phase of the same machine.
                                                    Error past the uninstall timeout + grace)
     being deleted, the module's own Flux left .... RemovingFlux (list the Flux objects of all
                                                    kinds; then its controllers, and its CRDs
-                                                   unless others' objects use them)
+                                                   unless others' objects use them; while one
+                                                   of the module's terminates, list again
+                                                   after a while)
     being deleted, nothing left .................. Released (remove the finalizer)
     spec invalid, or it cannot be planned ........ Invalid (InvalidSpec, PlanFailed)
     no finalizer yet ............................. Initializing (add it)
@@ -252,6 +254,9 @@ class Inputs:
     """The images of the Flux the module installs (the manager's environment)."""
     module_namespace: str = "kyma-system"
     """Where the module's Flux objects (and its own Flux) live."""
+    removal_wait_seconds: float = 5.0
+    """RemovingFlux looks again after this long while one of the module's objects terminates
+    (LoopSettings.removal_wait_seconds)."""
 
 
 def decide(inputs: Inputs) -> Step:
@@ -384,21 +389,22 @@ def _deleting(inputs: Inputs, spec: GpuSpec | None) -> Step:
                     watch_pods=protect, key=_key((), doomed),
                     requeue_after=uninstall.next_stall_in)  # fmt: skip
     if _own_flux_left(snap.flux_api):
-        return replace(_removing_flux(snap.flux_leftovers, inputs.module_namespace),
-                       watch_pods=protect)  # fmt: skip
+        return replace(_removing_flux(inputs), watch_pods=protect)
     return Step(Phase.RELEASED, RemoveFinalizer(), watch_pods=protect, key="release")
 
 
-def _removing_flux(leftovers: Sequence[Leftover] | None, module_namespace: str) -> Step:
+def _removing_flux(inputs: Inputs) -> Step:
     """The module's own Flux goes once the Flux objects of every kind are known: not while one
-    of the module's is still terminating (its controller must finish it); its CRDs stay,
+    of the module's is still terminating (its controller must finish it; no observer watches
+    that kind, so look again after `removal_wait_seconds`, and list again then); its CRDs stay,
     handed over, while objects the module did not create use them. The list and the removal
     share a key: a failed removal holds the next list back until its retry is due."""
+    leftovers = inputs.snap.flux_leftovers
     if leftovers is None:
         return Step(Phase.REMOVING_FLUX, ListFlux(), key="flux-remove")
-    match removal(leftovers, module_namespace):
+    match removal(leftovers, inputs.module_namespace):
         case Removal.WAIT:
-            return Step(Phase.REMOVING_FLUX)
+            return Step(Phase.REMOVING_FLUX, requeue_after=inputs.removal_wait_seconds)
         case Removal.HAND_OVER:
             message = hand_over_message(leftovers)
             event = GpuEvent(EventType.NORMAL, EventReason.FLUX_HANDED_OVER, message)

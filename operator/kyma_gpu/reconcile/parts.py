@@ -51,7 +51,9 @@ _FLUX_PLURAL = {k.kind: k.plural for k in FLUX_KINDS}
 
 
 class Writer(Protocol):
-    """The adapter's write side (kyma_gpu.adapter.KubeAdapter)."""
+    """The adapter's write side (kyma_gpu.adapter.KubeAdapter), and the reads of the loop's
+    own: the Flux objects of every kind when the module's Flux goes, one of the module's Flux
+    objects again in the periodic safety pass."""
 
     async def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]: ...
 
@@ -70,6 +72,8 @@ class Writer(Protocol):
     ) -> dict[str, Any] | None: ...
 
     async def flux_objects(self, per_kind: int) -> list[tuple[str, dict[str, Any]]]: ...
+
+    async def read(self, ref: ObjectRef) -> dict[str, Any] | None: ...
 
 
 def now() -> str:
@@ -142,6 +146,13 @@ class WriteBack:
             self.flux(live.kind, answer)
         else:  # gone at once, or already gone
             self.store.put(_FLUX_PLURAL[live.kind], live.name, None)
+
+    def read(self, live: LiveObject, answer: Mapping[str, Any] | None) -> None:
+        """One of the module's Flux objects as a read answered it (None: not there)."""
+        if answer is None:
+            self.store.put(_FLUX_PLURAL[live.kind], live.name, None)
+        else:
+            self.flux(live.kind, answer)
 
     def _note_dropped(self, obj: Mapping[str, Any], answer: Mapping[str, Any]) -> None:
         """An answer that lacks planned fields: the server dropped them (an older Flux's CRD

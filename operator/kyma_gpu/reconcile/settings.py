@@ -38,6 +38,16 @@ class LoopSettings:
     """While the first lists are awaited, say which every this many seconds."""
     follower_seconds: float = 0.25
     """How often a follower checks whether it leads now."""
+    resync_seconds: float = 300.0
+    """The periodic safety pass: this long after the last one, the leader reads the module's
+    Flux objects again (a GET each) and reconciles, even if no event came. It writes nothing
+    when nothing differs; it repairs what a lost event or a store that went wrong would leave
+    (the store once kept a deleted HelmRepository for ever). Five minutes: a few requests
+    per interval, while Flux's own drift detection looks inside the release."""
+    removal_wait_seconds: float = 5.0
+    """RemovingFlux waits while one of the module's Flux objects terminates (a HelmChart its
+    source-controller finalizes): no observer watches that kind, so the machine looks again
+    after this long (a list of the Flux objects of every kind each time)."""
 
 
 @dataclass(frozen=True, slots=True)

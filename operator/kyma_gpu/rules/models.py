@@ -274,11 +274,6 @@ class Defaults(_CamelData):
     def chart_name(self) -> str:
         return self.chart.name
 
-    @property
-    def flux(self) -> Mapping[str, str]:
-        """The Flux settings by their names in defaults.yaml (interval, sourceInterval, ...)."""
-        return self.flux_settings.model_dump(by_alias=True)
-
 
 # --- machine-types.yaml, gpu-families.yaml -----------------------------------------------
 

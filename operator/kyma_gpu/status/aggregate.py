@@ -269,10 +269,7 @@ def _deletion_waits(observed: Observed, generation: int | None) -> list[tuple[Co
     uninstall = uninstall_wait(observed.uninstall) if not pods or observed.skip_protection else None
     if uninstall is not None:
         waits.append(uninstall)
-    return [
-        (cond(ConditionType(w.type), w.status, str(w.reason), w.message, generation), w.state)
-        for w in waits
-    ]
+    return [(cond(w.type, w.status, w.reason, w.message, generation), w.state) for w in waits]
 
 
 def _deletion_summary(deletion: Sequence[tuple[Condition, GpuState]]) -> tuple[GpuState, str]:

@@ -14,9 +14,11 @@ from kyma_gpu.api.conditions import (
     ComponentsReason,
     ConditionType,
     DriverReason,
+    FluxMirrored,
     NodesReason,
     PoolsReason,
     PreflightReason,
+    Reason,
     ReleaseReason,
     SourceReason,
 )
@@ -70,8 +72,10 @@ class Verdict:
 
 
 def cond(
-    type_: ConditionType, status: ConditionStatus, reason: str, message: str, generation: int | None
-) -> Condition:
+    type_: ConditionType, status: ConditionStatus, reason: Reason, message: str,
+    generation: int | None,
+) -> Condition:  # fmt: skip
+    """A condition; its reason one of the module's enums, or Flux's own (`FluxMirrored`)."""
     return Condition(type=str(type_), status=status, reason=str(reason), message=message,
                      observed_generation=generation)  # fmt: skip
 
@@ -85,7 +89,7 @@ def in_progress(ready: FluxCondition) -> bool:
 def flux_failed(reason: str, message: str) -> bool:
     """A Flux Ready=False (as mirrored into ReleaseReady or SourceReady) that is a failure,
     not Flux still working on it."""
-    return not in_progress(FluxCondition("Ready", "False", reason, message, None))
+    return not in_progress(FluxCondition("Ready", "False", FluxMirrored(reason), message, None))
 
 
 def joined(messages: Sequence[str]) -> str:
@@ -233,9 +237,8 @@ def _mirrored_release(
                          generation)  # fmt: skip
         return Verdict(condition, error=message if failed else "")
     reconciling = hr.condition("Reconciling")
-    reason = (reconciling.reason if reconciling and reconciling.status == "True" else "") or (
-        ready.reason or ReleaseReason.PROGRESSING
-    )
+    said = reconciling.reason if reconciling and reconciling.status == "True" else None
+    reason = said or ready.reason or ReleaseReason.PROGRESSING
     return Verdict(cond(kind, "Unknown", reason, message, generation))
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from kyma_gpu.api.conditions import ReadyReason, ReleaseReason
 from kyma_gpu.api.models import GpuState
 from kyma_gpu.status.aggregate import ConditionType, flux_failed
 
@@ -30,7 +31,7 @@ logged): the status says it all anyway."""
 EVENT_WINDOW_SECONDS = 600.0
 FINDINGS = (ConditionType.PREFLIGHT, ConditionType.RELEASE_READY, ConditionType.SOURCE_READY)
 """The conditions whose failures post an Event of their own."""
-_NOT_FLUX = {"NotApplied"}
+_NOT_FLUX = {ReleaseReason.NOT_APPLIED}
 """ReleaseReady=False reasons that are no Flux failure (the plan's errors are Preflight's)."""
 
 
@@ -69,8 +70,9 @@ def _cut(message: str) -> str:
 
 def _key(status: Mapping[str, Any]) -> tuple[Any, ...]:
     ready = _ready(status)
-    deleting = status.get("state") == GpuState.DELETING or ready.get("reason") == "Deleting"
-    return (status.get("state"), ready.get("reason"), status.get("message") if deleting else None)
+    reason = ready.get("reason")
+    deleting = status.get("state") == GpuState.DELETING or reason == ReadyReason.DELETING
+    return (status.get("state"), reason, status.get("message") if deleting else None)
 
 
 def event_for(before: Mapping[str, Any], after: Mapping[str, Any]) -> GpuEvent | None:

@@ -10,6 +10,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kyma_gpu.api.conditions import FluxMirrored
+
 RESOURCE_GPU = "nvidia.com/gpu"
 
 
@@ -17,7 +19,8 @@ RESOURCE_GPU = "nvidia.com/gpu"
 class FluxCondition:
     type: str
     status: str
-    reason: str
+    reason: FluxMirrored
+    """Flux's reason ("" when it gave none)."""
     message: str
     observed_generation: int | None
 
@@ -59,7 +62,7 @@ def helm_release_facts(body: Mapping[str, Any]) -> HelmReleaseFacts:
             FluxCondition(
                 type=str(c.get("type", "")),
                 status=str(c.get("status", "Unknown")),
-                reason=str(c.get("reason", "")),
+                reason=FluxMirrored(str(c.get("reason", ""))),
                 message=str(c.get("message", "")),
                 observed_generation=_int(c.get("observedGeneration")),
             )

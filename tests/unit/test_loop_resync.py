@@ -1,0 +1,152 @@
+"""`Loop.run` on its own clock: the periodic safety pass (`LoopSettings.resync_seconds`) and the
+wait of RemovingFlux (`LoopSettings.removal_wait_seconds`), with the real store and the
+in-memory API of tests/unit/test_loop.py, and no event from anyone.
+
+Each test runs the loop as the process does (`Loop.run` until stopped) in one event loop, and
+waits for what it expects with a deadline, so a loaded machine makes them slower, not flaky.
+Checked by breaking the loop and seeing them fail, then restoring: the resync timeout left out
+of the loop's wait (no reads, the drift stays), the reads' answers not put into the store (the
+drift stays), and the RemovingFlux wait without its requeue (the Gpu is never released).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+from kyma_gpu.reconcile.machine import FINALIZER, Phase
+from kyma_gpu.reconcile.settings import LoopSettings
+from kyma_gpu.rules.catalog import Catalog
+from tests.unit.test_loop import World, _provided_and_installed, installed, new_world
+
+FAST = LoopSettings(status_seconds=0.0, burst_seconds=0.0, resync_seconds=0.05)
+"""A safety pass every 50 ms."""
+DEADLINE = 10.0
+
+
+async def _until(what: Callable[[], bool], deadline: float = DEADLINE) -> None:
+    end = time.monotonic() + deadline
+    while not what():
+        assert time.monotonic() < end, "not within the deadline"
+        await asyncio.sleep(0.01)
+
+
+def running(world: World, scenario: Callable[[], Awaitable[None]]) -> None:
+    """The scenario while `Loop.run` runs; then stop it, as the process's cleanup does."""
+
+    async def main() -> None:
+        stopped = asyncio.Event()
+        task = asyncio.create_task(world.loop.run(stopped))
+        try:
+            await scenario()
+        finally:
+            stopped.set()
+            await asyncio.wait_for(task, timeout=DEADLINE)
+
+    asyncio.run(main())
+
+
+def settled(catalog: Catalog, settings: LoopSettings = FAST) -> World:
+    """Installed and reconciled once more: nothing is left to write."""
+    world = installed(new_world(catalog, settings=settings))
+    world.run()
+    assert world.run() is Phase.PROGRESSING
+    assert world.api.calls == []
+    world.api.reads.clear()
+    return world
+
+
+def test_the_safety_pass_reads_again_and_writes_nothing_when_nothing_differs(
+    catalog: Catalog,
+) -> None:
+    world = settled(catalog)
+    passes: list[Phase] = []
+    run_pass = world.loop.run_pass
+
+    async def counted() -> float | None:
+        requeue = await run_pass()
+        passes.append(world.last_phase)
+        return requeue
+
+    world.loop.run_pass = counted  # type: ignore[method-assign]
+
+    async def scenario() -> None:
+        await _until(lambda: len(world.api.reads) >= 6 and len(passes) >= 4)
+
+    running(world, scenario)
+    assert world.api.calls == []  # passes and reads, and not one write
+    assert set(world.api.reads) == {"get HelmRelease", "get HelmRepository"}
+    assert set(passes) == {Phase.PROGRESSING}
+
+
+def test_a_release_changed_behind_the_modules_back_is_applied_again(catalog: Catalog) -> None:
+    """No watch event tells of the change (the store still holds the old facts): the safety
+    pass reads the HelmRelease, sees it differ from the plan, and applies it again."""
+    world = settled(catalog, LoopSettings(status_seconds=0.0, burst_seconds=0.0,
+                                          resync_seconds=0.5))  # fmt: skip
+    release = world.api.objects[("HelmRelease", "gpu-operator")]
+    planned = dict(release["spec"])
+    release["spec"]["interval"] = "24h"
+    release["spec"]["values"] = {"driver": {"enabled": False}}
+    release["metadata"]["generation"] += 1
+    release["metadata"]["resourceVersion"] = world.api.next_version()
+
+    async def scenario() -> None:
+        await asyncio.sleep(0.2)
+        assert world.api.calls == []  # before the safety pass is due, nobody knows
+        await _until(lambda: "apply HelmRelease" in world.api.calls)
+
+    running(world, scenario)
+    assert {"get HelmRelease", "get HelmRepository"} <= set(world.api.reads)
+    assert world.api.objects[("HelmRelease", "gpu-operator")]["spec"] == planned
+
+
+def test_a_ghost_in_the_store_goes_with_the_safety_pass(catalog: Catalog) -> None:
+    """The store holds a HelmRepository that the API server no longer has (a lost DELETED
+    event, or a store bug as once): the read finds it gone, and the pass applies it again."""
+    world = settled(catalog)
+    del world.api.objects[("HelmRepository", "gpu-operator")]
+
+    async def scenario() -> None:
+        await _until(lambda: "apply HelmRepository" in world.api.calls)
+
+    running(world, scenario)
+    assert ("HelmRepository", "gpu-operator") in world.api.objects
+
+
+def test_a_follower_makes_no_safety_pass(catalog: Catalog) -> None:
+    world = settled(catalog)
+    leading = False
+    world.loop.may_write = lambda: leading
+
+    async def scenario() -> None:
+        nonlocal leading
+        await asyncio.sleep(0.3)  # six resync intervals
+        assert world.api.reads == []  # a follower neither reads nor writes
+        leading = True
+        await _until(lambda: len(world.api.reads) >= 2)
+
+    running(world, scenario)
+    assert world.api.calls == []
+
+
+def test_removing_flux_looks_again_while_a_helmchart_terminates(catalog: Catalog) -> None:
+    """The HelmChart of the module's release is not observed: nothing wakes the loop when
+    source-controller finishes it. RemovingFlux lists again after `removal_wait_seconds`."""
+    settings = LoopSettings(status_seconds=0.0, burst_seconds=0.0, removal_wait_seconds=0.05)
+    world = _provided_and_installed(catalog, settings)
+    chart = {"metadata": {"namespace": "kyma-system", "name": "kyma-system-gpu-operator",
+                          "deletionTimestamp": "2026-11-30T10:00:01Z"}}  # fmt: skip
+    world.api.others = [("HelmChart", chart)]
+    assert world.run() is Phase.REMOVING_FLUX
+
+    async def scenario() -> None:
+        await asyncio.sleep(0.1)
+        assert world.last_phase is Phase.REMOVING_FLUX
+        world.api.others = []  # source-controller finished it; no event says so
+        await _until(lambda: world.last_phase is Phase.RELEASED)
+
+    running(world, scenario)
+    assert FINALIZER not in world.api.gpu["metadata"]["finalizers"]
+    assert "delete CustomResourceDefinition" in world.api.calls
