@@ -4,9 +4,9 @@ A user bound only to the module's edit role (ClusterRole kyma-gpu-edit) writes G
 another repository, chart, version or Secret; the manager (on its own ServiceAccount, with
 config/default's RBAC and admission policies, as KLM installs them) refuses each in the
 status, with the words of `kyma-gpu plan`, and writes no Flux object. Neither that user nor
-one bound to the stock `edit` role cluster-wide can write the ConfigMap of allowed sources;
-once an administrator lists the source in it, the same Gpu is planned and its HelmRelease
-written (no helm-controller runs here: nothing is installed).
+one with the ConfigMap rights of the stock `edit` role cluster-wide can write the ConfigMap
+of allowed sources; once an administrator lists the source in it, the same Gpu is planned and
+its HelmRelease written (no helm-controller runs here: nothing is installed).
 """
 
 from __future__ import annotations
@@ -40,6 +40,14 @@ pytestmark = pytest.mark.integration
 
 EDITOR = "gpu-source-editor"
 STOCK_EDITOR = "gpu-stock-editor"
+"""A user with the ConfigMap rights of the stock `edit` role bound cluster-wide (the rule of
+system:aggregate-to-edit, bound directly: no wait for the aggregation controller)."""
+CONFIG_MAP_WRITER: dict[str, Any] = {
+    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+    "metadata": {"name": "test-config-map-writer"},
+    "rules": [{"apiGroups": [""], "resources": ["configmaps"],
+               "verbs": ["create", "delete", "deletecollection", "patch", "update", "get"]}],
+}  # fmt: skip
 MIRROR = "https://charts.mirror.example/nvidia"
 FLUX_KINDS = ("helmreleases.helm.toolkit.fluxcd.io", "helmrepositories.source.toolkit.fluxcd.io",
               "ocirepositories.source.toolkit.fluxcd.io")  # fmt: skip
@@ -60,7 +68,8 @@ def manager(local_cluster: LocalCluster) -> Iterator[OperatorProcess]:
     install_module_rbac(local_cluster)  # config/default: the Role, the chart sources' policy
     local_cluster.kubectl("delete", "configmap", CONFIG_MAP_NAME, "-n", MODULE_NAMESPACE,
                           "--ignore-not-found")  # fmt: skip
-    local_cluster.apply(_binding(EDITOR, "kyma-gpu-edit"), _binding(STOCK_EDITOR, "edit"))
+    local_cluster.apply(CONFIG_MAP_WRITER, _binding(EDITOR, "kyma-gpu-edit"),
+                        _binding(STOCK_EDITOR, CONFIG_MAP_WRITER["metadata"]["name"]))  # fmt: skip
     with module_on(local_cluster, name="operator-sources",
                    kubeconfig=service_account_kubeconfig(local_cluster)) as process:  # fmt: skip
         yield process
@@ -68,6 +77,7 @@ def manager(local_cluster: LocalCluster) -> Iterator[OperatorProcess]:
                           "--ignore-not-found")  # fmt: skip
     for user in (EDITOR, STOCK_EDITOR):
         local_cluster.kubectl("delete", "clusterrolebinding", f"test-{user}", "--ignore-not-found")
+    local_cluster.kubectl("delete", "clusterrole", CONFIG_MAP_WRITER["metadata"]["name"])
 
 
 def _as_editor(cluster: LocalCluster, spec: dict[str, Any]) -> None:
@@ -77,12 +87,14 @@ def _as_editor(cluster: LocalCluster, spec: dict[str, Any]) -> None:
                     f"--as={EDITOR}", "-f", "-", input=json.dumps(body))  # fmt: skip
 
 
-def _refusal(cluster: LocalCluster) -> str:
-    """The Gpu's message while its Preflight says ChartSourceNotAllowed; '' otherwise."""
-    preflight = condition(gpu(cluster), "Preflight") or {}
-    if preflight.get("reason") != "ChartSourceNotAllowed":
-        return ""
-    return str(((gpu(cluster) or {}).get("status") or {}).get("message", ""))
+def _refusal(cluster: LocalCluster, saying: str = "") -> str:
+    """The Gpu's message while its Preflight says ChartSourceNotAllowed (and the message says
+    `saying`); '' otherwise."""
+    body = gpu(cluster)
+    preflight = condition(body, "Preflight") or {}
+    message = str(((body or {}).get("status") or {}).get("message", ""))
+    refused = preflight.get("reason") == "ChartSourceNotAllowed" and saying in message
+    return message if refused else ""
 
 
 def _flux(cluster: LocalCluster, kind: int) -> dict[str, Any] | None:
@@ -114,8 +126,7 @@ def test_the_editor_cannot_pick_the_chart(
     words: str,
 ) -> None:  # fmt: skip
     _as_editor(local_cluster, spec)
-    message = wait_until(lambda: _refusal(local_cluster), 60, f"{door}: ChartSourceNotAllowed")
-    assert words in message, message
+    message = wait_until(lambda: _refusal(local_cluster, words), 60, f"{door}: refused")
     where = f"the ConfigMap {MODULE_NAMESPACE}/{CONFIG_MAP_NAME}, key {CONFIG_MAP_KEY}"
     assert where in message, message
     assert f"only {WHO_MAY_CHANGE} can change" in message, message
@@ -126,7 +137,7 @@ def test_the_editor_cannot_pick_the_chart(
 def test_the_same_words_offline(local_cluster: LocalCluster, manager: OperatorProcess) -> None:
     """`kyma-gpu plan` on the Gpu as stored says what the status says."""
     _as_editor(local_cluster, {"source": {"chartRepository": MIRROR}})
-    message = wait_until(lambda: _refusal(local_cluster), 60, "ChartSourceNotAllowed")
+    message = wait_until(lambda: _refusal(local_cluster, MIRROR), 60, "refused")
     stored = local_cluster.kubectl("get", "gpus.gpu.kyma-project.io", "gpu", "-o", "yaml").stdout
     out, err = io.StringIO(), io.StringIO()
     assert main(["plan", "-f", "-"], stdin=io.StringIO(stored), stdout=out, stderr=err) == 1
@@ -138,17 +149,29 @@ def test_the_same_words_offline(local_cluster: LocalCluster, manager: OperatorPr
 def test_editors_cannot_write_the_allowed_sources(
     local_cluster: LocalCluster, manager: OperatorProcess, user: str
 ) -> None:
-    """The module's edit role has no ConfigMap rights; the stock `edit` bound cluster-wide
-    has them in kyma-system, and the policy kyma-gpu-chart-sources refuses it there."""
+    """The module's edit role has no ConfigMap rights; `edit` bound cluster-wide has them in
+    kyma-system, and the policy kyma-gpu-chart-sources refuses it there: create, change and
+    delete of the one ConfigMap (an administrator's copy stands in between)."""
+    may = local_cluster.kubectl("auth", "can-i", "create", "configmaps", "-n", MODULE_NAMESPACE,
+                                f"--as={user}", check=False).stdout.strip()  # fmt: skip
+    assert may == ("yes" if user == STOCK_EDITOR else "no"), may
+    words = "only a cluster administrator can change it" if user == STOCK_EDITOR else "forbidden"
     body = json.dumps(chart_sources_config_map({"kind": "HelmRepository", "url": MIRROR}))
-    for verb in ("create", "replace"):
-        result = local_cluster.kubectl(verb, "-f", "-", f"--as={user}", input=body, check=False)
-        assert result.returncode != 0, (user, verb, result.stdout)
-        said = result.stderr
-        assert "forbidden" in said.lower() or "only a cluster administrator" in said, said
-    if user == STOCK_EDITOR:  # RBAC lets it through: the refusal is the policy's
-        assert "only a cluster administrator can change it" in said, said
-    assert local_cluster.get_object("configmap", CONFIG_MAP_NAME, MODULE_NAMESPACE) is None
+    said = local_cluster.kubectl("create", "-f", "-", f"--as={user}", input=body, check=False)
+    assert said.returncode != 0, said.stdout
+    assert words in said.stderr, said.stderr
+    allow_chart_sources(local_cluster)  # the administrator writes it
+    try:
+        for args in (("replace", "-f", "-"),
+                     ("delete", "configmap", CONFIG_MAP_NAME, "-n", MODULE_NAMESPACE)):  # fmt: skip
+            said = local_cluster.kubectl(*args, f"--as={user}", input=body, check=False)
+            assert said.returncode != 0, (args, said.stdout)
+            assert words in said.stderr, (args, said.stderr)
+        held = local_cluster.get_object("configmap", CONFIG_MAP_NAME, MODULE_NAMESPACE)
+        assert held is not None
+        assert MIRROR not in json.dumps(held)
+    finally:
+        local_cluster.kubectl("delete", "configmap", CONFIG_MAP_NAME, "-n", MODULE_NAMESPACE)
 
 
 def test_an_administrator_allows_the_mirror(
@@ -158,7 +181,7 @@ def test_an_administrator_allows_the_mirror(
     HelmRelease written; taking the source out again leaves it refused (nothing deleted)."""
     spec = {"source": {"chartRepository": MIRROR, "secretRef": "mirror-auth"}}
     _as_editor(local_cluster, spec)
-    wait_until(lambda: "mirror-auth is not allowed" in _refusal(local_cluster), 60, "refused")
+    wait_until(lambda: _refusal(local_cluster, f"from {MIRROR} is not an allowed"), 60, "refused")
     allow_chart_sources(local_cluster, {"kind": "HelmRepository", "url": MIRROR,
                                         "secretRefs": ["mirror-auth"]})  # fmt: skip
     release = wait_until(lambda: _flux(local_cluster, 0), 60, "HelmRelease written")
