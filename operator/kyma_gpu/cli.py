@@ -1,7 +1,7 @@
 """`kyma-gpu`: run the operator, or plan offline.
 
 kyma-gpu plan -f gpu.yaml --nodes nodes.yaml   print the plan for a Gpu and a node list;
-                                               exit 0: ok or warning, 1: error, 2: bad input
+         [--sources chart-sources.yaml]        exit 0: ok or warning, 1: error, 2: bad input
 kyma-gpu crd [--reference|--policy]           print the generated CRD (reference, values policy)
 kyma-gpu chart-facts CHART.tgz                 print the facts values-rules/charts/ keeps
 kyma-gpu images [--chart-version V] [--installer-release T]   images to mirror
@@ -26,9 +26,10 @@ from kyma_gpu.api.crd import crd_yaml
 from kyma_gpu.api.models import SINGLETON_MESSAGE, SINGLETON_NAME, Gpu, GpuSpec
 from kyma_gpu.api.policy import policy_yaml
 from kyma_gpu.api.reference import reference_markdown
+from kyma_gpu.api.sources import CONFIG_MAP_NAME
 from kyma_gpu.api.values import MAX_DEPTH
 from kyma_gpu.facts import NodeError, cluster_facts, node_facts
-from kyma_gpu.plan import Owner, Verdict, make_plan
+from kyma_gpu.plan import Origins, Owner, Verdict, make_plan, origins_of
 from kyma_gpu.rules.catalog import Catalog, ChartFacts
 from kyma_gpu.rules.chart import chart_facts, image_reference
 from kyma_gpu.rules.engine import RuleError
@@ -98,9 +99,20 @@ def load_nodes(path: str, stdin: TextIO) -> list[dict[str, Any]]:
     )
 
 
+def load_origins(path: str | None, stdin: TextIO) -> Origins:
+    """The ConfigMap of allowed chart sources (`kubectl get configmap -n kyma-system
+    kyma-gpu-chart-sources -o yaml`); none: the default, NVIDIA's repository only."""
+    if path is None:
+        return Origins()
+    data = _read(path, stdin)
+    if not isinstance(data, dict) or data.get("kind") != "ConfigMap":
+        raise UsageError(f"{path}: expected the ConfigMap {CONFIG_MAP_NAME} (kind ConfigMap)")
+    return origins_of(data)
+
+
 def cmd_plan(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
-    if args.file == "-" and args.nodes == "-":
-        raise UsageError("only one of -f and --nodes can read standard input")
+    if [args.file, args.nodes, args.sources].count("-") > 1:
+        raise UsageError("only one of -f, --nodes and --sources can read standard input")
     spec, owner = load_gpu(args.file, stdin)
     catalog = Catalog(Path(args.rules) if args.rules else None)
     catalog.check()  # broken rule data: the file and the line, before anything else
@@ -111,7 +123,8 @@ def cmd_plan(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
             facts.append(node_facts(node, catalog.machine_types))
         except NodeError as err:
             raise UsageError(f"{args.nodes}: item {index}: {err}") from err
-    plan = make_plan(spec, cluster_facts(facts), catalog, owner)
+    origins = load_origins(args.sources, stdin)
+    plan = make_plan(spec, cluster_facts(facts), catalog, owner, origins)
     stdout.write(dump(plan.document()))
     return EXIT_ERROR_VERDICT if plan.preflight.verdict is Verdict.ERROR else 0
 
@@ -254,6 +267,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-f", "--file", help="Gpu manifest (default: the empty spec); - for stdin")
     p.add_argument("--nodes", help="`kubectl get nodes -o yaml` output; - for stdin")
     p.add_argument("--rules", help="values-rules directory (default: the module's)")
+    p.add_argument(
+        "--sources",
+        help=f"the ConfigMap {CONFIG_MAP_NAME} of allowed chart sources (default: NVIDIA's "
+        "repository only, as on a cluster without it); - for stdin",
+    )
     p.set_defaults(func=cmd_plan)
     c = sub.add_parser("crd", help="print the generated Gpu CRD")
     c.add_argument("--reference", action="store_true", help="the Markdown reference instead")

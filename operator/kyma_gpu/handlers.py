@@ -9,8 +9,9 @@ uninstalled.
 
 Everything else the operator sees comes from the observers (kyma_gpu.observe): paged LISTs and
 WATCHes of Nodes, the operand DaemonSets, our Flux objects, the ClusterPolicy and the CRDs,
-kept as compact facts in one store. The reconcile loop (kyma_gpu.reconcile) wakes when those
-facts change.
+kept as compact facts in one store, and, observed here, the one ConfigMap of allowed chart
+sources (kyma-system/kyma-gpu-chart-sources, by a field selector on its name). The reconcile
+loop (kyma_gpu.reconcile) wakes when those facts change.
 """
 
 from __future__ import annotations
@@ -28,12 +29,16 @@ from typing import Any
 import kopf
 from aiohttp import web
 
-from kyma_gpu.adapter import KubeAdapter
+from kyma_gpu.adapter import KubeAdapter, ListQuery
 from kyma_gpu.api.models import API_GROUP, API_VERSION, PLURAL
+from kyma_gpu.api.sources import CONFIG_MAP_NAME
 from kyma_gpu.errors import ApiError
 from kyma_gpu.metrics import Metrics, serve
 from kyma_gpu.observe import Entry, Observers, Store
-from kyma_gpu.observe.store import version_of
+from kyma_gpu.observe.informer import Informer, Source
+from kyma_gpu.observe.sources import REQUIRED
+from kyma_gpu.observe.store import Resource, version_of
+from kyma_gpu.plan import Origins, origins_of
 from kyma_gpu.plan.provision import FluxImages
 from kyma_gpu.reconcile.election import Elector
 from kyma_gpu.reconcile.loop import GPUS, Loop
@@ -43,7 +48,22 @@ from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.rules.engine import RuleError
 
 GPU = (API_GROUP, API_VERSION, PLURAL)
+CHART_SOURCES: Resource[Origins] = Resource("chartsources")
+"""The allowed chart sources: the facts of the one ConfigMap (absent: NVIDIA's only)."""
 log = logging.getLogger(__name__)
+
+
+def chart_sources_source(namespace: str) -> Source:
+    """The ConfigMap kyma-gpu-chart-sources only: a field selector on its name, which the
+    manager's Role allows to list and watch by that resourceName."""
+    query = ListQuery(f"/api/v1/namespaces/{namespace}/configmaps",
+                      field_selector=f"metadata.name={CONFIG_MAP_NAME}")  # fmt: skip
+    return Source(CHART_SOURCES, query, origins_of, key=lambda _: CONFIG_MAP_NAME)
+
+
+def chart_origins(store: Store) -> Origins:
+    """What the watch holds; the default while there is no ConfigMap."""
+    return store.get(CHART_SOURCES, CONFIG_MAP_NAME) or Origins()
 
 
 def _store(memo: Any) -> Store:
@@ -82,10 +102,14 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     loop = Loop(store, adapter, catalog, watch_pods=observers.watch_pods,
                 may_write=memo.elector.may_write if memo.elector else lambda: True,
                 module_namespace=namespace, settings=ours.loop, metrics=metrics,
-                flux_images=FluxImages.from_env(os.environ))  # fmt: skip
+                flux_images=FluxImages.from_env(os.environ),
+                origins=lambda: chart_origins(store),
+                required=(*REQUIRED, CHART_SOURCES))  # fmt: skip
     metrics.observe(loop.observed)
     memo.metrics_server = await _serve_metrics(memo.metrics_address, metrics, loop)
     observers.start(catalog.machine_types, namespace, catalog.defaults.target_namespace)
+    memo.chart_sources = Informer(adapter, chart_sources_source(namespace), store,
+                                  asyncio.get_running_loop(), ours.watching).start()  # fmt: skip
     if memo.elector is not None:
         memo.elector_task = asyncio.create_task(memo.elector.run(memo.stopped), name="election")
     memo.store, memo.observers = store, observers
@@ -137,6 +161,7 @@ def _loop_ended(task: asyncio.Task[None]) -> None:
 async def stop(memo: kopf.Memo, **_: Any) -> None:
     memo.stopped.set()
     memo.observers.stop()
+    memo.chart_sources.stop()
     try:
         await asyncio.wait_for(memo.loop_task, timeout=10)
     except TimeoutError:

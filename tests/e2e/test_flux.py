@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.harness.chart_sources import allow_chart_sources, local_source
 from tests.harness.cluster import LocalCluster
 from tests.harness.flux import FluxStack
 from tests.harness.module import (
@@ -558,9 +559,19 @@ def test_failures_are_mirrored_and_recover(
     expect: str,
 ) -> None:
     good = _gpu_manifest(flux_stack, operatorVersion="v26.7.0", driver={"version": "580"})["spec"]
-    _patch_spec(local_cluster, spec)
-    message = wait_until(lambda: _error_message(local_cluster), 180, f"{case}: Error/Warning")
-    assert expect in message, message
+    # What Flux makes of a missing version and an unreachable repository: an administrator
+    # allows both first, or the plan refuses them before Flux sees them (ChartSourceNotAllowed).
+    versions = ["v26.3.3", "v26.7.0", "v99.0.0"]
+    allow_chart_sources(local_cluster, local_source(flux_stack.helm_repo_url,
+                                                    operatorVersions=versions),
+                        local_source("http://127.0.0.1:9"))  # fmt: skip
+    try:
+        _patch_spec(local_cluster, spec)
+        message = wait_until(lambda: _error_message(local_cluster), 180, f"{case}: Error/Warning")
+        assert expect in message, message
+        assert "ChartSourceNotAllowed" not in json.dumps(gpu(local_cluster)), message
+    finally:
+        flux_stack.allow_chart_sources()
     _patch_spec(local_cluster, good)
     _request_reconcile(local_cluster)
     wait_until(lambda: _state(local_cluster) == "Ready", 240, f"{case}: recovered")

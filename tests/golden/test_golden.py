@@ -1,5 +1,6 @@
-"""Golden plans: for each scenario, `kyma-gpu plan -f gpu.yaml --nodes nodes.yaml` must print
-exactly scenarios/<name>/plan.yaml. Regenerate on purpose with UPDATE_GOLDEN=1 (README.md).
+"""Golden plans: for each scenario, `kyma-gpu plan -f gpu.yaml --nodes nodes.yaml` (with
+`--sources sources.yaml` where the scenario has one) must print exactly
+scenarios/<name>/plan.yaml. Regenerate on purpose with UPDATE_GOLDEN=1 (README.md).
 """
 
 from __future__ import annotations
@@ -157,8 +158,10 @@ def _dig(values: object, path: str) -> object:
 
 def _plan(scenario: Path) -> str:
     out, err = io.StringIO(), io.StringIO()
+    sources = scenario / "sources.yaml"  # the allowed chart sources' ConfigMap, if any
+    extra = ["--sources", str(sources)] if sources.is_file() else []
     code = main(
-        ["plan", "-f", str(scenario / "gpu.yaml"), "--nodes", str(scenario / "nodes.yaml")],
+        ["plan", "-f", str(scenario / "gpu.yaml"), "--nodes", str(scenario / "nodes.yaml"), *extra],
         stdin=io.StringIO(),
         stdout=out,
         stderr=err,

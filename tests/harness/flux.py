@@ -39,6 +39,7 @@ from types import TracebackType
 from typing import Any, cast
 
 from .binaries import FLUX_BINARIES, MissingBinaryError, host_tool, require, tool_versions
+from .chart_sources import allow_chart_sources, local_source
 from .cluster import LocalCluster
 from .helm_repo import LocalHelmRepository
 from .nvidia import NvidiaOperator
@@ -182,6 +183,7 @@ class FluxStack:
         bins = require(*FLUX_BINARIES)
         self.helm_repo.start()
         self.progress(f"Helm repository at {self.helm_repo.url} serving {self.helm_repo.charts()}")
+        self.allow_chart_sources()
         if self.provided is not None:
             self.progress("no Flux of the harness's own: the GPU manager installs its Flux")
             self.provided.start()
@@ -204,6 +206,11 @@ class FluxStack:
             took = process.wait_healthy(probe, timeout=self.start_timeout, what="ready")
             self.timings[process.name] = took
         self.nvidia.start()
+
+    def allow_chart_sources(self, *more: Mapping[str, Any]) -> None:
+        """The local Helm repository (and `more`) as allowed chart sources, written the way an
+        administrator does (tests/harness/chart_sources.py); again with no `more` to go back."""
+        allow_chart_sources(self.cluster, local_source(self.helm_repo.url), *more)
 
     def _source_controller(self, binary: Path) -> tuple[ManagedProcess, Callable[[], bool]]:
         """The source-controller process (not started) and its readiness probe.

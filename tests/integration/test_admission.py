@@ -36,6 +36,7 @@ from kyma_gpu.api.selectors import LABEL_SELECTOR_MESSAGE
 from kyma_gpu.api.values import DEPTH_MESSAGE, MAX_DEPTH, MAX_ENTRIES, MAX_TEXT, NAME_MESSAGE
 from kyma_gpu.api.values import REASON as VALUES_REASON
 from kyma_gpu.cli import main
+from tests.harness.chart_sources import NVIDIA, chart_sources_config_map, local_source
 from tests.harness.cluster import LocalCluster
 from tests.harness.module import CRD, VALUES_POLICY, wait_until
 
@@ -265,11 +266,15 @@ def _admission(cluster: LocalCluster, spec: Any) -> tuple[int, str]:
     return result.returncode, result.stdout + result.stderr
 
 
-def _plan(tmp_path: Path, spec: Any) -> tuple[int, str]:
+def _plan(tmp_path: Path, spec: Any, *sources: dict[str, Any]) -> tuple[int, str]:
+    """`kyma-gpu plan` on the spec; `sources`: chart sources an administrator allows."""
     path = tmp_path / "gpu.json"
     path.write_text(json.dumps(_manifest(spec)), encoding="utf-8")
+    allowed = tmp_path / "sources.json"
+    allowed.write_text(json.dumps(chart_sources_config_map(NVIDIA, *sources)), encoding="utf-8")
     out, err = io.StringIO(), io.StringIO()
-    code = main(["plan", "-f", str(path)], stdin=io.StringIO(), stdout=out, stderr=err)
+    code = main(["plan", "-f", str(path), "--sources", str(allowed)],
+                stdin=io.StringIO(), stdout=out, stderr=err)  # fmt: skip
     return code, err.getvalue()
 
 
@@ -288,7 +293,7 @@ def test_a_valid_spec_passes_both(gpu_crd: LocalCluster, tmp_path: Path) -> None
     }
     code, out = _admission(gpu_crd, spec)
     assert code == 0, out
-    assert _plan(tmp_path, spec)[0] == 0
+    assert _plan(tmp_path, spec, local_source("http://charts.example"))[0] == 0
 
 
 def test_duplicate_profile_names_are_refused_by_both(gpu_crd: LocalCluster, tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from kyma_gpu.api import GpuSpec
 from kyma_gpu.plan import Owner, Plan, make_plan
 from kyma_gpu.plan.actions import LiveObject, contains, live_object, plan_actions, up_to_date
 from kyma_gpu.rules.catalog import Catalog
-from tests.unit.builders import facts_of, node
+from tests.unit.builders import allowing, facts_of, node
 
 UID = "0b5a8c1e-5f7d-4c2b-9a41-6d2f0e7b9c11"
 
@@ -43,9 +43,13 @@ def test_contains(live: Any, desired: Any, expected: bool) -> None:
     assert contains(live, desired) is expected
 
 
+MIRROR = {"kind": "OCIRepository", "url": "oci://registry.example/charts"}
+
+
 def _plan(catalog: Catalog, spec: dict[str, Any] | None = None) -> Plan:
     facts = facts_of(catalog.machine_types, node())
-    return make_plan(GpuSpec.model_validate(spec or {}), facts, catalog, Owner(uid=UID))
+    spec_ = GpuSpec.model_validate(spec or {})
+    return make_plan(spec_, facts, catalog, Owner(uid=UID), allowing(MIRROR))
 
 
 def as_live(obj: dict[str, Any]) -> dict[str, Any]:

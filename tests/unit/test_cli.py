@@ -195,7 +195,10 @@ def test_bad_input(tmp_path: Path, gpu: str | None, nodes: str | None, message: 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["plan", "-f", "-", "--nodes", "-"], "only one of -f and --nodes can read standard input"),
+        (
+            ["plan", "-f", "-", "--nodes", "-"],
+            "only one of -f, --nodes and --sources can read standard input",
+        ),
         (["plan", "-f", "/nonexistent/gpu.yaml"], "/nonexistent/gpu.yaml: cannot read"),
         (["plan", "--nodes", "/nonexistent/nodes.yaml"], "cannot read"),
         (["plan", "--rules", "/nonexistent"], "values rules directory /nonexistent does not exist"),

@@ -12,6 +12,7 @@ import pytest
 from kyma_gpu.facts import node_facts
 from kyma_gpu.observe.sources import CRDS, DAEMONSETS, FLUX, NODES, PODS, flux_facts
 from kyma_gpu.observe.store import Entry, Store, version_of
+from kyma_gpu.plan import Origins
 from kyma_gpu.plan.provision import PROVIDED_LABEL, REQUIRED_APIS, SHARD, SHARD_LABEL, CrdFacts
 from kyma_gpu.reconcile.loop import GPUS, Loop
 from kyma_gpu.reconcile.machine import FINALIZER, Phase, gpu_object
@@ -19,7 +20,7 @@ from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status import ClusterPolicyFacts, daemonset_facts
 from kyma_gpu.status.deletion import UNINSTALL_GRACE_SECONDS, go_duration_seconds
-from tests.unit.builders import cpu_node, node
+from tests.unit.builders import allowing, cpu_node, node
 from tests.unit.fake_api import FakeApi
 
 
@@ -473,3 +474,18 @@ def test_a_spec_that_cannot_be_planned_can_still_be_deleted(world: World) -> Non
                annotations={"gpu.kyma-project.io/skip-workload-protection": "true"})  # fmt: skip
     assert world.run() is Phase.UNINSTALLING
     assert "delete HelmRelease" in world.api.calls
+
+
+def test_a_changed_list_of_chart_sources_plans_again(catalog: Catalog) -> None:
+    """The plan cache is keyed by the allowed sources too: a mirror refused before the
+    administrator lists it is applied once it is listed, without a change to the Gpu."""
+    mirror = "https://charts.mirror.example/nvidia"
+    world = new_world(catalog, spec={"source": {"chartRepository": mirror}})
+    origins = [Origins()]
+    world.loop.origins = lambda: origins[-1]
+    assert world.run() is Phase.BLOCKED
+    assert world.api.objects == {}
+    origins.append(allowing({"kind": "HelmRepository", "url": mirror}))
+    world.run()
+    kinds = sorted(k for k, _ in world.api.objects)
+    assert kinds == ["HelmRelease", "HelmRepository"]

@@ -12,13 +12,13 @@ from kyma_gpu.api import GpuSpec
 from kyma_gpu.api.conditions import PreflightReason
 from kyma_gpu.api.models import ClusterDriverMode
 from kyma_gpu.facts import ClusterFacts, cluster_facts
-from kyma_gpu.plan import Finding, Owner, Plan, Preflight, Severity, make_plan
+from kyma_gpu.plan import Finding, Origins, Owner, Plan, Preflight, Severity, make_plan
 from kyma_gpu.plan.driver import resolve
 from kyma_gpu.plan.features import FEATURE_CHECKS
 from kyma_gpu.plan.plan import template_findings
 from kyma_gpu.plan.preflight import CHECKS, preflight_findings
 from kyma_gpu.rules.catalog import Catalog
-from tests.unit.builders import cpu_node, facts_of, node, ubuntu_node
+from tests.unit.builders import allowing, cpu_node, facts_of, node, ubuntu_node
 
 PER_POOL = ClusterDriverMode.PER_POOL
 UID = "0b5a8c1e-5f7d-4c2b-9a41-6d2f0e7b9c11"
@@ -31,9 +31,10 @@ def plan_for(
     *bodies: Mapping[str, Any],
     spec: Mapping[str, Any] | None = None,
     owner: Owner | None = None,
+    origins: Origins | None = None,
 ) -> Plan:
     facts = facts_of(catalog.machine_types, *bodies)
-    return make_plan(GpuSpec.model_validate(spec or {}), facts, catalog, owner)
+    return make_plan(GpuSpec.model_validate(spec or {}), facts, catalog, owner, origins)
 
 
 def reasons(plan: Plan) -> list[tuple[str, str]]:
@@ -333,7 +334,13 @@ def test_an_upstream_pool_without_a_published_image_is_blocked(catalog: Catalog)
 
 
 def test_preflight_unknown_chart_version(catalog: Catalog) -> None:
-    plan = plan_for(catalog, node(), spec={"operatorVersion": "v27.1.0"})
+    refused = plan_for(catalog, node(), spec={"operatorVersion": "v27.1.0"})
+    assert ("error", "ChartSourceNotAllowed") in reasons(refused)
+    assert refused.objects == ()
+    nvidia = "https://helm.ngc.nvidia.com/nvidia"
+    origins = allowing({"kind": "HelmRepository", "url": nvidia,
+                        "operatorVersions": ["v26.7.0", "v27.1.0"]}, nvidia=False)  # fmt: skip
+    plan = plan_for(catalog, node(), spec={"operatorVersion": "v27.1.0"}, origins=origins)
     assert reasons(plan) == [("warning", "UnknownChartVersion")]
     assert plan.chart_version == "v27.1.0"
     assert plan.helm_release is not None
@@ -342,6 +349,7 @@ def test_preflight_unknown_chart_version(catalog: Catalog) -> None:
         catalog,
         node(),
         spec={"operatorVersion": "v27.1.0", "source": {"imageRegistry": "mirror.example"}},
+        origins=origins,
     )
     assert ("error", "MirrorNeedsChartFacts") in reasons(mirrored)
     assert mirrored.objects == ()
@@ -423,7 +431,9 @@ def test_oci_source(catalog: Catalog) -> None:
             "secretRef": "chart-auth",
         }
     }
-    source, release = plan_for(catalog, node(), spec=spec).objects
+    mirror = {"kind": "OCIRepository", "url": "oci://registry.example/mirror/charts",
+              "secretRefs": ["chart-auth"]}  # fmt: skip
+    source, release = plan_for(catalog, node(), spec=spec, origins=allowing(mirror)).objects
     assert source["apiVersion"] == "source.toolkit.fluxcd.io/v1"
     assert source["kind"] == "OCIRepository"
     assert source["spec"]["url"] == "oci://registry.example/mirror/charts/gpu-operator"
@@ -440,11 +450,15 @@ def test_oci_source(catalog: Catalog) -> None:
 
 
 def test_insecure_sources(catalog: Catalog) -> None:
+    origins = allowing(
+        {"kind": "OCIRepository", "url": "oci://127.0.0.1:5000/charts", "insecure": True},
+        {"kind": "HelmRepository", "url": "http://127.0.0.1:8879/charts", "insecure": True},
+    )
     oci = {"source": {"chartRepository": "oci://127.0.0.1:5000/charts", "insecure": True}}
-    source, _ = plan_for(catalog, node(), spec=oci).objects
+    source, _ = plan_for(catalog, node(), spec=oci, origins=origins).objects
     assert source["spec"]["insecure"] is True
     http = {"source": {"chartRepository": "http://127.0.0.1:8879/charts", "insecure": True}}
-    source, _ = plan_for(catalog, node(), spec=http).objects
+    source, _ = plan_for(catalog, node(), spec=http, origins=origins).objects
     assert source["kind"] == "HelmRepository"
     assert source["spec"]["url"] == "http://127.0.0.1:8879/charts"
 

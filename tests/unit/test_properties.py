@@ -20,10 +20,18 @@ from kyma_gpu.facts import ClusterFacts, NodeError, NodeFacts, OsFamily, cluster
 from kyma_gpu.plan import Owner, Plan, make_plan
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.yamlio import dump
-from tests.unit.builders import node
+from tests.unit.builders import allowing, node
 
 CATALOG = Catalog()
 OWNER = Owner(uid="0b5a8c1e-5f7d-4c2b-9a41-6d2f0e7b9c11")
+ORIGINS = allowing(*(
+    {"kind": kind, "url": url, "operatorVersions": ["v26.7.0", "v26.3.3", "v27.0.0"],
+     "secretRefs": ["chart-auth"], "insecure": True}
+    for kind, url in (("HelmRepository", "https://helm.ngc.nvidia.com/nvidia"),
+                      ("HelmRepository", "https://charts.example/nvidia"),
+                      ("OCIRepository", "oci://registry.example/charts"))
+), nvidia=False)  # fmt: skip
+"""The sources the generated specs name, allowed: the properties cover the Flux objects too."""
 SETTINGS = settings(
     max_examples=120,
     deadline=None,
@@ -259,7 +267,7 @@ def plan_or_rejection(spec_data: Any, bodies: list[Any]) -> Plan | None:
             facts.append(node_facts(body, CATALOG.machine_types))
         except NodeError:
             continue
-    return make_plan(spec, cluster_facts(facts), CATALOG, OWNER)
+    return make_plan(spec, cluster_facts(facts), CATALOG, OWNER, ORIGINS)
 
 
 @SETTINGS
@@ -373,8 +381,9 @@ def test_make_plan_never_raises_for_any_cluster_facts(
     spec: GpuSpec, nodes: list[NodeFacts], cpu: int, owned: bool
 ) -> None:
     facts = ClusterFacts(gpu_nodes=tuple(nodes), cpu_node_count=cpu)
-    plan = make_plan(spec, facts, CATALOG, OWNER if owned else None)
+    plan = make_plan(spec, facts, CATALOG, OWNER if owned else None, ORIGINS)
     assert len(plan.nodes) == len(nodes)
-    assert plan.document() == make_plan(spec, facts, CATALOG, OWNER if owned else None).document()
+    again = make_plan(spec, facts, CATALOG, OWNER if owned else None, ORIGINS)
+    assert plan.document() == again.document()
     for obj in plan.objects:
         assert ("ownerReferences" in obj["metadata"]) is owned

@@ -79,6 +79,9 @@ class PreflightReason(StrEnum):
     MIRROR_NEEDS_CHART_FACTS = "MirrorNeedsChartFacts"
     TEMPLATE_IN_EXTRA_OBJECTS = "TemplateInExtraObjects"
     """A string of the module's extraObjects holds {{: the chart runs them through tpl."""
+    CHART_SOURCE_NOT_ALLOWED = "ChartSourceNotAllowed"
+    """spec.source names a repository, chart, version, Secret or http:// that the ConfigMap
+    kyma-system/kyma-gpu-chart-sources does not allow (a cluster administrator's list)."""
     NEEDS_VGPU_GUEST_DRIVER = "NeedsVgpuGuestDriver"
     GPU_NOT_SUPPORTED_BY_DRIVER = "GpuNotSupportedByDriver"
     # the typed operations (spec.driver.upgradePolicy, spec.sharing, the extras, spec.stack)

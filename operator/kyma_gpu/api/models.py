@@ -185,7 +185,10 @@ class SourceSpec(_Model):
         default=None, pattern=CHART_REPOSITORY_PATTERN, max_length=512
     )
     """Helm repository URL of the NVIDIA GPU Operator chart: https:// (a HelmRepository) or
-    oci:// (an OCIRepository). http:// only with insecure: true. Empty: NVIDIA's repository."""
+    oci:// (an OCIRepository). http:// only with insecure: true. Empty: NVIDIA's repository.
+    With chartName, operatorVersion, secretRef and insecure it must match a source a cluster
+    administrator allows in the ConfigMap kyma-system/kyma-gpu-chart-sources (without it:
+    NVIDIA's repository at the supported versions); otherwise nothing is applied."""
 
     chart_name: str = Field(default="gpu-operator", pattern=DNS_NAME_PATTERN, max_length=63)
     """Chart name in that repository."""
@@ -196,7 +199,8 @@ class SourceSpec(_Model):
 
     secret_ref: str | None = Field(default=None, pattern=DNS_NAME_PATTERN, max_length=253)
     """Name of a Secret in the module's namespace with the chart repository credentials
-    (username/password, or .dockerconfigjson for OCI). Flux reads it; the module never does."""
+    (username/password, or .dockerconfigjson for OCI). Flux reads it; the module never does.
+    Only a Secret the allowed source lists (kyma-system/kyma-gpu-chart-sources, secretRefs)."""
 
     image_registry: str | None = Field(default=None, pattern=IMAGE_REGISTRY_PATTERN, max_length=255)
     """Registry mirror (host[:port][/path], no scheme) that replaces the registry host of every

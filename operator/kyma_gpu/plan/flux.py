@@ -118,6 +118,8 @@ class ChartSource:
     version: str
     insecure: bool
     secret_ref: str | None
+    digest: str | None = None
+    """OCI: the manifest digest the allowed source pins for this version."""
 
     @property
     def oci(self) -> bool:
@@ -134,9 +136,10 @@ def flux_objects(
     secret_ref: str | None,
     values: Mapping[str, Any],
     owner: Owner | None,
+    digest: str | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(source, HelmRelease), in the order they must be applied."""
-    chart = ChartSource(chart_repository, chart_name, chart_version, insecure, secret_ref)
+    chart = ChartSource(chart_repository, chart_name, chart_version, insecure, secret_ref, digest)
     source = _source(chart, settings, owner)
     release = {
         "apiVersion": HELM_RELEASE.api_version,
@@ -153,7 +156,8 @@ def _source(chart: ChartSource, settings: FluxSettings, owner: Owner | None) -> 
     spec: dict[str, Any] = {"interval": settings.source_interval}
     if chart.oci:
         spec["url"] = f"{chart.repository.rstrip('/')}/{chart.name}"
-        spec["ref"] = {"tag": chart.version}
+        # A digest takes precedence over the tag in Flux: a moved tag is not installed.
+        spec["ref"] = {"tag": chart.version, **({"digest": chart.digest} if chart.digest else {})}
         spec["layerSelector"] = {"mediaType": HELM_CHART_LAYER, "operation": "copy"}
         if chart.insecure:
             spec["insecure"] = True

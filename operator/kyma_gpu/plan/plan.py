@@ -20,6 +20,7 @@ from kyma_gpu.plan.features import FEATURE_CHECKS
 from kyma_gpu.plan.flux import FluxSettings, Owner, flux_objects
 from kyma_gpu.plan.mirror import mirror_values
 from kyma_gpu.plan.node_checks import NODE_CHECKS
+from kyma_gpu.plan.origin import Origins, Wanted, origin_findings, pinned_digest
 from kyma_gpu.plan.pools import WorkerPool
 from kyma_gpu.plan.preflight import (
     CHECKS,
@@ -34,7 +35,9 @@ from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.rules.engine import Provenance, deep_merge, evaluate, matches
 from kyma_gpu.rules.installer import branch_of
 
-__all__ = ["DriverPool", "Finding", "Plan", "Preflight", "Severity", "Verdict", "make_plan"]
+__all__ = [
+    "DriverPool", "Finding", "Origins", "Plan", "Preflight", "Severity", "Verdict", "make_plan",
+]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,15 +165,36 @@ def make_plan(
     facts: ClusterFacts,
     catalog: Catalog,
     owner: Owner | None = None,
+    origins: Origins | None = None,
 ) -> Plan:
-    """The plan. Never raises for bad cluster data: problems become preflight findings."""
+    """The plan. Never raises for bad cluster data: problems become preflight findings.
+    `origins`: the chart sources a cluster administrator allows (None: NVIDIA's only)."""
     resolved = resolve(spec, facts, catalog)
-    findings = preflight_findings(resolved, (*CHECKS, *FEATURE_CHECKS, *NODE_CHECKS))
+    origins = origins or Origins()
+    wanted = wanted_source(resolved)
+    supported = catalog.chart_versions()
+    findings = origin_findings(wanted, origins, supported, catalog.defaults.module_namespace)
+    findings += preflight_findings(resolved, (*CHECKS, *FEATURE_CHECKS, *NODE_CHECKS))
     values = evaluate_rules(resolved, rule_context(resolved), findings)
     pools = tuple(p.name for p in resolved.worker_pools)
     preflight = Preflight(tuple(findings), pools)
-    objects = flux(resolved, values, owner) if preflight.verdict is not Verdict.ERROR else ()
+    digest = pinned_digest(wanted, origins, supported)
+    objects = (
+        flux(resolved, values, owner, digest) if preflight.verdict is not Verdict.ERROR else ()
+    )
     return _assemble(resolved, preflight, values, objects)
+
+
+def wanted_source(r: Resolved) -> Wanted:
+    """The chart source the Gpu asks for, the module's defaults filled in."""
+    source = r.spec.source
+    return Wanted(
+        url=source.chart_repository or r.catalog.defaults.chart_repository,
+        chart_name=source.chart_name,
+        version=r.chart_version,
+        secret_ref=source.secret_ref,
+        insecure=source.insecure,
+    )
 
 
 def evaluate_rules(r: Resolved, contexts: Contexts, findings: list[Finding]) -> Values:
@@ -236,7 +260,9 @@ def mirror(r: Resolved, values: dict[str, Any], provenance: Provenance) -> list[
     return []
 
 
-def flux(r: Resolved, values: Values, owner: Owner | None) -> tuple[dict[str, Any], ...]:
+def flux(
+    r: Resolved, values: Values, owner: Owner | None, digest: str | None = None
+) -> tuple[dict[str, Any], ...]:
     defaults = r.catalog.defaults
     source = r.spec.source
     return flux_objects(
@@ -248,6 +274,7 @@ def flux(r: Resolved, values: Values, owner: Owner | None) -> tuple[dict[str, An
         secret_ref=source.secret_ref,
         values=values.values,
         owner=owner,
+        digest=digest,
     )
 
 

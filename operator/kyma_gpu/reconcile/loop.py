@@ -40,7 +40,7 @@ from kyma_gpu.observe.sources import (
     REQUIRED,
 )
 from kyma_gpu.observe.store import Store
-from kyma_gpu.plan import Owner, Plan, make_plan
+from kyma_gpu.plan import Origins, Owner, Plan, make_plan
 from kyma_gpu.plan.actions import LiveObject
 from kyma_gpu.plan.provision import (
     BUNDLE_HASH,
@@ -157,7 +157,11 @@ class Loop:
     """False while another replica leads (reconcile/election.py): then nothing is written."""
     module_namespace: str = "kyma-system"
     """Where the module's Flux objects (and its own Flux) live."""
-    plans: cachetools.LRUCache[tuple[str, ClusterFacts, Owner], Plan] = field(
+    origins: Callable[[], Origins] = Origins
+    """The chart sources a cluster administrator allows (handlers.py: the watched ConfigMap)."""
+    required: tuple[str, ...] = REQUIRED
+    """Listed before the first reconcile (handlers.py adds the chart sources' ConfigMap)."""
+    plans: cachetools.LRUCache[tuple[str, ClusterFacts, Owner, str], Plan] = field(
         default_factory=lambda: cachetools.LRUCache(maxsize=16)
     )
     flux_served: tuple[bool, ...] = ()
@@ -191,10 +195,11 @@ class Loop:
         return self.retries.failures
 
     def plan(self, spec: GpuSpec, facts: ClusterFacts, owner: Owner) -> Plan:
-        key = (spec.model_dump_json(), facts, owner)
+        origins = self.origins()
+        key = (spec.model_dump_json(), facts, owner, origins.key)
         cached = self.plans.get(key)
         if cached is None:
-            cached = self.plans[key] = make_plan(spec, facts, self.catalog, owner)
+            cached = self.plans[key] = make_plan(spec, facts, self.catalog, owner, origins)
         return cached
 
     # -- the loop --
@@ -241,11 +246,11 @@ class Loop:
 
     async def _wait_synced(self, stopped: asyncio.Event) -> None:
         began, every = time.monotonic(), self.settings.sync_report_seconds
-        while not self.store.synced(*REQUIRED) and not stopped.is_set():
+        while not self.store.synced(*self.required) and not stopped.is_set():
             self.store.changed.clear()
             await _first_of(self.store.changed, stopped, every)
             if time.monotonic() - began >= every:
-                missing = [r for r in REQUIRED if not self.store.synced(r)]
+                missing = [r for r in self.required if not self.store.synced(r)]
                 log.info("waiting for the first list of %s", ", ".join(missing))
         log.info("observed %d nodes; first reconcile after %.2fs",
                  len(self.store.facts(NODES)), time.monotonic() - began)  # fmt: skip

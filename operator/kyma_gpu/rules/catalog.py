@@ -230,6 +230,11 @@ class Catalog:
             self._installers[tag] = found
         return self._installers[tag]
 
+    def chart_versions(self) -> tuple[str, ...]:
+        """The chart versions the module supports: those with facts in values-rules/charts/
+        (hack/release_rbac.py derives the release account's RBAC from the same list)."""
+        return tuple(sorted(p.stem for p in (self.root / "charts").glob("v*.yaml")))
+
     def chart(self, version: str) -> ChartFacts | None:
         """Facts of a chart version the module knows (values-rules/charts/<version>.yaml)."""
         if version not in self._charts:

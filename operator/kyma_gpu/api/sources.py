@@ -1,0 +1,96 @@
+"""The chart sources a cluster administrator allows: the ConfigMap
+kyma-system/kyma-gpu-chart-sources, key sources.yaml (docs/security.md, door 3).
+
+Where the GPU operator chart comes from is the platform's decision, not the Gpu's: the chart
+is installed with the rights of the release account. The Gpu's spec.source must name one of
+these sources (repository URL, chart name, an allowed version, an allowed Secret); the plan
+refuses anything else. Without the ConfigMap only NVIDIA's repository is allowed, with the
+module's supported chart versions.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import Field, StrictBool, StringConstraints, model_validator
+
+from kyma_gpu.api.base import DNS_NAME_PATTERN
+from kyma_gpu.api.base import Model as _Model
+from kyma_gpu.api.models import CHART_REPOSITORY_PATTERN, CHART_VERSION_PATTERN
+
+CONFIG_MAP_NAME = "kyma-gpu-chart-sources"
+CONFIG_MAP_KEY = "sources.yaml"
+WHO_MAY_CHANGE = "a cluster administrator"
+"""Who may write the ConfigMap: the ValidatingAdmissionPolicy kyma-gpu-chart-sources
+(config/admission/chart_sources_policy.yaml) holds every write to it to the right to update
+chartsources.gpu.kyma-project.io, which no aggregated role grants."""
+NVIDIA_REPOSITORY = "https://helm.ngc.nvidia.com/nvidia"
+NVIDIA_CHART = "gpu-operator"
+
+_DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
+
+ChartVersion = Annotated[str, StringConstraints(pattern=CHART_VERSION_PATTERN, max_length=64)]
+SecretName = Annotated[str, StringConstraints(pattern=DNS_NAME_PATTERN, max_length=253)]
+Digest = Annotated[str, StringConstraints(pattern=_DIGEST_PATTERN)]
+
+
+class SourceKind(StrEnum):
+    """How Flux reads the chart: an https:// Helm repository or an oci:// registry."""
+
+    HELM_REPOSITORY = "HelmRepository"
+    OCI_REPOSITORY = "OCIRepository"
+
+
+class AllowedSource(_Model):
+    """One chart source the Gpu may name in spec.source."""
+
+    kind: SourceKind
+    url: str = Field(pattern=CHART_REPOSITORY_PATTERN, max_length=512)
+    """The repository URL exactly as spec.source.chartRepository names it (a trailing slash
+    does not count): https:// for a HelmRepository, oci:// for an OCIRepository; http:// only
+    with insecure: true."""
+
+    chart_name: str = Field(default=NVIDIA_CHART, pattern=DNS_NAME_PATTERN, max_length=63)
+    operator_versions: tuple[ChartVersion, ...] | None = Field(default=None, max_length=64)
+    """The chart versions spec.operatorVersion may name. Empty: the module's supported
+    versions (values-rules/charts/)."""
+
+    secret_refs: tuple[SecretName, ...] = Field(default=(), max_length=16)
+    """The Secrets of kyma-system that spec.source.secretRef may name for this source. Flux
+    sends a Secret's credentials to this URL: list only the ones meant for it."""
+
+    insecure: StrictBool = False
+    """The Gpu may set spec.source.insecure (plain http://, an OCI registry without TLS)."""
+
+    digests: dict[ChartVersion, Digest] = Field(default_factory=dict, max_length=64)
+    """OCI only: the chart's manifest digest per version. A version listed here is pulled by
+    digest (the OCIRepository's ref.digest), so a tag moved in the registry is not installed."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> AllowedSource:
+        scheme = self.url.split("://", 1)[0]
+        oci = self.kind is SourceKind.OCI_REPOSITORY
+        if oci != (scheme == "oci"):
+            raise ValueError(f"kind {self.kind} does not match the URL scheme {scheme}://")
+        if scheme == "http" and not self.insecure:
+            raise ValueError("a plain http:// URL needs insecure: true")
+        if self.digests and not oci:
+            raise ValueError("digests pin OCI charts only")
+        listed = set(self.operator_versions or ())
+        unlisted = sorted(v for v in self.digests if self.operator_versions and v not in listed)
+        if unlisted:
+            raise ValueError(f"digests for versions not in operatorVersions: {unlisted}")
+        return self
+
+
+class ChartSources(_Model):
+    """The content of the ConfigMap's key sources.yaml."""
+
+    sources: tuple[AllowedSource, ...] = Field(max_length=32)
+
+
+DEFAULT_SOURCES = ChartSources(
+    sources=(AllowedSource(kind=SourceKind.HELM_REPOSITORY, url=NVIDIA_REPOSITORY),)
+)
+"""Without the ConfigMap: NVIDIA's repository, the supported versions, no Secret."""
