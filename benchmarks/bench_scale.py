@@ -31,14 +31,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.harness.cluster import LocalCluster  # noqa: E402
-from tests.harness.scale import (  # noqa: E402
+from benchmarks.scale import (  # noqa: E402
     Metric,
     Rest,
     ScaleConfig,
     build_fleet,
     measure_operator,
 )
+from tests.harness.cluster import LocalCluster  # noqa: E402
 
 Check = Callable[[float], bool] | None
 

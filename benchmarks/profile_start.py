@@ -3,7 +3,7 @@
     .venv/bin/pip install py-spy          # once; not a project dependency
     .venv/bin/python benchmarks/profile_start.py --nodes 1000 --operator-root /work/baseline
 
-One local cluster with the scale fleet of bench_scale.py (tests/harness/scale.py), then:
+One local cluster with the scale fleet of bench_scale.py (benchmarks/scale/), then:
 1. the operator under `py-spy record` (sampling, attached by pid) from start until it has
    written the HelmRelease and gone idle; the collapsed stacks and a summary (top functions by
    own and by total samples) go to --out;
@@ -27,8 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.harness.cluster import LocalCluster  # noqa: E402
-from tests.harness.scale import (  # noqa: E402
+from benchmarks.scale import (  # noqa: E402
     GPU_PATH,
     AuditTail,
     Operator,
@@ -36,6 +35,7 @@ from tests.harness.scale import (  # noqa: E402
     ScaleConfig,
     build_fleet,
 )
+from tests.harness.cluster import LocalCluster  # noqa: E402
 
 
 def say(message: str) -> None:

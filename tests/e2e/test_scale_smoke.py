@@ -18,8 +18,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from tests.harness.cluster import LocalCluster
-from tests.harness.scale import (
+from benchmarks.scale import (
     Operator,
     Rest,
     ScaleConfig,
@@ -27,6 +26,7 @@ from tests.harness.scale import (
     measure_operator,
     teardown_fleet,
 )
+from tests.harness.cluster import LocalCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
