@@ -140,6 +140,7 @@ def memory_profile(cluster: LocalCluster, rest: Rest, cfg: ScaleConfig, out: Pat
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--pods-per-node", type=float, default=1.0)
     parser.add_argument("--operator-root", type=Path, default=ROOT)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "profile")
     parser.add_argument("--py-spy", default=str(Path(sys.executable).parent / "py-spy"))
@@ -147,7 +148,11 @@ def main() -> int:
     args = parser.parse_args()
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
-    cfg = ScaleConfig(nodes=args.nodes, operator_root=args.operator_root.resolve())
+    cfg = ScaleConfig(
+        nodes=args.nodes,
+        pods_per_node=args.pods_per_node,
+        operator_root=args.operator_root.resolve(),
+    )
     with LocalCluster(progress=say) as cluster:
         rest = Rest(cluster)
         build_fleet(cluster, rest, cfg, say)

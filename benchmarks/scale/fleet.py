@@ -106,8 +106,44 @@ def node_name(index: int, octet: int = 180) -> str:
     return f"ip-10-{octet}-{index // 250}-{index % 250 + 2}.{REGION}.compute.internal"
 
 
-def _labels(name: str, index: int, gpu: bool, machine: str, zone: str) -> dict[str, str]:
-    pool = "gpu-l4" if gpu else ("system" if index % 50 == 0 else "worker")
+@dataclass(frozen=True)
+class NodeOs:
+    """A worker pool's name and the OS image its nodes run."""
+
+    pool: str
+    image: str
+    """Gardener's image name (worker.gardener.cloud/image-name): gardenlinux, ubuntu."""
+    version: str
+    os_image: str
+    """status.nodeInfo.osImage."""
+    kernel: str
+
+
+GARDEN_LINUX = (
+    ("1877.21", "6.12.47-cloud-amd64"),
+    ("1877.22", "6.12.50-cloud-amd64"),
+    ("1877.23", "6.12.53-cloud-amd64"),
+)
+"""Garden Linux versions of the GPU pools, all in installer 1.17.0's build matrix (a version
+outside it gives an error plan, which writes no HelmRelease)."""
+CPU_OS = NodeOs("worker", "gardenlinux", "1877.21", "Garden Linux 1877.21", "6.12.47-cloud-amd64")
+UBUNTU = NodeOs("gpu-ubuntu", "ubuntu", "24.04", "Ubuntu 24.04.3 LTS", "6.8.0-1040-aws")
+
+
+def gpu_pool(pool: int, pools: int) -> NodeOs:
+    """GPU pool ``pool`` of ``pools``: Garden Linux versions in turn; with more than one pool
+    the last one runs Ubuntu (NVIDIA's driver container instead of the installer)."""
+    if pools > 1 and pool == pools - 1:
+        return UBUNTU
+    version, kernel = GARDEN_LINUX[pool % len(GARDEN_LINUX)]
+    name = "gpu-l4" if pools == 1 else f"gpu-l4-{pool:03d}"
+    return NodeOs(name, "gardenlinux", version, f"Garden Linux {version}", kernel)
+
+
+def _labels(
+    name: str, index: int, gpu: bool, machine: str, zone: str, os: NodeOs
+) -> dict[str, str]:
+    pool = os.pool if gpu else ("system" if index % 50 == 0 else "worker")
     labels = {
         "beta.kubernetes.io/arch": "amd64",
         "beta.kubernetes.io/instance-type": machine,
@@ -127,12 +163,12 @@ def _labels(name: str, index: int, gpu: bool, machine: str, zone: str) -> dict[s
         "worker.gardener.cloud/pool": pool,
         "worker.gardener.cloud/cri-name": "containerd",
         "worker.gardener.cloud/kubernetes-version": "1.36.1",
-        "worker.gardener.cloud/image-name": "gardenlinux",
-        "worker.gardener.cloud/image-version": "1877.21",
+        "worker.gardener.cloud/image-name": os.image,
+        "worker.gardener.cloud/image-version": os.version,
         "node.gardener.cloud/machine-name": f"shoot--kyma--prod-{pool}-z1-5d8f7-{_hex(name, 5)}",
-        "feature.node.kubernetes.io/system-os_release.ID": "gardenlinux",
-        "feature.node.kubernetes.io/system-os_release.VERSION_ID": "1877.21",
-        "feature.node.kubernetes.io/kernel-version.full": "6.12.47-cloud-amd64",
+        "feature.node.kubernetes.io/system-os_release.ID": os.image,
+        "feature.node.kubernetes.io/system-os_release.VERSION_ID": os.version,
+        "feature.node.kubernetes.io/kernel-version.full": os.kernel,
         "feature.node.kubernetes.io/cpu-cpuid.AVX512F": "true",
         SCALE_LABEL: "true",
     }
@@ -143,7 +179,7 @@ def _labels(name: str, index: int, gpu: bool, machine: str, zone: str) -> dict[s
     return labels
 
 
-def _status(name: str, index: int, gpu: bool, cpus: int, gib: int, ip: str) -> Obj:
+def _status(name: str, gpu: bool, cpus: int, gib: int, ip: str, os: NodeOs) -> Obj:
     capacity = {
         "cpu": str(cpus),
         "ephemeral-storage": "50620216Ki",
@@ -174,12 +210,12 @@ def _status(name: str, index: int, gpu: bool, cpus: int, gib: int, ip: str) -> O
             "architecture": "amd64",
             "bootID": _hex(f"boot/{name}", 32),
             "containerRuntimeVersion": "containerd://2.0.5",
-            "kernelVersion": "6.12.47-cloud-amd64",
+            "kernelVersion": os.kernel,
             "kubeProxyVersion": "",
             "kubeletVersion": "v1.36.1",
             "machineID": machine_id,
             "operatingSystem": "linux",
-            "osImage": "Garden Linux 1877.21",
+            "osImage": os.os_image,
             "systemUUID": f"ec2{machine_id[3:8]}-{machine_id[8:12]}-{machine_id[12:16]}-"
             f"{machine_id[16:20]}-{machine_id[20:32]}",
         },
@@ -192,14 +228,16 @@ def _status(name: str, index: int, gpu: bool, cpus: int, gib: int, ip: str) -> O
     }
 
 
-def scale_node(index: int, gpu: bool, octet: int = 180) -> Obj:
-    """A kwok-managed Node shaped like a Gardener AWS worker (about 12 kB of JSON)."""
+def scale_node(index: int, gpu: bool, octet: int = 180, os: NodeOs | None = None) -> Obj:
+    """A kwok-managed Node shaped like a Gardener AWS worker (about 12 kB of JSON); a GPU
+    node in the pool ``os`` (default: one Garden Linux pool, gpu-l4)."""
+    os = os or (gpu_pool(0, 1) if gpu else CPU_OS)
     name = node_name(index, octet)
     machine, cpus, gib = GPU_MACHINE if gpu else CPU_MACHINES[index % len(CPU_MACHINES)]
     zone = ZONES[index % len(ZONES)]
     instance = f"i-0{_hex(f'instance/{name}', 16)}"
     ip = f"10.{octet}.{index // 250}.{index % 250 + 2}"
-    pool = {"worker.gardener.cloud/pool": "gpu-l4" if gpu else "worker"}
+    pool = {"worker.gardener.cloud/pool": os.pool if gpu else "worker"}
     applied = {"metadata": {"labels": pool}, "spec": {"taints": None}}
     annotations = {
         "node.alpha.kubernetes.io/ttl": "0",
@@ -215,11 +253,11 @@ def scale_node(index: int, gpu: bool, octet: int = 180) -> Obj:
         "kind": "Node",
         "metadata": {
             "name": name,
-            "labels": _labels(name, index, gpu, machine, zone),
+            "labels": _labels(name, index, gpu, machine, zone, os),
             "annotations": annotations,
         },
         "spec": {"podCIDR": cidr, "podCIDRs": [cidr], "providerID": f"aws:///{zone}/{instance}"},
-        "status": _status(name, index, gpu, cpus, gib, ip),
+        "status": _status(name, gpu, cpus, gib, ip, os),
     }
     return prepare_node(node)
 
@@ -399,6 +437,28 @@ class ScaleConfig:
     namespaces: int = 10
     workers: int = 8
     ready_timeout: float = 600.0
+    gpu_per_pool: int = 10
+    """GPU nodes per worker pool: 20,000 nodes (2,000 GPU) make 200 pools."""
+    rollout: bool = True
+    """Measure a driver rollout's label churn (every GPU node's upgrade label changes once)."""
+    flux: bool = False
+    install: bool = False
+    """With Flux: at the end delete the Gpu and create it again, timing the install."""
+    install_timeout: float = 600.0
+    """With Flux: how long the chart install (HelmRelease Ready, Gpu Ready) may take."""
+    """Flux and the real NVIDIA controller run (``FluxStack``): their footprint is measured,
+    and the time from the Gpu's creation to the HelmRelease and the Gpu Ready."""
+
+    @property
+    def gpu_nodes(self) -> int:
+        return sum(self.gpu_node(i) for i in range(self.nodes))
+
+    @property
+    def gpu_pools(self) -> int:
+        return max(1, -(-round(self.nodes * self.gpu_fraction) // self.gpu_per_pool))
+
+    def gpu_names(self) -> list[str]:
+        return [node_name(i, self.octet) for i in range(self.nodes) if self.gpu_node(i)]
 
     @property
     def namespace_names(self) -> list[str]:
@@ -412,7 +472,11 @@ class ScaleConfig:
         return is_gpu_index(index, self.gpu_fraction)
 
     def node(self, index: int) -> Obj:
-        return scale_node(index, self.gpu_node(index), self.octet)
+        if not self.gpu_node(index):
+            return scale_node(index, False, self.octet)
+        ordinal = int((index + 1) * self.gpu_fraction + 1e-9) - 1
+        pools = self.gpu_pools
+        return scale_node(index, True, self.octet, gpu_pool(ordinal % pools, pools))
 
 
 @dataclass
@@ -420,11 +484,16 @@ class Fleet:
     nodes: list[str] = field(default_factory=list)
     namespaces: list[str] = field(default_factory=list)
     setup: dict[str, Metric] = field(default_factory=dict)
+    gpu: Obj | None = None
+    """The Gpu applied (None: config/samples/gpu.yaml)."""
 
 
-def build_fleet(cluster: LocalCluster, rest: Rest, cfg: ScaleConfig, progress: Progress) -> Fleet:
-    """CRDs, the Nodes (Ready), the pods (Running, bounded wait) and the Gpu ``gpu``."""
-    fleet = Fleet(nodes=[node_name(i, cfg.octet) for i in range(cfg.nodes)])
+def build_fleet(
+    cluster: LocalCluster, rest: Rest, cfg: ScaleConfig, progress: Progress, gpu: Obj | None = None
+) -> Fleet:
+    """CRDs, the Nodes (Ready), the pods (Running, bounded wait) and the Gpu ``gpu`` (this
+    body, else config/samples/gpu.yaml)."""
+    fleet = Fleet(nodes=[node_name(i, cfg.octet) for i in range(cfg.nodes)], gpu=gpu)
     install_crds(cluster, _tree_file(cfg, "config/crd/bases/gpu.kyma-project.io_gpus.yaml"))
     ensure_namespace(rest, MODULE_NAMESPACE)
     size = len(json.dumps(cfg.node(0), separators=(",", ":")))
@@ -459,6 +528,9 @@ def build_fleet(cluster: LocalCluster, rest: Rest, cfg: ScaleConfig, progress: P
         lambda: count_running_pods(rest), cfg.pods, cfg.ready_timeout, "pods Running", progress
     )
     fleet.setup["pods_running"], fleet.setup["pods_running_wait_s"] = running, round(took, 1)
+    if gpu is not None:
+        rest.call("POST", GPU_PATH, gpu)
+        return fleet
     cluster.kubectl(
         "apply",
         "--server-side",

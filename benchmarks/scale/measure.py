@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import statistics
 import time
 from collections import Counter, deque
@@ -14,6 +16,7 @@ from benchmarks.scale.common import (
     HELMRELEASES,
     RECONCILED,
     TIMEOUT,
+    ApiError,
     Metric,
     Obj,
     Progress,
@@ -23,8 +26,10 @@ from benchmarks.scale.fleet import (
     Fleet,
     ScaleConfig,
     create_or_keep,
+    run_parallel,
     scale_node,
 )
+from benchmarks.scale.footprint import Footprint
 from benchmarks.scale.process import (
     AuditTail,
     Heartbeats,
@@ -52,6 +57,10 @@ class Session:
     nodes: list[str] = field(default_factory=list)
     breakdown: Counter[str] = field(default_factory=Counter)
     round: int = 0
+    footprint: Footprint | None = None
+    """Flux and the NVIDIA controller, measured next to the manager (cfg.flux)."""
+    gpu_body: Obj | None = None
+    """The Gpu the fleet was built with (created again by install_times)."""
 
 
 def wait_first_reconcile(s: Session, log: LineTail, started: float, prefix: str) -> None:
@@ -103,21 +112,29 @@ def _show(value: Metric) -> str:
     return "-" if value is None else str(value)
 
 
-def settle(s: Session, prefix: str) -> None:
-    """Wait until the operator has been idle (< 2 % of a core) for cfg.settle_quiet seconds;
-    record peak RSS (VmHWM) and then the settled RSS (VmRSS)."""
+def idle(s: Session, quiet: float) -> float:
+    """Wait until the operator has been idle (< 2 % of a core) for ``quiet`` seconds (at most
+    cfg.step_timeout); the seconds waited."""
     samples: deque[tuple[float, float]] = deque()
     began = time.monotonic()
     while time.monotonic() - began < s.cfg.step_timeout:
         s.operator.check_alive()
         now, cpu = time.monotonic(), s.operator.cpu_seconds()
         samples.append((now, cpu))
-        while samples and now - samples[0][0] > s.cfg.settle_quiet:
+        while samples and now - samples[0][0] > quiet:
             samples.popleft()
         span = now - samples[0][0]
-        if span >= s.cfg.settle_quiet - 1 and (cpu - samples[0][1]) / span < 0.02:
+        if span >= quiet - 1 and (cpu - samples[0][1]) / span < 0.02:
             break
         time.sleep(1.0)
+    return time.monotonic() - began
+
+
+def settle(s: Session, prefix: str) -> None:
+    """Wait until the operator has been idle (< 2 % of a core) for cfg.settle_quiet seconds;
+    record peak RSS (VmHWM) and then the settled RSS (VmRSS)."""
+    began = time.monotonic()
+    idle(s, s.cfg.settle_quiet)
     rss, hwm = s.operator.memory_mib()
     s.metrics[f"{prefix}_peak_rss_mib"] = round(hwm, 1)
     s.metrics[f"{prefix}_settled_rss_mib"] = round(rss, 1)
@@ -133,10 +150,14 @@ def heartbeats(s: Session) -> None:
     beats = Heartbeats(s.rest, s.nodes, s.cfg.heartbeat_rate)
     s.progress(f"heartbeats: {s.cfg.heartbeat_rate:g}/s for {s.cfg.heartbeat_seconds:g}s")
     s.audit.poll()
+    if s.footprint is not None:
+        s.footprint.mark("heartbeats")
     start_wall, start_cpu, began = time.time(), s.operator.cpu_seconds(), time.monotonic()
     rate = beats.run(s.cfg.heartbeat_seconds)
     took = time.monotonic() - began
     cpu = s.operator.cpu_seconds() - start_cpu
+    if s.footprint is not None:
+        s.footprint.cpu_pct("heartbeats", took, s.metrics, "heartbeat_cpu_pct")
     writes = s.audit.between(start_wall, time.time())
     s.metrics["heartbeat_rate"] = round(rate, 1)
     s.metrics["heartbeat_cpu_pct"] = round(100 * cpu / took, 2)
@@ -260,15 +281,18 @@ def measure_operator(
     progress: Progress,
     *,
     keep_running: bool = False,
+    footprint: Footprint | None = None,
 ) -> tuple[dict[str, Metric], Counter[str], Operator]:
     """Start the operator against the fleet and run every measurement; stops it at the end
-    unless ``keep_running`` (a shared cluster needs it to release the Gpu's finalizer)."""
+    unless ``keep_running`` (a shared cluster needs it to release the Gpu's finalizer).
+    With a ``footprint`` (cfg.flux) Flux and the NVIDIA controller are measured too."""
     release = ObjectWatch(rest, HELMRELEASES, HELMRELEASE_NAME).start()
     gpu = ObjectWatch(rest, GPU_PATH, "gpu").start()
     operator = Operator(cluster, cfg.operator_root)
     s = Session(
-        cluster, rest, cfg, progress, operator, AuditTail(cluster), release, gpu, nodes=fleet.nodes
-    )
+        cluster, rest, cfg, progress, operator, AuditTail(cluster), release, gpu,
+        nodes=fleet.nodes, footprint=footprint, gpu_body=fleet.gpu,
+    )  # fmt: skip
     s.metrics.update(fleet.setup)
     try:
         started = operator.start()
@@ -292,7 +316,118 @@ def _steady_state(s: Session) -> None:
     if s.cfg.heartbeat_seconds > 0:
         heartbeats(s)
     s.release.wait(lambda obj: obj is not None, s.cfg.step_timeout)
+    if s.footprint is not None:
+        flux_settled(s)
+    object_sizes(s)
     spec_changes(s, s.cfg.spec_changes, "spec")
     node_join(s)
+    if s.cfg.rollout:
+        rollout(s)
+    if s.footprint is not None:
+        s.footprint.record(s.metrics)
     if s.cfg.restart:
         restart(s)
+    if s.cfg.install and s.footprint is not None and s.gpu_body is not None:
+        install_times(s, s.gpu_body, s.cfg.install_timeout)
+
+
+UPGRADE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
+STATUS_WRITE = "gpus/status"
+
+
+def flux_settled(s: Session) -> None:
+    """With Flux: wait until the HelmRelease is Ready (the chart installed, the NVIDIA
+    controller started), then until the manager is idle again."""
+    began = time.time()
+    ready = s.release.wait(_ready, s.cfg.install_timeout)
+    s.metrics["flux_helmrelease_ready_s"] = TIMEOUT if ready is None else round(ready - began, 1)
+    s.progress(f"Flux: HelmRelease Ready after {s.metrics['flux_helmrelease_ready_s']} s more")
+    idle(s, s.cfg.settle_quiet)
+
+
+def rollout(s: Session) -> None:
+    """Every GPU node's upgrade label changes once, to upgrade-required (as a driver rollout
+    starts on each node), as fast as the benchmark can patch; the manager's CPU and writes
+    until it is idle again. Then (not measured) every node is labelled upgrade-done, so that
+    the rollout is over for what follows."""
+    names = s.cfg.gpu_names()
+    s.audit.poll()
+    start_wall, start_cpu = time.time(), s.operator.cpu_seconds()
+    patched = _label_all(s, names, "upgrade-required")
+    idle(s, s.cfg.settle_quiet / 2)
+    cpu = s.operator.cpu_seconds() - start_cpu
+    writes = s.audit.between(start_wall, time.time())
+    status = [w for w in writes if f"{w.resource}/{w.subresource}" == STATUS_WRITE]
+    s.metrics["rollout_nodes"] = len(names)
+    s.metrics["rollout_patch_s"] = round(patched, 1)
+    s.metrics["rollout_cpu_s"] = round(cpu, 2)
+    s.metrics["rollout_cpu_ms_per_node"] = round(1000 * cpu / max(1, len(names)), 2)
+    s.metrics["rollout_writes"] = len(writes)
+    s.metrics["rollout_status_writes"] = len(status)
+    s.metrics["rollout_helmrelease_writes"] = sum(w.resource == "helmreleases" for w in writes)
+    s.progress(
+        f"rollout: {len(names)} labels in {patched:.1f}s, manager CPU {cpu:.2f}s, "
+        f"{len(writes)} writes ({len(status)} status)"
+    )
+    _label_all(s, names, "upgrade-done")
+    idle(s, s.cfg.settle_quiet / 2)
+
+
+def _label_all(s: Session, names: Sequence[str], state: str) -> float:
+    s.progress(f"rollout: labelling {len(names)} GPU nodes {UPGRADE_LABEL}={state}")
+    body = {"metadata": {"labels": {UPGRADE_LABEL: state}}}
+
+    def label(index: int) -> None:
+        s.rest.merge_patch(f"/api/v1/nodes/{names[index]}", body)
+
+    return run_parallel(len(names), label, workers=s.cfg.workers, what="labelled",
+                        progress=s.progress)  # fmt: skip
+
+
+def _json_size(value: object) -> int:
+    return len(json.dumps(value, separators=(",", ":")))
+
+
+def object_sizes(s: Session) -> None:
+    """Bytes of JSON: the Gpu's status, the HelmRelease's values and the whole HelmRelease."""
+    gpu = s.gpu.current() or {}
+    release = s.release.current() or {}
+    s.metrics["gpu_status_bytes"] = _json_size(gpu.get("status") or {})
+    s.metrics["helmrelease_values_bytes"] = _json_size((release.get("spec") or {}).get("values"))
+    s.metrics["helmrelease_bytes"] = _json_size(release)
+
+
+def _ready(obj: Obj | None) -> bool:
+    meta = (obj or {}).get("metadata") or {}
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            current = cond.get("observedGeneration") == meta.get("generation")
+            return bool(cond.get("status") == "True" and current)
+    return False
+
+
+def _gpu_ready(obj: Obj | None) -> bool:
+    return ((obj or {}).get("status") or {}).get("state") == "Ready"
+
+
+def install_times(s: Session, gpu: Obj, timeout: float) -> None:
+    """Delete the Gpu (the manager uninstalls), create it again: seconds from the create to
+    the HelmRelease Ready and to the Gpu Ready."""
+    s.progress("install: deleting the Gpu")
+    with contextlib.suppress(ApiError):
+        s.rest.call("DELETE", f"{GPU_PATH}/gpu", ok=(200, 202))
+    if s.gpu.wait(lambda obj: obj is None, timeout) is None:
+        s.metrics["install_error"] = "the Gpu was not deleted"
+        return
+    s.release.wait(lambda obj: obj is None, timeout)
+    began = time.time()
+    s.rest.call("POST", GPU_PATH, gpu)
+    s.progress("install: Gpu created")
+    released = s.release.wait(_ready, timeout)
+    ready = s.gpu.wait(_gpu_ready, timeout)
+    s.metrics["install_helmrelease_ready_s"] = _since(released, began)
+    s.metrics["install_gpu_ready_s"] = _since(ready, began)
+    s.progress(
+        f"install: HelmRelease Ready {s.metrics['install_helmrelease_ready_s']} s, "
+        f"Gpu Ready {s.metrics['install_gpu_ready_s']} s"
+    )
