@@ -3,7 +3,7 @@
     .venv/bin/pip install py-spy          # once; not a project dependency
     .venv/bin/python benchmarks/profile_start.py --nodes 1000 --operator-root /work/baseline
 
-One local cluster with the scale fleet of bench_scale.py (tests/harness/scale.py), then:
+One local cluster with the scale fleet of bench_scale.py (benchmarks/scale/), then:
 1. the operator under `py-spy record` (sampling, attached by pid) from start until it has
    written the HelmRelease and gone idle; the collapsed stacks and a summary (top functions by
    own and by total samples) go to --out;
@@ -27,8 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.harness.cluster import LocalCluster  # noqa: E402
-from tests.harness.scale import (  # noqa: E402
+from benchmarks.scale import (  # noqa: E402
     GPU_PATH,
     AuditTail,
     Operator,
@@ -36,6 +35,7 @@ from tests.harness.scale import (  # noqa: E402
     ScaleConfig,
     build_fleet,
 )
+from tests.harness.cluster import LocalCluster  # noqa: E402
 
 
 def say(message: str) -> None:
@@ -140,6 +140,7 @@ def memory_profile(cluster: LocalCluster, rest: Rest, cfg: ScaleConfig, out: Pat
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--pods-per-node", type=float, default=1.0)
     parser.add_argument("--operator-root", type=Path, default=ROOT)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "profile")
     parser.add_argument("--py-spy", default=str(Path(sys.executable).parent / "py-spy"))
@@ -147,7 +148,11 @@ def main() -> int:
     args = parser.parse_args()
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
-    cfg = ScaleConfig(nodes=args.nodes, operator_root=args.operator_root.resolve())
+    cfg = ScaleConfig(
+        nodes=args.nodes,
+        pods_per_node=args.pods_per_node,
+        operator_root=args.operator_root.resolve(),
+    )
     with LocalCluster(progress=say) as cluster:
         rest = Rest(cluster)
         build_fleet(cluster, rest, cfg, say)

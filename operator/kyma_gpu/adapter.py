@@ -98,6 +98,8 @@ class ListQuery:
     label_selector: str | None = None
     field_selector: str | None = None
     metadata_only: bool = False
+    drop_images: bool = False
+    """Cut each Node's status.images from the raw JSON before it is parsed (without_images)."""
 
     def params(self) -> list[tuple[str, str]]:
         out = []
@@ -158,14 +160,17 @@ class KubeAdapter:
             raise classify(what, response.status, str(response.reason or ""), message_of(data))
         return response
 
-    def _json(self, what: str, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+    def _json(
+        self, what: str, method: str, path: str, drop_images: bool = False, **kwargs: Any
+    ) -> dict[str, Any]:
         response = self._request(what, method, path, **kwargs)
         try:
-            result: dict[str, Any] = json.loads(response.data)
+            data = response.data
         except (urllib3.exceptions.HTTPError, OSError) as err:
             raise TransientError(what, 0, message=str(err)) from err
         finally:
             response.release_conn()
+        result: dict[str, Any] = _loads(data, drop_images)
         return result
 
     # -- reads (blocking: the observers call them from their own threads) --
@@ -174,8 +179,8 @@ class KubeAdapter:
         """One page of a LIST: the parsed JSON (items, metadata.continue/resourceVersion)."""
         params = [*query.params(), ("limit", str(limit))] + ([("continue", token)] if token else [])
         accept = _METADATA_ONLY if query.metadata_only else "application/json"
-        return self._json(f"list {query.path}", "GET", query.path, query=params, accept=accept,
-                          timeout=(10, 60))  # fmt: skip
+        return self._json(f"list {query.path}", "GET", query.path, query.drop_images,
+                          query=params, accept=accept, timeout=(10, 60))  # fmt: skip
 
     def serves(self, group: str, version: str, plural: str) -> bool:
         """Whether discovery lists the resource. An API server that is starting serves its
@@ -204,7 +209,7 @@ class KubeAdapter:
                                  timeout=(10, timeout_seconds + 30))  # fmt: skip
         try:
             for line in _lines(response, what):
-                event: dict[str, Any] = json.loads(line)
+                event: dict[str, Any] = _loads(line, query.drop_images)
                 if event.get("type") == "ERROR":
                     raise _status_error(what, event.get("object") or {})
                 yield event
@@ -347,6 +352,43 @@ def _status_error(what: str, status: Mapping[str, Any]) -> ApiError:
     code = status.get("code")
     reason, message = str(status.get("reason", "")), str(status.get("message", ""))
     return classify(what, code if isinstance(code, int) else 0, reason, message)
+
+
+_IMAGES = b'"images":[{'
+_IMAGES_END = b"}]"
+
+
+def without_images(data: bytes) -> bytes:
+    """The JSON of Nodes (a list page or a watch event) with every status.images emptied.
+
+    The module never reads a Node's images, but they are 70 % of its bytes (40 entries of
+    names and sizes, ~8.6 kB of 12): cutting them before parsing halves the cost of parsing
+    and freeing a Node, which at 20,000 Nodes was most of the start. The cut needs no parser:
+    inside a JSON string every quote is escaped, so `"images":[{` is always the key `images`
+    and its array, whose entries ({"names":[...],"sizeBytes":N}) first close with `}]` at the
+    array's end (image references hold no braces). Should a body not parse after the cut,
+    _loads parses the original."""
+    parts: list[bytes] = []
+    at = 0
+    while (start := data.find(_IMAGES, at)) >= 0:
+        end = data.find(_IMAGES_END, start)
+        if end < 0:
+            break
+        parts += (data[at:start], b'"images":[]')
+        at = end + len(_IMAGES_END)
+    if not parts:
+        return data
+    parts.append(data[at:])
+    return b"".join(parts)
+
+
+def _loads(data: bytes, drop_images: bool) -> Any:
+    if drop_images:
+        try:
+            return json.loads(without_images(data))
+        except ValueError:
+            log.debug("a Node body with an unusual status.images: parsed whole")
+    return json.loads(data)
 
 
 def _lines(response: urllib3.BaseHTTPResponse, what: str) -> Iterator[bytes]:

@@ -109,9 +109,14 @@ def container_args(deployment: dict[str, Any]) -> list[str]:
 class NvidiaOperator:
     """Runs the real controller while the chart's Deployment exists; emulates NFD labels."""
 
-    def __init__(self, cluster: LocalCluster, interval: float = 1.0) -> None:
+    def __init__(
+        self, cluster: LocalCluster, interval: float = 1.0, emulate_nfd: bool = True
+    ) -> None:
         self.cluster = cluster
         self.interval = interval
+        self.emulate_nfd = emulate_nfd
+        """False: leave Node labels alone (a fleet that carries NFD's labels already, such as
+        the scale benchmark's: following NFD lists every Node each second)."""
         self.workdir = cluster.workdir / "nvidia"
         self.log = cluster.log_dir / "nvidia-harness.log"
         self.version: str | None = None
@@ -160,8 +165,14 @@ class NvidiaOperator:
                 self._error = error
             self._stop.wait(self.interval)
 
+    @property
+    def pid(self) -> int | None:
+        """The controller's launcher (the controller is its child); None while none runs."""
+        return self._process.pid if self._process is not None else None
+
     def _tick(self) -> None:
-        self._follow_nfd()
+        if self.emulate_nfd:
+            self._follow_nfd()
         self._follow_deployment()
 
     # -- API ---------------------------------------------------------------

@@ -21,11 +21,13 @@ Nothing here ever blocks another observer or the reconcile loop.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
@@ -113,6 +115,40 @@ class Backoff:
         """A list or watch went through: the errors in a row start over, the server schedule
         only once `error_backoff_reset` has passed since the last error."""
         return Backoff(0, self.server, self.last_error)
+
+
+class GcPause:
+    """The cyclic garbage collector off while any thread is inside (process-wide, counted).
+
+    A LIST page of Nodes is 250 bodies of ~12 kB: parsing it makes ~40,000 dicts and lists
+    that live until the page is folded. With the collector on, they are promoted through its
+    generations and every few pages a full collection walks the whole heap (kopf, the client,
+    pydantic): profiled at 20,000 Nodes, that made JSON parsing 56 % of the start (about 9 s
+    of 17). Nothing a page holds is cyclic, and it is dropped before the collector is back
+    on, so the pause defers no garbage but the page's own."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holders = 0
+        self._was_enabled = False
+
+    @contextmanager
+    def __call__(self) -> Iterator[None]:
+        with self._lock:
+            if self._holders == 0:
+                self._was_enabled = gc.isenabled()
+                gc.disable()
+            self._holders += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._holders -= 1
+                if self._holders == 0 and self._was_enabled:
+                    gc.enable()
+
+
+gc_paused = GcPause()
 
 
 def default_key(body: Mapping[str, Any]) -> str:
@@ -218,16 +254,17 @@ class Informer:
         entries: dict[str, Entry] = {}
         token: str | None = None
         while True:
-            page = self.reader.list_page(self.source.query, self.source.page_size, token)
-            pages += 1
-            for item in page.get("items") or ():
-                seen += 1
-                self._fold_into(entries, item)
-            meta = page.get("metadata") or {}
+            with gc_paused():  # the page is parsed, folded and dropped before gc runs again
+                page = self.reader.list_page(self.source.query, self.source.page_size, token)
+                pages += 1
+                for item in page.get("items") or ():
+                    seen += 1
+                    self._fold_into(entries, item)
+                meta = dict(page.get("metadata") or {})
+                del page
             token = meta.get("continue") or None
             if token is None:
                 break
-            del page
         version = str(meta.get("resourceVersion", ""))
         self._said_absent = False
         self._known = {key: entry.facts for key, entry in entries.items()}

@@ -71,7 +71,8 @@ def node_source(registry: MachineTypeRegistry) -> Source:
             log.warning("ignoring a Node: %s", err)
             return None
 
-    return Source(NODES, ListQuery("/api/v1/nodes"), fold, page_size=250, key=_name)
+    query = ListQuery("/api/v1/nodes", drop_images=True)  # never read; 70 % of the bytes
+    return Source(NODES, query, fold, page_size=250, key=_name)
 
 
 def daemonset_source(target_namespace: str) -> Source:

@@ -23,7 +23,7 @@ from kyma_gpu.api.operations import (
     SharingSpec,
 )
 from kyma_gpu.facts.node import LABEL_MIG_CONFIG, LABEL_PREINSTALLED, NodeFacts
-from kyma_gpu.plan.driver import Resolved
+from kyma_gpu.plan.driver import DriverPool, Resolved
 from kyma_gpu.plan.findings import Finding, Severity
 from kyma_gpu.plan.pools import node_findings
 from kyma_gpu.plan.preflight import Check
@@ -62,8 +62,7 @@ def needs_vgpu_guest_driver(r: Resolved) -> list[Finding]:
     return node_findings(r.worker_pools, R.NEEDS_VGPU_GUEST_DRIVER, problems)
 
 
-def _branch(r: Resolved, node: NodeFacts) -> str | None:
-    pool = r.pool_of(node)
+def _branch(pool: DriverPool | None) -> str | None:
     if pool is None or pool.version is None or pool.mode is DriverMode.PREINSTALLED:
         return None
     return branch_of(pool.version)
@@ -72,9 +71,10 @@ def _branch(r: Resolved, node: NodeFacts) -> str | None:
 def gpu_not_supported_by_driver(r: Resolved) -> list[Finding]:
     """Maxwell, Pascal and Volta GPUs (M60, V100) end with driver branch 580."""
     problems = {}
+    pools = {n.name: p for p in r.pools for n in p.nodes}  # not r.pool_of: O(nodes²)
     for node in r.facts.gpu_nodes:
         last = node.machine.last_driver_branch if node.machine else None
-        branch = _branch(r, node)
+        branch = _branch(pools.get(node.name))
         if last is None or branch is None or int(branch) <= int(last):
             continue
         gpu = node.machine.gpu if node.machine else "its"
