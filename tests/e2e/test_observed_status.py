@@ -20,6 +20,7 @@ import yaml
 
 from kyma_gpu.status.events import EVENT_BUDGET
 from tests.harness import nfd
+from tests.harness.chart_sources import allow_chart_sources, local_source
 from tests.harness.cluster import LocalCluster
 from tests.harness.flux import FluxStack
 from tests.harness.module import (
@@ -172,7 +173,12 @@ def test_findings_and_flux_failures_are_events_posted_once(
     wait_until(lambda: _status(local_cluster).get("desiredDriverVersion") == "590", 30,
                "the default branch again")  # fmt: skip
 
-    # A chart version the repository does not have: Flux fails, and says why.
+    # A chart version the repository does not have: Flux fails, and says why. The chart
+    # sources allow it first (an administrator's ConfigMap), or the plan refuses it before
+    # Flux sees it (ChartSourceNotAllowed); restored below.
+    versions = ["v26.3.3", "v26.7.0", "v99.0.0"]
+    allow_chart_sources(local_cluster, local_source(flux_stack.helm_repo_url,
+                                                    operatorVersions=versions))  # fmt: skip
     _patch_spec(local_cluster, {"operatorVersion": "v99.0.0"})
 
     def flux_failure() -> list[dict[str, Any]]:
@@ -202,6 +208,7 @@ def test_findings_and_flux_failures_are_events_posted_once(
     assert "v99.0.0" in described, described
 
     _patch_spec(local_cluster, {"operatorVersion": None})
+    flux_stack.allow_chart_sources()
     wait_until(lambda: _status(local_cluster).get("state") in ("Ready", "Warning"), 240,
                "recovered from the missing chart version")  # fmt: skip
     # Uninstall while the nodes are there: the chart's pre-delete hook Job runs on one.
