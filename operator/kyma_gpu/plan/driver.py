@@ -81,9 +81,6 @@ class Resolved:
     def node_mode(self, node: NodeFacts) -> DriverMode:
         return node_mode(node, self.spec.driver.mode, self.catalog.defaults.auto_driver_mode)
 
-    def pool_of(self, node: NodeFacts) -> DriverPool | None:
-        return next((p for p in self.pools if node in p.nodes), None)
-
 
 def node_mode(node: NodeFacts, spec_mode: DriverMode, auto: Mapping[str, str]) -> DriverMode:
     if spec_mode is not DriverMode.AUTO:

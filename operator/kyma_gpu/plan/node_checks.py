@@ -71,7 +71,7 @@ def _branch(pool: DriverPool | None) -> str | None:
 def gpu_not_supported_by_driver(r: Resolved) -> list[Finding]:
     """Maxwell, Pascal and Volta GPUs (M60, V100) end with driver branch 580."""
     problems = {}
-    pools = {n.name: p for p in r.pools for n in p.nodes}  # not r.pool_of: O(nodes²)
+    pools = {n.name: p for p in r.pools for n in p.nodes}  # a dict: O(nodes)
     for node in r.facts.gpu_nodes:
         last = node.machine.last_driver_branch if node.machine else None
         branch = _branch(pools.get(node.name))
