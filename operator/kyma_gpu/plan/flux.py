@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,15 +137,20 @@ def flux_objects(
     values: Mapping[str, Any],
     owner: Owner | None,
     digest: str | None = None,
+    post_renderers: Sequence[Mapping[str, Any]] = (),
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(source, HelmRelease), in the order they must be applied."""
+    """(source, HelmRelease), in the order they must be applied. post_renderers: the chart
+    rules the module narrows for this version (plan/narrowing.py)."""
     chart = ChartSource(chart_repository, chart_name, chart_version, insecure, secret_ref, digest)
     source = _source(chart, settings, owner)
+    spec = {**_chart_ref(chart, settings), **_release_spec(settings, values)}
+    if post_renderers:
+        spec["postRenderers"] = copy.deepcopy([dict(p) for p in post_renderers])
     release = {
         "apiVersion": HELM_RELEASE.api_version,
         "kind": HELM_RELEASE.kind,
         "metadata": _metadata(settings.release_name, settings, owner),
-        "spec": {**_chart_ref(chart, settings), **_release_spec(settings, values)},
+        "spec": spec,
     }
     return _with_hash(source), _with_hash(release)
 

@@ -19,6 +19,7 @@ from kyma_gpu.plan.driver import DriverPool, Resolved, resolve
 from kyma_gpu.plan.features import FEATURE_CHECKS
 from kyma_gpu.plan.flux import FluxSettings, Owner, flux_objects
 from kyma_gpu.plan.mirror import mirror_values
+from kyma_gpu.plan.narrowing import for_version, post_renderers
 from kyma_gpu.plan.node_checks import NODE_CHECKS
 from kyma_gpu.plan.origin import Origins, Wanted, origin_findings, pinned_digest
 from kyma_gpu.plan.pools import WorkerPool
@@ -275,6 +276,9 @@ def flux(
         values=values.values,
         owner=owner,
         digest=digest,
+        post_renderers=post_renderers(
+            for_version(r.catalog.chart_rbac.narrowings, r.chart_version)
+        ),
     )
 
 

@@ -19,6 +19,7 @@ from kyma_gpu.rules.installer import InstallerRelease
 from kyma_gpu.rules.models import (
     ChartFacts,
     ChartImage,
+    ChartRbacFile,
     Defaults,
     GpuFamiliesFile,
     MachineFamily,
@@ -163,6 +164,11 @@ class Catalog:
         return parse(GpuFamiliesFile, _load(self.root / "gpu-families.yaml"), "gpu-families.yaml")
 
     @cached_property
+    def chart_rbac(self) -> ChartRbacFile:
+        """The chart rules the module narrows with a post-renderer (chart-rbac.yaml)."""
+        return parse(ChartRbacFile, _load(self.root / "chart-rbac.yaml"), "chart-rbac.yaml")
+
+    @cached_property
     def nvidia_drivers(self) -> NvidiaDrivers:
         """NVIDIA's driver container images per OS (nvidia-drivers.yaml)."""
         return NvidiaDrivers.from_mapping(_load(self.root / "nvidia-drivers.yaml"))
@@ -187,6 +193,7 @@ class Catalog:
             ("machine-types.yaml", lambda: self.machine_types),
             ("gpu-families.yaml", lambda: self.gpu_families),
             ("nvidia-drivers.yaml", lambda: self.nvidia_drivers),
+            ("chart-rbac.yaml", lambda: self.chart_rbac),
             ("rules.yaml", lambda: self.rules),
         ]
         for tag in self.installer_releases():

@@ -441,6 +441,57 @@ class ChartFacts(_CamelData):
     images: tuple[ChartImage, ...]
 
 
+# --- chart-rbac.yaml ----------------------------------------------------------------------
+
+RbacWord = Annotated[StrictStr, Field(pattern=r"^[a-z0-9.*/-]*$")]
+"""An API group, a resource or a verb as RBAC spells them (the core group is empty)."""
+ChartVersion = Annotated[StrictStr, Field(pattern=r"^v[0-9]+\.[0-9]+\.[0-9]+$")]
+
+
+class ChartRule(_CamelData):
+    """A PolicyRule, in the order the chart's template writes its lists."""
+
+    api_groups: tuple[RbacWord, ...] = Field(min_length=1)
+    resources: tuple[RbacWord, ...] = Field(min_length=1)
+    verbs: tuple[RbacWord, ...] = Field(min_length=1)
+
+
+class RuleNarrowing(_CamelData):
+    """One rule of a chart's ClusterRole that a Flux post-renderer narrows before Helm applies
+    it: some verbs stay for every object, the others hold only for the named objects."""
+
+    chart_versions: tuple[ChartVersion, ...] = Field(min_length=1)
+    cluster_role: StrictStr = Field(min_length=1)
+    index: StrictInt = Field(ge=0)
+    """The rule's position in the rendered ClusterRole (hack/release_rbac.py checks it)."""
+    rule: ChartRule
+    """The rule as the chart renders it: the post-renderer fails the release if it differs."""
+    unnamed_verbs: tuple[RbacWord, ...]
+    """The verbs kept for every object (create, list and watch carry no name)."""
+    resource_names: tuple[StrictStr, ...] = Field(min_length=1)
+    """The objects the rule's other verbs still apply to."""
+    why: StrictStr = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _verbs_of_the_rule(self) -> RuleNarrowing:
+        extra = set(self.unnamed_verbs) - set(self.rule.verbs)
+        if extra:
+            raise ValueError(f"unnamedVerbs {sorted(extra)} are not verbs of the rule")
+        if not self.named_verbs:
+            raise ValueError("unnamedVerbs keep every verb of the rule: nothing is narrowed")
+        return self
+
+    @property
+    def named_verbs(self) -> tuple[str, ...]:
+        return tuple(v for v in self.rule.verbs if v not in self.unnamed_verbs)
+
+
+class ChartRbacFile(_CamelData):
+    """values-rules/chart-rbac.yaml: the chart rules the module narrows."""
+
+    narrowings: tuple[RuleNarrowing, ...] = ()
+
+
 # --- installer/<tag>/ ---------------------------------------------------------------------
 
 

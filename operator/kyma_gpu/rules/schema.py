@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from kyma_gpu.rules.context import context_markdown
 from kyma_gpu.rules.models import (
     ChartFacts,
+    ChartRbacFile,
     Defaults,
     GpuFamiliesFile,
     InstallerValues,
@@ -30,6 +31,7 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "gpu-families": GpuFamiliesFile,
     "nvidia-drivers": NvidiaDriversFile,
     "chart-facts": ChartFacts,
+    "chart-rbac": ChartRbacFile,
     "installer-versions": InstallerVersions,
     "installer-values": InstallerValues,
 }
@@ -42,6 +44,7 @@ FILES: tuple[tuple[str, str], ...] = (
     ("gpu-families.yaml", "gpu-families"),
     ("nvidia-drivers.yaml", "nvidia-drivers"),
     ("charts/*.yaml", "chart-facts"),
+    ("chart-rbac.yaml", "chart-rbac"),
     ("installer/*/versions.yaml", "installer-versions"),
     ("installer/*/gpu-operator-values.yaml", "installer-values"),
 )
