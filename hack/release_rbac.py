@@ -41,6 +41,10 @@ from typing import Any
 
 import yaml
 
+from kyma_gpu.plan.narrowing import NarrowingMismatch, apply, for_version
+from kyma_gpu.rules.catalog import Catalog
+from kyma_gpu.rules.models import RuleNarrowing
+
 Rule = dict[str, Any]
 """One RBAC PolicyRule, as YAML writes it."""
 
@@ -243,12 +247,44 @@ def supported_charts() -> list[Path]:
 
 def collect() -> Rendered:
     rendered = Rendered()
+    narrowings = Catalog(ROOT / "values-rules").chart_rbac.narrowings
     for chart in supported_charts():
+        version = chart.stem.removeprefix("gpu-operator-")
         for name, values in _value_sets():
             label = f"{chart.name} with {name}"
-            _add(rendered, _render(chart, values, label), label)
+            docs = narrowed(_render(chart, values, label), for_version(narrowings, version), label)
+            _add(rendered, docs, label)
     check_bound(rendered)
     return rendered
+
+
+def narrowed(docs: list[dict[str, Any]], narrowings: Iterable[RuleNarrowing],
+             label: str) -> list[dict[str, Any]]:  # fmt: skip
+    """The documents as the HelmRelease's post-renderer leaves them; then no role may still
+    change or delete admission policies by any name (the module's own are among them)."""
+    try:
+        docs = apply(docs, narrowings)
+    except NarrowingMismatch as err:
+        raise RbacError(f"{label}: values-rules/chart-rbac.yaml does not fit: {err}") from err
+    roles = [d for d in docs if d.get("kind") in ("Role", "ClusterRole")]
+    for doc in roles:
+        for rule in doc.get("rules") or []:
+            if _changes_policies(rule):
+                raise RbacError(
+                    f"{label} renders {doc['kind']} {doc['metadata']['name']} with {rule}: it "
+                    "could change or delete the module's admission policy kyma-gpu-release; "
+                    "narrow it in values-rules/chart-rbac.yaml and review it"
+                )
+    return docs
+
+
+def _changes_policies(rule: dict[str, Any]) -> bool:
+    """An unnamed rule that may update, patch or delete admission policies or their bindings."""
+    groups, resources = set(rule.get("apiGroups") or []), set(rule.get("resources") or [])
+    writes = {"update", "patch", "delete", "deletecollection", "*"} & set(rule.get("verbs") or [])
+    policies = {"validatingadmissionpolicies", "validatingadmissionpolicybindings", "*"}
+    return bool(groups & {"admissionregistration.k8s.io", "*"} and resources & policies
+                and writes and not rule.get("resourceNames"))  # fmt: skip
 
 
 def check_bound(rendered: Rendered) -> None:

@@ -15,6 +15,7 @@ import json
 import re
 import time
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -289,6 +290,37 @@ def _follows_gpu_cluster(cluster: LocalCluster) -> bool:
         components.get("message", ""))  # fmt: skip
 
 
+DRA_POLICY = "resourceslices-policy-nvidia-dra-driver"
+POLICY_KINDS = ("validatingadmissionpolicies", "validatingadmissionpolicybindings")
+
+
+def _the_controller_manages_its_policy_with_the_narrowed_rule(cluster: LocalCluster) -> None:
+    """Door 8 (issue 20): the HelmRelease's post-renderer narrows the chart's unnamed
+    admission-policy writes to the operator's own policy; the real controller still creates
+    that policy and its binding with the narrowed ClusterRole, and nothing in the role may
+    change or delete another admission policy (kyma-gpu-release among them)."""
+    for kind in POLICY_KINDS:
+        resource = f"{kind}.admissionregistration.k8s.io"
+        wait_until(partial(cluster.get_object, resource, DRA_POLICY), 180,
+                   f"the NVIDIA controller's {kind} {DRA_POLICY}")  # fmt: skip
+    role = cluster.get_object("clusterrole", "gpu-operator")
+    assert role is not None
+    policy_rules = [r for r in role["rules"] if "admissionregistration.k8s.io" in r["apiGroups"]]
+    assert {
+        "apiGroups": ["admissionregistration.k8s.io"],
+        "resources": list(POLICY_KINDS),
+        "verbs": ["update", "delete"],
+        "resourceNames": [DRA_POLICY],
+    } in policy_rules
+    for rule in policy_rules:
+        assert rule.get("resourceNames") or not {"update", "patch", "delete"} & set(rule["verbs"])
+    for kind in POLICY_KINDS:
+        answer = cluster.kubectl("auth", "can-i", "delete", f"{kind}/kyma-gpu-release",
+                                 "--as=system:serviceaccount:gpu-operator:gpu-operator",
+                                 check=False)  # fmt: skip
+        assert answer.stdout.strip() == "no", (kind, answer.stdout)
+
+
 def test_the_dra_stack(
     local_cluster: LocalCluster, flux_stack: FluxStack, stack: OperatorProcess
 ) -> None:
@@ -307,6 +339,7 @@ def test_the_dra_stack(
     plugin = wait_until(lambda: _daemonsets(local_cluster).get(DRA_OPERANDS[0]), 180,
                         "the DRA kubelet plugin DaemonSet")  # fmt: skip
     assert plugin["metadata"]["labels"]["app"] == DRA_OPERANDS[0]
+    _the_controller_manages_its_policy_with_the_narrowed_rule(local_cluster)
     wait_until(lambda: _follows_gpu_cluster(local_cluster), 180,
                "the Gpu status following the GPUCluster")  # fmt: skip
     status = _status(local_cluster)

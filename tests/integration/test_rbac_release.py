@@ -175,3 +175,53 @@ def test_it_binds_the_charts_role_to_the_charts_service_account(cluster: LocalCl
         cluster, "create", "rolebinding", TARGET, "-n", TARGET, f"--clusterrole={TARGET}", CHART_SA
     )
     assert code == 0, out
+
+
+DRA_POLICY = "resourceslices-policy-nvidia-dra-driver"
+"""The one admission policy (and binding) the NVIDIA operator v26.7.0 creates."""
+ANY_POLICY_WRITE = json.dumps(
+    [
+        {
+            "op": "add",
+            "path": "/rules/-",
+            "value": {
+                "apiGroups": ["admissionregistration.k8s.io"],
+                "resources": ["validatingadmissionpolicies"],
+                "verbs": ["delete"],
+            },
+        }
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    "kind", ["validatingadmissionpolicies", "validatingadmissionpolicybindings"]
+)
+def test_it_cannot_delete_the_modules_admission_policy(cluster: LocalCluster, kind: str) -> None:
+    """Door 8: admission policies do not apply to requests on admission policies, so only RBAC
+    can keep the account from deleting kyma-gpu-release (and with it every check above). The
+    chart's unnamed rule is narrowed (values-rules/chart-rbac.yaml), so the account holds update
+    and delete on the NVIDIA operator's own policy only."""
+    for name in ("kyma-gpu-release", "kyma-gpu-chart-sources"):
+        code, out = _as_release(cluster, "delete", kind, name)
+        assert code != 0, out
+        assert "forbidden" in out, out
+        assert f'cannot delete resource "{kind}"' in out, out
+    for verb in ("update", "delete", "patch"):
+        answer = cluster.kubectl("auth", "can-i", verb, f"{kind}/kyma-gpu-release",
+                                 f"--as={RELEASE}", check=False)  # fmt: skip
+        assert answer.stdout.strip() == "no", (verb, answer.stdout)
+    for verb in ("update", "delete"):
+        answer = cluster.kubectl("auth", "can-i", verb, f"{kind}/{DRA_POLICY}",
+                                 f"--as={RELEASE}", check=False)  # fmt: skip
+        assert answer.stdout.strip() == "yes", (verb, answer.stdout)
+
+
+def test_it_cannot_widen_the_narrowed_rule_back(cluster: LocalCluster) -> None:
+    """The account may update the chart's ClusterRole, but not give it the unnamed delete the
+    post-renderer took away: the escalation check wants it to hold that rule, and it does not."""
+    code, out = _as_release(
+        cluster, "patch", "clusterrole", TARGET, "--type=json", "-p", ANY_POLICY_WRITE
+    )
+    assert code != 0, out
+    assert "is attempting to grant RBAC permissions not currently held" in out, out
