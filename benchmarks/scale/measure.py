@@ -44,6 +44,7 @@ from benchmarks.scale.trace import (
     daemonsets,
     gpu_digest,
     install_report,
+    own_writes,
     release_digest,
     steady,
     write_rows,
@@ -246,9 +247,11 @@ def spec_changes(s: Session, count: int, prefix: str) -> None:
     """p50/p99 spec change -> HelmRelease update, writes per change (mean, max, breakdown)."""
     latencies: list[float] = []
     writes: list[int] = []
+    own: list[int] = []
     for k in range(count):
         latency, done = spec_change(s, s.cfg.step_timeout)
         writes.append(len(done))
+        own.append(own_writes(done))
         s.breakdown.update(write.kind for write in done)
         if latency is None:
             s.progress(
@@ -269,6 +272,8 @@ def spec_changes(s: Session, count: int, prefix: str) -> None:
     if writes:
         s.metrics[f"{prefix}_writes_mean"] = round(statistics.fmean(writes), 2)
         s.metrics[f"{prefix}_writes_max"] = max(writes)
+        s.metrics[f"{prefix}_own_writes_mean"] = round(statistics.fmean(own), 2)
+        s.metrics[f"{prefix}_own_writes_max"] = max(own)
 
 
 def _percentile(values: Sequence[float], pct: float) -> float:

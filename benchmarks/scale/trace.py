@@ -87,6 +87,22 @@ def write_rows(writes: Sequence[Write], start: float) -> list[list[Any]]:
     return [[round((w.at - start) * 1000), w.kind, w.name] for w in writes]
 
 
+def own_writes(writes: Sequence[Write]) -> int:
+    """Of a spec change's writes, the manager's answer to the change itself: its HelmRelease
+    writes and the first status write after them (the one that reports the new
+    observedGeneration). The others mirror what Flux and the NVIDIA controller then do
+    (status writes, Events), or belong to the change before."""
+    release = [w for w in writes if w.resource == "helmreleases"]
+    if not release:
+        return 0
+    status = [
+        w
+        for w in writes
+        if (w.resource, w.subresource) == ("gpus", "status") and w.at >= release[0].at
+    ]
+    return len(release) + min(1, len(status))
+
+
 def _daemonset(item: Obj) -> str:
     status = item.get("status") or {}
     generation = (item.get("metadata") or {}).get("generation")
