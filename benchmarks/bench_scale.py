@@ -331,6 +331,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     add("--no-rollout", action="store_true", help="skip the driver rollout label churn")
     add("--spec-changes", type=int, default=20, help="spec changes to time (default 20)")
+    add(
+        "--spec-value",
+        choices=("operands", "inert"),
+        default="operands",
+        help="a spec change sets daemonsets.annotations (rolls the NVIDIA operands, default) "
+        "or a value no chart template reads (inert)",
+    )
     add("--restart-spec-changes", type=int, default=5, help="spec changes after the restart")
     add("--no-restart", action="store_true", help="skip the restart measurements")
     add("--start-timeout", type=float, default=1200.0, help="start/restart timeout (s)")
@@ -349,6 +356,7 @@ def config(args: argparse.Namespace, nodes: int) -> ScaleConfig:
         heartbeat_seconds=args.heartbeat_seconds,
         heartbeat_rate=args.heartbeat_rate or max(17.0, 70.0 * nodes / 20000),
         spec_changes=args.spec_changes,
+        spec_value=args.spec_value,
         restart_spec_changes=args.restart_spec_changes,
         restart=not args.no_restart,
         rollout=not args.no_rollout,

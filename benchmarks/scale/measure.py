@@ -214,17 +214,27 @@ def heartbeats(s: Session) -> None:
     )
 
 
+def spec_body(cfg: ScaleConfig, round_: int) -> Obj:
+    """The merge patch of one spec change. ``operands`` (the default, as in every earlier
+    run): an annotation in ``daemonsets.annotations``, which the NVIDIA controller copies into
+    the pod template of every operand DaemonSet, so each change also rolls them all (with
+    Flux: about 5 RollingUpdate DaemonSets times the GPU nodes). ``inert``: a value no chart
+    template reads, so Helm upgrades with no object changed: the manager's and Flux's part
+    alone."""
+    if cfg.spec_value == "inert":
+        values: Obj = {"benchmark": {"round": str(round_)}}
+    else:
+        values = {"daemonsets": {"annotations": {"bench.kyma-project.io/round": str(round_)}}}
+    return {"spec": {"values": values}}
+
+
 def spec_change(s: Session, timeout: float) -> tuple[float | None, list[Write]]:
     """Patch a chart value in Gpu.spec.values; latency until the watch delivers a new
     HelmRelease generation, and the operator's writes from the patch until 3 s after (or
     2 s after the update, if later)."""
     s.round += 1
     generation = s.release.generation()
-    body = {
-        "spec": {
-            "values": {"daemonsets": {"annotations": {"bench.kyma-project.io/round": str(s.round)}}}
-        }
-    }
+    body = spec_body(s.cfg, s.round)
     gpu_before, release_before = gpu_digest(s.gpu.current()), release_digest(s.release.current())
     began = time.time()
     s.rest.merge_patch(f"{GPU_PATH}/gpu", body)
@@ -310,16 +320,7 @@ def restart(s: Session) -> None:
     s.progress("restart: stopping the operator (SIGINT)")
     s.operator.stop()
     s.round += 1000
-    s.rest.merge_patch(
-        f"{GPU_PATH}/gpu",
-        {
-            "spec": {
-                "values": {
-                    "daemonsets": {"annotations": {"bench.kyma-project.io/round": str(s.round)}}
-                }
-            }
-        },
-    )
+    s.rest.merge_patch(f"{GPU_PATH}/gpu", spec_body(s.cfg, s.round))
     log = LineTail(s.operator.log_path)
     s.audit.poll()
     started = s.operator.start()

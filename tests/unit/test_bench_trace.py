@@ -3,8 +3,11 @@ itself count right, or a table row blames the wrong writer."""
 
 from __future__ import annotations
 
+from benchmarks.scale.fleet import ScaleConfig
+from benchmarks.scale.measure import spec_body
 from benchmarks.scale.process import Write
 from benchmarks.scale.trace import changes, gpu_digest, own_writes, steady
+from kyma_gpu.api.models import GpuSpec
 
 
 def _write(at: float, resource: str, subresource: str = "") -> Write:
@@ -38,3 +41,13 @@ def test_daemonsets_are_steady_only_when_every_pod_is_ready_and_updated() -> Non
     assert not steady({"a": "desired 3 ready 2 updated 3"})
     assert not steady({"a": "desired 3 ready 3 updated 3 (stale)"})
     assert not steady({})
+
+
+def test_a_spec_change_rolls_the_operands_unless_asked_for_an_inert_one() -> None:
+    rolling = spec_body(ScaleConfig(nodes=1), 7)
+    assert rolling == {
+        "spec": {"values": {"daemonsets": {"annotations": {"bench.kyma-project.io/round": "7"}}}}
+    }
+    inert = spec_body(ScaleConfig(nodes=1, spec_value="inert"), 7)
+    assert inert == {"spec": {"values": {"benchmark": {"round": "7"}}}}
+    GpuSpec.model_validate(inert["spec"])  # the module takes it
