@@ -27,6 +27,7 @@ import platform
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -67,13 +68,24 @@ ROWS: tuple[tuple[str, str, str, Check], ...] = (
     ("start_cpu_s", "operator CPU until then (s)", "", None),
     ("start_peak_rss_mib", "peak RSS (MiB)", "< 150", below(150)),
     ("start_settled_rss_mib", "settled RSS (MiB)", "< 150", below(150)),
+    ("baseline_cpu_pct", "CPU, same window without heartbeats (% of a core)", "", None),
+    ("baseline_writes", "writes, same window without heartbeats", "", None),
     ("heartbeat_rate", "Node heartbeats sent (/s)", "nodes/300", None),
     ("heartbeat_cpu_pct", "CPU during heartbeats (% of a core)", "< 5", below(5)),
     ("heartbeat_writes", "writes during heartbeats", "0", at_most(0)),
+    ("heartbeat_caused_cpu_pct", "CPU heartbeats caused (% of a core)", "< 5", below(5)),
+    ("heartbeat_caused_writes", "writes heartbeats caused", "0", at_most(0)),
     ("spec_p50_ms", "spec change -> HelmRelease update p50 (ms)", "", None),
     ("spec_p99_ms", "spec change -> HelmRelease update p99 (ms)", "< 250", below(250)),
     ("spec_writes_mean", "writes per spec change (mean)", "<= 2", at_most(2)),
     ("spec_writes_max", "writes per spec change (max)", "<= 2", at_most(2)),
+    (
+        "spec_own_writes_mean",
+        "of which the change's own: HelmRelease + its status (mean)",
+        "",
+        None,
+    ),
+    ("spec_own_writes_max", "of which the change's own (max)", "", None),
     ("node_join_s", "GPU node join -> Gpu.status (s)", "< 1", below(1)),
     ("restart_first_reconcile_s", "restart -> first reconcile (s)", "< 10", below(10)),
     ("restart_helmrelease_s", "restart -> HelmRelease updated (s)", "", None),
@@ -82,6 +94,7 @@ ROWS: tuple[tuple[str, str, str, Check], ...] = (
     ("restart_spec_p50_ms", "restart: spec change p50 (ms)", "", None),
     ("restart_spec_p99_ms", "restart: spec change p99 (ms)", "< 250", below(250)),
     ("restart_spec_writes_mean", "restart: writes per spec change (mean)", "<= 2", at_most(2)),
+    ("restart_spec_own_writes_mean", "restart: of which the change's own (mean)", "", None),
     ("rollout_nodes", "rollout: GPU nodes relabelled", "", None),
     ("rollout_cpu_s", "rollout: manager CPU (s)", "", None),
     ("rollout_cpu_ms_per_node", "rollout: manager CPU per node (ms)", "", None),
@@ -92,6 +105,9 @@ ROWS: tuple[tuple[str, str, str, Check], ...] = (
     ("helmrelease_values_bytes", "HelmRelease values (bytes)", "< 1.5 MiB", below(OBJECT_LIMIT)),
     ("helmrelease_bytes", "HelmRelease object (bytes)", "< 1.5 MiB", below(OBJECT_LIMIT)),
     ("flux_helmrelease_ready_s", "Flux: start -> HelmRelease Ready (s)", "", None),
+    ("flux_gpu_ready_s", "Flux: start -> Gpu Ready (s)", "", None),
+    ("flux_daemonsets_steady_s", "Flux: start -> operand DaemonSets steady (s)", "", None),
+    ("source_controller_baseline_cpu_pct", "source-controller CPU in baseline (%)", "", None),
     ("source_controller_rss_mib", "source-controller RSS (MiB)", "", None),
     ("source_controller_peak_rss_mib", "source-controller peak RSS (MiB)", "", None),
     ("source_controller_cpu_s", "source-controller CPU, whole run (s)", "", None),
@@ -99,10 +115,12 @@ ROWS: tuple[tuple[str, str, str, Check], ...] = (
     ("helm_controller_rss_mib", "helm-controller RSS (MiB)", "", None),
     ("helm_controller_peak_rss_mib", "helm-controller peak RSS (MiB)", "", None),
     ("helm_controller_cpu_s", "helm-controller CPU, whole run (s)", "", None),
+    ("helm_controller_baseline_cpu_pct", "helm-controller CPU in baseline (%)", "", None),
     ("helm_controller_heartbeat_cpu_pct", "helm-controller CPU in heartbeats (%)", "", None),
     ("nvidia_rss_mib", "NVIDIA controller RSS (MiB)", "", None),
     ("nvidia_peak_rss_mib", "NVIDIA controller peak RSS (MiB)", "", None),
     ("nvidia_cpu_s", "NVIDIA controller CPU since its start (s)", "", None),
+    ("nvidia_baseline_cpu_pct", "NVIDIA controller CPU in baseline (%)", "", None),
     ("nvidia_heartbeat_cpu_pct", "NVIDIA controller CPU in heartbeats (%)", "", None),
     ("install_helmrelease_ready_s", "Gpu created -> HelmRelease Ready (s)", "", None),
     ("install_gpu_ready_s", "Gpu created -> Gpu Ready (s)", "", None),
@@ -144,12 +162,23 @@ def table(runs: Sequence[dict[str, Any]]) -> str:
     return "\n".join([line(header), rule, *(line(row) for row in rows[1:])])
 
 
+def _listed(counts: dict[str, int]) -> str:
+    return ", ".join(f"{kind} x{n}" for kind, n in sorted(counts.items())) or "none"
+
+
 def breakdowns(runs: Sequence[dict[str, Any]]) -> str:
+    """Per run: the writes of the spec changes, of the baseline and heartbeat windows, by kind."""
     lines = []
     for run in runs:
-        counts = run.get("writes_breakdown") or {}
-        listed = ", ".join(f"{kind} x{n}" for kind, n in sorted(counts.items())) or "none"
-        lines.append(f"writes during the spec changes, {run['label']} {run['nodes']}: {listed}")
+        where = f"{run['label']} {run['nodes']}"
+        lines.append(
+            f"writes during the spec changes, {where}: {_listed(run.get('writes_breakdown') or {})}"
+        )
+        details = run.get("details") or {}
+        for window in ("baseline", "heartbeat"):
+            if f"{window}_writes" in details:
+                counts = Counter(str(row[1]) for row in details[f"{window}_writes"])
+                lines.append(f"writes in the {window} window, {where}: {_listed(dict(counts))}")
         if run.get("error"):
             lines.append(f"  error in {run['label']} {run['nodes']}: {run['error']}")
     return "\n".join(lines)
@@ -202,7 +231,7 @@ class Clock:
 def run_size(cfg: ScaleConfig, label: str, clock: Clock, keep: bool) -> dict[str, Any]:
     """One fresh cluster, one fleet, every measurement; the cluster is always stopped."""
     clock.context = f"{label} {cfg.nodes} | "
-    result: dict[str, Any] = {"label": label, "nodes": cfg.nodes, "pods": cfg.pods}
+    result: dict[str, Any] = {"label": label, "nodes": cfg.nodes, "pods": cfg.pods, "details": {}}
     result["gpu_nodes"] = sum(cfg.gpu_node(i) for i in range(cfg.nodes))
     cluster = LocalCluster(progress=clock, keep_workdir=keep)
     stack: FluxStack | None = None
@@ -218,7 +247,7 @@ def run_size(cfg: ScaleConfig, label: str, clock: Clock, keep: bool) -> dict[str
             footprint, gpu = Footprint.of_stack(stack), flux_gpu(stack)
         fleet = build_fleet(cluster, rest, cfg, clock, gpu)
         metrics, breakdown, _ = measure_operator(
-            cluster, rest, cfg, fleet, clock, footprint=footprint
+            cluster, rest, cfg, fleet, clock, footprint=footprint, details=result["details"]
         )
         metrics["gpu_pools"] = cfg.gpu_pools
         result["metrics"], result["writes_breakdown"] = metrics, dict(breakdown)
@@ -286,7 +315,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=None,
         help="heartbeats per second (default: 17, and 70 per 20,000 nodes above 5,000)",
     )
+    add("--no-baseline", action="store_true", help="no window without heartbeats before theirs")
     add("--flux", action="store_true", help="run Flux and the NVIDIA controller too")
+    add(
+        "--install-timeout",
+        type=float,
+        default=600.0,
+        help="with --flux: how long the chart install may take (s, default 600)",
+    )
     add(
         "--install-up-to",
         type=int,
@@ -295,6 +331,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     add("--no-rollout", action="store_true", help="skip the driver rollout label churn")
     add("--spec-changes", type=int, default=20, help="spec changes to time (default 20)")
+    add(
+        "--spec-value",
+        choices=("operands", "inert"),
+        default="operands",
+        help="a spec change sets daemonsets.annotations (rolls the NVIDIA operands, default) "
+        "or a value no chart template reads (inert)",
+    )
     add("--restart-spec-changes", type=int, default=5, help="spec changes after the restart")
     add("--no-restart", action="store_true", help="skip the restart measurements")
     add("--start-timeout", type=float, default=1200.0, help="start/restart timeout (s)")
@@ -313,11 +356,14 @@ def config(args: argparse.Namespace, nodes: int) -> ScaleConfig:
         heartbeat_seconds=args.heartbeat_seconds,
         heartbeat_rate=args.heartbeat_rate or max(17.0, 70.0 * nodes / 20000),
         spec_changes=args.spec_changes,
+        spec_value=args.spec_value,
         restart_spec_changes=args.restart_spec_changes,
         restart=not args.no_restart,
         rollout=not args.no_rollout,
         flux=args.flux,
         install=args.flux and nodes <= args.install_up_to,
+        install_timeout=args.install_timeout,
+        baseline=not args.no_baseline,
         start_timeout=args.start_timeout,
         step_timeout=args.step_timeout,
         operator_root=args.operator_root.resolve(),

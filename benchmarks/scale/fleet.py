@@ -442,12 +442,17 @@ class ScaleConfig:
     rollout: bool = True
     """Measure a driver rollout's label churn (every GPU node's upgrade label changes once)."""
     flux: bool = False
+    """Flux and the real NVIDIA controller run (``FluxStack``): their footprint is measured,
+    and the time from the Gpu's creation to the HelmRelease and the Gpu Ready."""
     install: bool = False
     """With Flux: at the end delete the Gpu and create it again, timing the install."""
     install_timeout: float = 600.0
     """With Flux: how long the chart install (HelmRelease Ready, Gpu Ready) may take."""
-    """Flux and the real NVIDIA controller run (``FluxStack``): their footprint is measured,
-    and the time from the Gpu's creation to the HelmRelease and the Gpu Ready."""
+    spec_value: str = "operands"
+    """What a spec change changes (measure.spec_body): ``operands`` or ``inert``."""
+    baseline: bool = False
+    """Before the heartbeat window, one of the same length without heartbeats: what the
+    manager writes and spends anyway (the NVIDIA controller, an install still running)."""
 
     @property
     def gpu_nodes(self) -> int:

@@ -7,8 +7,9 @@ import json
 import statistics
 import time
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from benchmarks.scale.common import (
     GPU_PATH,
@@ -38,6 +39,16 @@ from benchmarks.scale.process import (
     Operator,
     Write,
 )
+from benchmarks.scale.trace import (
+    changes,
+    daemonsets,
+    gpu_digest,
+    install_report,
+    own_writes,
+    release_digest,
+    steady,
+    write_rows,
+)
 from tests.harness.cluster import LocalCluster
 
 
@@ -61,6 +72,9 @@ class Session:
     """Flux and the NVIDIA controller, measured next to the manager (cfg.flux)."""
     gpu_body: Obj | None = None
     """The Gpu the fleet was built with (created again by install_times)."""
+    details: dict[str, Any] = field(default_factory=dict)
+    """What explains the numbers (trace.py): the writes of each window and of each spec
+    change, what each Gpu and HelmRelease version changed, the install's state."""
 
 
 def wait_first_reconcile(s: Session, log: LineTail, started: float, prefix: str) -> None:
@@ -145,28 +159,73 @@ def settle(s: Session, prefix: str) -> None:
     )
 
 
-def heartbeats(s: Session) -> None:
-    """CPU of the operator (% of one core) and its writes while Nodes send heartbeats."""
-    beats = Heartbeats(s.rest, s.nodes, s.cfg.heartbeat_rate)
-    s.progress(f"heartbeats: {s.cfg.heartbeat_rate:g}/s for {s.cfg.heartbeat_seconds:g}s")
+def _window(s: Session, label: str, work: Callable[[], None]) -> tuple[float, float, list[Write]]:
+    """Run ``work``; (seconds, operator CPU seconds, operator writes) over it, the footprint's
+    CPU as ``<process>_<label>_cpu_pct``, and into the details the writes (``<label>_writes``)
+    and what the Gpu versions of the window changed (``<label>_gpu``)."""
     s.audit.poll()
     if s.footprint is not None:
-        s.footprint.mark("heartbeats")
+        s.footprint.mark(label)
+    before = gpu_digest(s.gpu.current())
     start_wall, start_cpu, began = time.time(), s.operator.cpu_seconds(), time.monotonic()
-    rate = beats.run(s.cfg.heartbeat_seconds)
+    work()
     took = time.monotonic() - began
     cpu = s.operator.cpu_seconds() - start_cpu
+    end_wall = time.time()
     if s.footprint is not None:
-        s.footprint.cpu_pct("heartbeats", took, s.metrics, "heartbeat_cpu_pct")
-    writes = s.audit.between(start_wall, time.time())
-    s.metrics["heartbeat_rate"] = round(rate, 1)
+        s.footprint.cpu_pct(label, took, s.metrics, f"{label}_cpu_pct")
+    writes = s.audit.between(start_wall, end_wall)
+    s.details[f"{label}_writes"] = write_rows(writes, start_wall)
+    s.details[f"{label}_gpu"] = changes(before, s.gpu.since(start_wall, end_wall), start_wall)
+    return took, cpu, writes
+
+
+def baseline(s: Session) -> None:
+    """A window as long as the heartbeats' without them: what the manager writes and spends
+    anyway (mirroring the NVIDIA controller's DaemonSets and ClusterPolicy into Gpu.status, an
+    install still running). The heartbeat window minus this is what heartbeats cost."""
+    s.progress(f"baseline: {s.cfg.heartbeat_seconds:g}s without heartbeats")
+    took, cpu, writes = _window(s, "baseline", lambda: time.sleep(s.cfg.heartbeat_seconds))
+    s.metrics["baseline_cpu_pct"] = round(100 * cpu / took, 2)
+    s.metrics["baseline_writes"] = len(writes)
+    s.progress(f"baseline: operator CPU {100 * cpu / took:.2f} % of a core, {len(writes)} writes")
+
+
+def heartbeats(s: Session) -> None:
+    """CPU of the operator (% of one core) and its writes while Nodes send heartbeats; with a
+    baseline before, the part the heartbeats caused (this window minus the baseline)."""
+    beats = Heartbeats(s.rest, s.nodes, s.cfg.heartbeat_rate)
+    s.progress(f"heartbeats: {s.cfg.heartbeat_rate:g}/s for {s.cfg.heartbeat_seconds:g}s")
+    rates: list[float] = []
+    took, cpu, writes = _window(
+        s, "heartbeat", lambda: rates.append(beats.run(s.cfg.heartbeat_seconds))
+    )
+    s.metrics["heartbeat_rate"] = round(rates[0], 1)
     s.metrics["heartbeat_cpu_pct"] = round(100 * cpu / took, 2)
     s.metrics["heartbeat_writes"] = len(writes)
     s.metrics["heartbeat_errors"] = beats.errors
+    base_cpu, base_writes = s.metrics.get("baseline_cpu_pct"), s.metrics.get("baseline_writes")
+    if isinstance(base_cpu, float) and isinstance(base_writes, int):
+        s.metrics["heartbeat_caused_cpu_pct"] = round(100 * cpu / took - base_cpu, 2)
+        s.metrics["heartbeat_caused_writes"] = len(writes) - base_writes
     s.progress(
-        f"heartbeats: {rate:.1f}/s, operator CPU {100 * cpu / took:.2f} % of a core, "
+        f"heartbeats: {rates[0]:.1f}/s, operator CPU {100 * cpu / took:.2f} % of a core, "
         f"{len(writes)} writes"
     )
+
+
+def spec_body(cfg: ScaleConfig, round_: int) -> Obj:
+    """The merge patch of one spec change. ``operands`` (the default, as in every earlier
+    run): an annotation in ``daemonsets.annotations``, which the NVIDIA controller copies into
+    the pod template of every operand DaemonSet, so each change also rolls them all (with
+    Flux: about 5 RollingUpdate DaemonSets times the GPU nodes). ``inert``: a value no chart
+    template reads, so Helm upgrades with no object changed: the manager's and Flux's part
+    alone."""
+    if cfg.spec_value == "inert":
+        values: Obj = {"benchmark": {"round": str(round_)}}
+    else:
+        values = {"daemonsets": {"annotations": {"bench.kyma-project.io/round": str(round_)}}}
+    return {"spec": {"values": values}}
 
 
 def spec_change(s: Session, timeout: float) -> tuple[float | None, list[Write]]:
@@ -175,27 +234,34 @@ def spec_change(s: Session, timeout: float) -> tuple[float | None, list[Write]]:
     2 s after the update, if later)."""
     s.round += 1
     generation = s.release.generation()
-    body = {
-        "spec": {
-            "values": {"daemonsets": {"annotations": {"bench.kyma-project.io/round": str(s.round)}}}
-        }
-    }
+    body = spec_body(s.cfg, s.round)
+    gpu_before, release_before = gpu_digest(s.gpu.current()), release_digest(s.release.current())
     began = time.time()
     s.rest.merge_patch(f"{GPU_PATH}/gpu", body)
     arrived = s.release.wait(lambda _: s.release.generation() > generation, timeout)
     latency = None if arrived is None else arrived - began
     window_end = began + max(3.0, (latency or 0.0) + 2.0)
     time.sleep(max(0.0, window_end - time.time()))
-    return latency, s.audit.between(began - 0.05, window_end)
+    writes = s.audit.between(began - 0.05, window_end)
+    s.details.setdefault("spec_changes", []).append({
+        "round": s.round,
+        "latency_ms": None if latency is None else round(latency * 1000),
+        "writes": write_rows(writes, began),
+        "gpu": changes(gpu_before, s.gpu.since(began, window_end), began),
+        "helmrelease": changes(release_before, s.release.since(began, window_end), began),
+    })  # fmt: skip
+    return latency, writes
 
 
 def spec_changes(s: Session, count: int, prefix: str) -> None:
     """p50/p99 spec change -> HelmRelease update, writes per change (mean, max, breakdown)."""
     latencies: list[float] = []
     writes: list[int] = []
+    own: list[int] = []
     for k in range(count):
         latency, done = spec_change(s, s.cfg.step_timeout)
         writes.append(len(done))
+        own.append(own_writes(done))
         s.breakdown.update(write.kind for write in done)
         if latency is None:
             s.progress(
@@ -216,6 +282,8 @@ def spec_changes(s: Session, count: int, prefix: str) -> None:
     if writes:
         s.metrics[f"{prefix}_writes_mean"] = round(statistics.fmean(writes), 2)
         s.metrics[f"{prefix}_writes_max"] = max(writes)
+        s.metrics[f"{prefix}_own_writes_mean"] = round(statistics.fmean(own), 2)
+        s.metrics[f"{prefix}_own_writes_max"] = max(own)
 
 
 def _percentile(values: Sequence[float], pct: float) -> float:
@@ -252,16 +320,7 @@ def restart(s: Session) -> None:
     s.progress("restart: stopping the operator (SIGINT)")
     s.operator.stop()
     s.round += 1000
-    s.rest.merge_patch(
-        f"{GPU_PATH}/gpu",
-        {
-            "spec": {
-                "values": {
-                    "daemonsets": {"annotations": {"bench.kyma-project.io/round": str(s.round)}}
-                }
-            }
-        },
-    )
+    s.rest.merge_patch(f"{GPU_PATH}/gpu", spec_body(s.cfg, s.round))
     log = LineTail(s.operator.log_path)
     s.audit.poll()
     started = s.operator.start()
@@ -282,16 +341,19 @@ def measure_operator(
     *,
     keep_running: bool = False,
     footprint: Footprint | None = None,
+    details: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Metric], Counter[str], Operator]:
     """Start the operator against the fleet and run every measurement; stops it at the end
     unless ``keep_running`` (a shared cluster needs it to release the Gpu's finalizer).
-    With a ``footprint`` (cfg.flux) Flux and the NVIDIA controller are measured too."""
-    release = ObjectWatch(rest, HELMRELEASES, HELMRELEASE_NAME).start()
-    gpu = ObjectWatch(rest, GPU_PATH, "gpu").start()
+    With a ``footprint`` (cfg.flux) Flux and the NVIDIA controller are measured too; into
+    ``details`` go the traces that explain the numbers (Session.details)."""
+    release = ObjectWatch(rest, HELMRELEASES, HELMRELEASE_NAME, release_digest).start()
+    gpu = ObjectWatch(rest, GPU_PATH, "gpu", gpu_digest).start()
     operator = Operator(cluster, cfg.operator_root)
     s = Session(
         cluster, rest, cfg, progress, operator, AuditTail(cluster), release, gpu,
         nodes=fleet.nodes, footprint=footprint, gpu_body=fleet.gpu,
+        details=details if details is not None else {},
     )  # fmt: skip
     s.metrics.update(fleet.setup)
     try:
@@ -316,6 +378,8 @@ def _steady_state(s: Session) -> None:
     if s.footprint is not None:
         flux_settled(s)  # before the heartbeats: the install's status writes are not theirs
     if s.cfg.heartbeat_seconds > 0:
+        if s.cfg.baseline:
+            baseline(s)
         heartbeats(s)
     s.release.wait(lambda obj: obj is not None, s.cfg.step_timeout)
     object_sizes(s)
@@ -337,11 +401,37 @@ STATUS_WRITE = "gpus/status"
 
 def flux_settled(s: Session) -> None:
     """With Flux: wait until the HelmRelease is Ready (the chart installed, the NVIDIA
-    controller started), then until the manager is idle again."""
+    controller started), the Gpu Ready and the operand DaemonSets steady (each pod ready
+    and updated), all within cfg.install_timeout; then until the manager is idle again. What
+    the install looked like when the HelmRelease got Ready (or the time ran out) goes into
+    the details (``flux_install``): its conditions, the DaemonSets, their pods' pace."""
+    deadline = time.monotonic() + s.cfg.install_timeout
+    started = s.operator.started_at
     ready = s.release.wait(_ready, s.cfg.install_timeout)
-    s.metrics["flux_helmrelease_ready_s"] = _since(ready, s.operator.started_at)
+    s.metrics["flux_helmrelease_ready_s"] = _since(ready, started)
+    s.details["flux_install"] = install_report(s.rest, s.release.current())
     s.progress(f"Flux: HelmRelease Ready {s.metrics['flux_helmrelease_ready_s']} s after the start")
+    if ready is None:
+        s.progress(f"Flux: the install then: {json.dumps(s.details['flux_install'])[:2000]}")
+    gpu_ready = s.gpu.wait(_gpu_ready, max(0.0, deadline - time.monotonic()))
+    s.metrics["flux_gpu_ready_s"] = _since(gpu_ready, started)
+    steady_at = _daemonsets_steady(s, deadline)
+    s.metrics["flux_daemonsets_steady_s"] = _since(steady_at, started)
+    s.details["flux_daemonsets"] = daemonsets(s.rest)
+    s.progress(
+        f"Flux: Gpu Ready {s.metrics['flux_gpu_ready_s']} s, operand DaemonSets steady "
+        f"{s.metrics['flux_daemonsets_steady_s']} s after the start"
+    )
     idle(s, s.cfg.settle_quiet)
+
+
+def _daemonsets_steady(s: Session, deadline: float) -> float | None:
+    """When the operand DaemonSets were first seen steady (trace.steady); None: not by then."""
+    while time.monotonic() < deadline:
+        if steady(daemonsets(s.rest)):
+            return time.time()
+        time.sleep(2.0)
+    return None
 
 
 def rollout(s: Session) -> None:

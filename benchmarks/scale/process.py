@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -230,13 +231,22 @@ class Operator:
         stop_gracefully(self.process, timeout)
 
 
-class ObjectWatch:
-    """Watches one object of a collection; keeps the last body and its arrival time."""
+Digest = Callable[[Obj | None], dict[str, str] | None]
+"""What a watch remembers of each version it sees (a few fields, not the body)."""
 
-    def __init__(self, rest: Rest, collection: str, name: str) -> None:
+
+class ObjectWatch:
+    """Watches one object of a collection; keeps the last body and its arrival time, and
+    with a ``digest`` the digest of each version as it arrived (``since``)."""
+
+    def __init__(
+        self, rest: Rest, collection: str, name: str, digest: Digest | None = None
+    ) -> None:
         self.rest, self.collection, self.name = rest, collection, name
         self.obj: Obj | None = None
         self.arrived = 0.0
+        self.digest = digest
+        self.history: deque[tuple[float, dict[str, str] | None]] = deque(maxlen=5000)
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"watch-{name}", daemon=True)
@@ -251,7 +261,14 @@ class ObjectWatch:
     def _set(self, obj: Obj | None) -> None:
         with self._cond:
             self.obj, self.arrived = obj, time.time()
+            if self.digest is not None:
+                self.history.append((self.arrived, self.digest(obj)))
             self._cond.notify_all()
+
+    def since(self, start: float, end: float) -> list[tuple[float, dict[str, str] | None]]:
+        """The digests of the versions that arrived from ``start`` to ``end`` (wall clock)."""
+        with self._cond:
+            return [(at, digest) for at, digest in self.history if start <= at <= end]
 
     def _run(self) -> None:
         selector = quote(f"metadata.name={self.name}")
