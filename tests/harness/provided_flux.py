@@ -27,6 +27,8 @@ from typing import Any
 
 import yaml
 
+from kyma_gpu.plan.provision import bundle
+
 from .binaries import require
 from .cluster import LocalCluster
 from .procs import ManagedProcess, free_port, http_ok
@@ -104,12 +106,31 @@ class ProvidedFluxRunner:
             process = self.processes.get(name)
             if wanted and process is None:
                 assert dep is not None
+                if not self._apis_served():
+                    return  # the next round looks again
                 self.processes[name] = self._launch(name, dep)
                 self.started.append(name)
             elif not wanted and process is not None:
                 self.cluster.progress(f"provided Flux: Deployment {name} gone; stopping it")
                 process.stop()
                 del self.processes[name]
+
+    def _apis_served(self) -> bool:
+        """Whether the API server serves every API of the bundle's CRDs yet. The manager applies
+        the CRDs and the Deployments in one pass; a kubelet starts the container seconds later
+        (schedule, image pull) and restarts it if it exits, while this runner starts it at
+        once and takes an exit for a crash. A controller started in the moment between the
+        apply and the API's appearance in discovery exits ("no matches for
+        helm.toolkit.fluxcd.io/v2"), so the runner waits for discovery as a pod's start would."""
+        for crd in bundle():
+            if crd["kind"] != "CustomResourceDefinition":
+                continue
+            spec = crd["spec"]
+            served = [v["name"] for v in spec["versions"] if v.get("served")]
+            plural = spec["names"]["plural"]
+            if not all(self.cluster.rest.serves(f"{spec['group']}/{v}", plural) for v in served):
+                return False
+        return True
 
     def _launch(self, name: str, dep: Mapping[str, Any]) -> ManagedProcess:
         pod = dep["spec"]["template"]["spec"]

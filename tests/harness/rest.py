@@ -115,6 +115,17 @@ class RestReader:
             raise
         return any(item["name"] == found.plural for item in listed.get("resources", []))
 
+    def serves(self, group_version: str, plural: str) -> bool:
+        """Whether discovery lists the resource at /apis/<group_version> (a CRD is Established
+        a moment before its API appears there)."""
+        try:
+            listed = self._get(f"/apis/{group_version}")
+        except urllib.error.HTTPError as error:
+            if error.code in (404, 503):
+                return False
+            raise
+        return any(item["name"] == plural for item in listed.get("resources", []))
+
     def _current(self, resource: str, found: Resource) -> Resource | None:
         """After a 404: the resource as the server serves it now, if discovery was stale."""
         if self._served(found):
