@@ -101,6 +101,8 @@ def up(flux: bool, nodes: Sequence[Path] | None, workdir: Path | None, charts: P
         print("Ctrl-C stops everything.", flush=True)
         while True:
             cluster.check_alive()
+            if stack is not None:
+                stack.check_alive()
             time.sleep(2)
     except KeyboardInterrupt:
         print("\nstopping ...", flush=True)

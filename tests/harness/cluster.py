@@ -235,6 +235,7 @@ class LocalCluster:
         self.audit_log = self.log_dir / "audit.log"
         """API write requests (create/update/patch/delete) as JSON lines."""
         self.processes: dict[str, ManagedProcess] = {}
+        self._supervised: set[str] = set()
         self.timings: dict[str, float] = {}
         self.node_names: list[str] = []
         self.api_port = 0
@@ -488,9 +489,16 @@ class LocalCluster:
         self.processes[name] = process
         return process
 
-    def register(self, process: ManagedProcess) -> None:
-        """Add a process started by someone else (Flux) so stop() and logs cover it."""
+    def register(self, process: ManagedProcess, *, supervised: bool = False) -> None:
+        """Add a process started by someone else (Flux) so stop() and logs cover it.
+
+        ``supervised``: its starter decides whether an exit is a failure (the NVIDIA
+        controller may end with the chart it belongs to), so check_alive() leaves it out."""
         self.processes[process.name] = process
+        if supervised:
+            self._supervised.add(process.name)
+        else:
+            self._supervised.discard(process.name)
 
     def _healthy(self, process: ManagedProcess, probe: Callable[[], bool]) -> None:
         took = process.wait_healthy(probe, timeout=self.start_timeout)
@@ -746,6 +754,8 @@ class LocalCluster:
         return result
 
     def check_alive(self) -> None:
-        """Raise if any process has exited (with its log tail)."""
-        for process in self.processes.values():
-            process.check_alive()
+        """Raise if any process has exited (with its log tail), but those whose starter
+        supervises them (``register(supervised=True)``; it has a check_alive of its own)."""
+        for name, process in self.processes.items():
+            if name not in self._supervised:
+                process.check_alive()

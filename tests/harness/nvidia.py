@@ -288,7 +288,9 @@ class NvidiaOperator:
             env=env, cwd=self.workdir, fatal_patterns=FATAL_PATTERNS,
         )  # fmt: skip
         process.start()
-        self.cluster.register(process)
+        # The chart's uninstall may end it before the Deployment's deletion is seen here;
+        # check_alive() above decides what counts as a crash, not the cluster's.
+        self.cluster.register(process, supervised=True)
         self._process, self.version = process, version
         self.starts.append(version)
         self._note(f"started the controller {version} (pid {process.pid})")

@@ -429,3 +429,28 @@ def test_diagnostics_cover_every_log_and_only_the_end_of_the_audit_log(tmp_path:
     assert '{"n": 1999' in report
     assert '{"n": 1996' not in report
     assert len(report) < 20_000
+
+
+def test_a_supervised_process_is_left_to_its_starter(tmp_path: Path) -> None:
+    """The NVIDIA controller may end with the chart it belongs to (a Gpu deleted under
+    `python -m tests.harness up --flux`): its supervisor decides whether that is a crash, so
+    the cluster's check_alive() passes over it, while an unsupervised exit still fails, and the
+    failure report still shows both."""
+    cluster = LocalCluster(tmp_path)
+    cluster.log_dir.mkdir()
+    ended = _shell("nvidia-gpu-operator", "exit 0", cluster.log_dir)
+    cluster.register(ended, supervised=True)
+    ended.start()
+    wait_for(lambda: not ended.running(), 30, "the controller's exit")
+
+    cluster.check_alive()
+
+    crashed = _shell("source-controller", "exit 3", cluster.log_dir)
+    cluster.register(crashed)
+    crashed.start()
+    wait_for(lambda: not crashed.running(), 30, "the crash")
+    with pytest.raises(ProcessFailedError, match="source-controller exited with code 3"):
+        cluster.check_alive()
+    report = cluster.diagnostics(lines=5)
+    assert "nvidia-gpu-operator: EXITED on its own with code 0" in report
+    assert "source-controller: EXITED on its own with code 3" in report
