@@ -233,7 +233,7 @@ def run_size(cfg: ScaleConfig, label: str, clock: Clock, keep: bool) -> dict[str
     clock.context = f"{label} {cfg.nodes} | "
     result: dict[str, Any] = {"label": label, "nodes": cfg.nodes, "pods": cfg.pods, "details": {}}
     result["gpu_nodes"] = sum(cfg.gpu_node(i) for i in range(cfg.nodes))
-    cluster = LocalCluster(progress=clock, keep_workdir=keep)
+    cluster = LocalCluster(progress=clock, keep_workdir=keep, controller_qps=cfg.controller_qps)
     stack: FluxStack | None = None
     try:
         cluster.start()
@@ -329,6 +329,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=1000,
         help="with --flux: time the Gpu's install (delete, create) up to this size (1000)",
     )
+    add(
+        "--controller-qps",
+        type=int,
+        default=None,
+        help="kube-controller-manager's --kube-api-qps (default: its own, 20/s; large managed "
+        "clusters raise it, and it paces the operand pods of an install with --flux)",
+    )
     add("--no-rollout", action="store_true", help="skip the driver rollout label churn")
     add("--spec-changes", type=int, default=20, help="spec changes to time (default 20)")
     add(
@@ -363,6 +370,7 @@ def config(args: argparse.Namespace, nodes: int) -> ScaleConfig:
         flux=args.flux,
         install=args.flux and nodes <= args.install_up_to,
         install_timeout=args.install_timeout,
+        controller_qps=args.controller_qps,
         baseline=not args.no_baseline,
         start_timeout=args.start_timeout,
         step_timeout=args.step_timeout,

@@ -448,6 +448,8 @@ class ScaleConfig:
     """With Flux: at the end delete the Gpu and create it again, timing the install."""
     install_timeout: float = 600.0
     """With Flux: how long the chart install (HelmRelease Ready, Gpu Ready) may take."""
+    controller_qps: int | None = None
+    """kube-controller-manager's --kube-api-qps; None: Kubernetes' default (20/s)."""
     spec_value: str = "operands"
     """What a spec change changes (measure.spec_body): ``operands`` or ``inert``."""
     baseline: bool = False

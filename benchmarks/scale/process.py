@@ -7,6 +7,7 @@ import contextlib
 import ctypes
 import http.client
 import json
+import math
 import os
 import signal
 import subprocess
@@ -323,7 +324,11 @@ class Heartbeats:
 
     TYPES = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable")
 
-    def __init__(self, rest: Rest, names: Sequence[str], rate: float, workers: int = 4) -> None:
+    def __init__(self, rest: Rest, names: Sequence[str], rate: float, workers: int = 0) -> None:
+        # One worker per 8/s asked, at least 4: a PATCH answered in up to ~120 ms by a busy API
+        # server (it returns the whole Node) still keeps the rate. With 4 workers the 20,000-node
+        # run reached 55 of the 70/s it asked.
+        workers = workers or max(4, math.ceil(rate / 8))
         self.rest, self.names, self.rate, self.workers = rest, list(names), rate, workers
         self.sent = 0
         self.errors = 0

@@ -217,8 +217,12 @@ class LocalCluster:
         progress: Progress | None = None,
         start_timeout: float = 120.0,
         real_pods: Mapping[str, Sequence[str]] | None = None,
+        controller_qps: int | None = None,
     ) -> None:
         self._own_workdir = workdir is None
+        self.controller_qps = controller_qps
+        """kube-controller-manager's --kube-api-qps (burst twice that); None: its default, 20/s,
+        which paces the DaemonSet controller's pod creation on a large fleet."""
         self.workdir = (
             Path(tempfile.mkdtemp(prefix="kyma-gpu-cluster-"))
             if workdir is None
@@ -422,6 +426,7 @@ class LocalCluster:
                 f"--service-account-private-key-file={pki.service_account_key}",
                 f"--root-ca-file={pki.ca_cert}",
                 "--profiling=false",
+                *self._controller_rate(),
             ],
         )
         scheduler = self._process(
@@ -488,6 +493,14 @@ class LocalCluster:
         )
         self.processes[name] = process
         return process
+
+    def _controller_rate(self) -> list[str]:
+        if self.controller_qps is None:
+            return []
+        return [
+            f"--kube-api-qps={self.controller_qps}",
+            f"--kube-api-burst={2 * self.controller_qps}",
+        ]
 
     def register(self, process: ManagedProcess, *, supervised: bool = False) -> None:
         """Add a process started by someone else (Flux) so stop() and logs cover it.
