@@ -51,7 +51,8 @@ def stack(local_cluster: LocalCluster, flux_stack: FluxStack) -> Iterator[Operat
 def _fleet_file(tmp_path: Path) -> tuple[Path, list[dict[str, Any]]]:
     """The scenario's nodes; the GPU pools' hosts declare their NVIDIA PCI device (what NFD
     finds on them: tests/harness/nfd.py)."""
-    items = copy.deepcopy(yaml.safe_load((SCENARIO / "nodes.yaml").read_text())["items"])
+    scenario = yaml.safe_load((SCENARIO / "nodes.yaml").read_text())["items"]
+    items = [nfd.before_nfd(node) for node in copy.deepcopy(scenario)]
     for node in items:
         if node["metadata"]["labels"][POOL_LABEL] != "cpu":
             node["metadata"].setdefault("annotations", {})[nfd.PCI_ANNOTATION] = nfd.NVIDIA_VENDOR

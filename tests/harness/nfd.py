@@ -38,6 +38,26 @@ WORKER_CONF_KEY = "nfd-worker.conf"
 PCI_ANNOTATION = "harness.kyma-gpu.test/pci-vendors"
 
 
+def before_nfd(node: Mapping[str, Any]) -> dict[str, Any]:
+    """``node`` as it joins, before NFD labelled it: without the OS and kernel labels
+    (``system-os_release.*``, ``kernel-version.*``), which NFD publishes in one update.
+
+    The golden scenarios' Nodes carry some of them (the ID and the kernel, no VERSION_ID).
+    Created as they are, the real controller's first pass can come before the emulation
+    labels the Node, and it then names a precompiled driver DaemonSet after the OS without
+    its VERSION_ID (``...-gardenlinux``, beside the ``...-gardenlinux0`` of the next pass). It
+    removes a driver DaemonSet only when it selects no node, and this one still selects the
+    kernel's nodes, so its pods never get ready and the Gpu waits for ever (seen once in
+    test_pools). The PCI label stays: the module detects GPU nodes before NFD by it."""
+    copied = dict(node)
+    metadata = dict(copied.get("metadata") or {})
+    labels = dict(metadata.get("labels") or {})
+    owned = (PREFIX + "system-os_release.", PREFIX + "kernel-version.")
+    metadata["labels"] = {k: v for k, v in labels.items() if not k.startswith(owned)}
+    copied["metadata"] = metadata
+    return copied
+
+
 class NfdConfigError(ValueError):
     """The rendered NFD worker configuration has something NFD would reject or that this
     emulation cannot evaluate faithfully."""

@@ -106,3 +106,21 @@ def test_a_fake_host_can_declare_its_pci_devices() -> None:
     node = _node("Ubuntu 22.04", gpus=0)
     node["metadata"]["annotations"] = {nfd.PCI_ANNOTATION: "10de"}
     assert nfd.node_labels(node, {})[f"{P}pci-10de.present"] == "true"
+
+
+def test_a_node_before_nfd_has_no_partial_os_labels() -> None:
+    """The scenario Nodes carry the OS ID and kernel without VERSION_ID; as they join, before
+    NFD, they carry none of those (the real controller's first pass must not see half), and
+    keep what the module detects a GPU node by."""
+    path = Path(__file__).parents[1] / "golden/scenarios/gardenlinux-pool-past-matrix/nodes.yaml"
+    node = yaml.safe_load(path.read_text())["items"][0]
+    labels = node["metadata"]["labels"]
+    assert nfd.PREFIX + "kernel-version.full" in labels  # the case this is for
+
+    joined = nfd.before_nfd(node)["metadata"]["labels"]
+
+    owned = (nfd.PREFIX + "system-os_release.", nfd.PREFIX + "kernel-version.")
+    assert not [k for k in joined if k.startswith(owned)]
+    assert joined[nfd.PREFIX + "pci-10de.present"] == "true"
+    assert joined["worker.gardener.cloud/pool"] == labels["worker.gardener.cloud/pool"]
+    assert nfd.PREFIX + "kernel-version.full" in labels  # the scenario is not changed
