@@ -42,7 +42,7 @@ def stack(local_cluster: LocalCluster, flux_stack: FluxStack) -> Iterator[Operat
 def _nodes_file(path: Path, nodes: Sequence[dict[str, Any]]) -> Path:
     """A node file of Nodes as they join, before NFD (nfd.before_nfd); the hosts of GPU
     pools declare their NVIDIA PCI device (what NFD would find on them; see harness/nfd.py)."""
-    items = [nfd.before_nfd(node) for node in copy.deepcopy(list(nodes))]
+    items = [nfd.before_nfd(node) for node in nodes]
     for node in items:
         if "gpu" in node["metadata"]["labels"].get("worker.gardener.cloud/pool", ""):
             node["metadata"].setdefault("annotations", {})[nfd.PCI_ANNOTATION] = nfd.NVIDIA_VENDOR

@@ -11,7 +11,6 @@ real registry: what this shows is the plan, the values and the status, not an im
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -52,7 +51,7 @@ def _fleet_file(tmp_path: Path) -> tuple[Path, list[dict[str, Any]]]:
     """The scenario's nodes; the GPU pools' hosts declare their NVIDIA PCI device (what NFD
     finds on them: tests/harness/nfd.py)."""
     scenario = yaml.safe_load((SCENARIO / "nodes.yaml").read_text())["items"]
-    items = [nfd.before_nfd(node) for node in copy.deepcopy(scenario)]
+    items = [nfd.before_nfd(node) for node in scenario]
     for node in items:
         if node["metadata"]["labels"][POOL_LABEL] != "cpu":
             node["metadata"].setdefault("annotations", {})[nfd.PCI_ANNOTATION] = nfd.NVIDIA_VENDOR

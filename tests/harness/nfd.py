@@ -25,6 +25,7 @@ Pure functions; tests/harness/nvidia.py applies the result to the Nodes.
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -48,13 +49,13 @@ def before_nfd(node: Mapping[str, Any]) -> dict[str, Any]:
     its VERSION_ID (``...-gardenlinux``, beside the ``...-gardenlinux0`` of the next pass). It
     removes a driver DaemonSet only when it selects no node, and this one still selects the
     kernel's nodes, so its pods never get ready and the Gpu waits for ever (seen once in
-    test_pools). The PCI label stays: the module detects GPU nodes before NFD by it."""
-    copied = dict(node)
-    metadata = dict(copied.get("metadata") or {})
-    labels = dict(metadata.get("labels") or {})
+    test_pools). The PCI label stays: the module detects GPU nodes before NFD by it. A deep
+    copy: the caller may change it."""
+    copied: dict[str, Any] = copy.deepcopy(dict(node))
+    metadata = copied.setdefault("metadata", {})
     owned = (PREFIX + "system-os_release.", PREFIX + "kernel-version.")
+    labels = metadata.get("labels") or {}
     metadata["labels"] = {k: v for k, v in labels.items() if not k.startswith(owned)}
-    copied["metadata"] = metadata
     return copied
 
 
