@@ -326,6 +326,17 @@ CASES: list[Any] = [
     ),
     pytest.param(
         "gl",
+        world(
+            cluster_policy=ClusterPolicyFacts(
+                "ready", gpu_nodes_seen=False, ready_reason="NoGPUNodes"
+            )
+        ),
+        GpuState.PROCESSING,
+        {"ComponentsReady": ("False", "ComponentsNotReady")},
+        id="clusterpolicy-ready-before-it-saw-the-gpu-nodes",
+    ),
+    pytest.param(
+        "gl",
         world(cluster_policy=ClusterPolicyFacts(state="ignored")),
         GpuState.PROCESSING,
         {"ComponentsReady": ("False", "ComponentsNotReady")},
@@ -594,7 +605,40 @@ def test_missing_node_features_are_named_with_the_next_step(plans: dict[str, Pla
 @pytest.mark.parametrize(
     ("body", "facts"),
     [
-        ({"status": {"state": "ready"}}, ClusterPolicyFacts("ready")),
+        # the state is written first, the Ready condition next: not yet known to have seen one
+        ({"status": {"state": "ready"}}, ClusterPolicyFacts("ready", gpu_nodes_seen=False)),
+        (
+            {
+                "status": {
+                    "state": "ready",
+                    "conditions": [
+                        {"type": "Ready", "status": "True", "reason": "Reconciled"},
+                        {"type": "Error", "status": "False", "reason": "Ready"},
+                    ],
+                }
+            },
+            ClusterPolicyFacts("ready", ready_reason="Reconciled"),
+        ),
+        (
+            {
+                "status": {
+                    "state": "ready",
+                    "conditions": [{"type": "Ready", "status": "True", "reason": "NoGPUNodes"}],
+                }
+            },
+            ClusterPolicyFacts("ready", gpu_nodes_seen=False, ready_reason="NoGPUNodes"),
+        ),
+        (
+            {
+                "status": {
+                    "state": "ready",
+                    "conditions": [
+                        {"type": "Ready", "status": "True", "reason": "NFDLabelsMissing"}
+                    ],
+                }
+            },
+            ClusterPolicyFacts("ready", gpu_nodes_seen=False, ready_reason="NFDLabelsMissing"),
+        ),
         (
             {
                 "status": {
@@ -822,6 +866,10 @@ def test_no_gpu_nodes_is_ready_and_says_the_pool_may_be_scaled_to_zero(
     nodes = next(c for c in status.conditions if c.type == "NodesDetected")
     assert (nodes.status, nodes.reason) == ("False", "NoGpuNodes")
     assert nodes.message.startswith("no GPU nodes right now; the GPU worker pool may be scaled")
+    # the NVIDIA operator agrees that there is no GPU node: still Ready
+    agreeing = ClusterPolicyFacts("ready", gpu_nodes_seen=False, ready_reason="NoGPUNodes")
+    world_agreeing = world(daemonsets=sets, cluster_policy=agreeing)
+    assert aggregate(plans["no-gpu"], world_agreeing, generation=1).state is GpuState.READY
     preflight = next(c for c in status.conditions if c.type == "Preflight")
     assert preflight.status == "True"
     assert "no GPU nodes detected" in preflight.message  # the plan's finding, as information
@@ -960,3 +1008,23 @@ def test_reasons_are_typed_end_to_end() -> None:
     assert get_type_hints(cond)["reason"] == Reason
     assert get_type_hints(FluxCondition)["reason"] is FluxMirrored
     assert get_type_hints(Wait)["type"] is ConditionType
+
+
+def test_a_clusterpolicy_ready_before_it_saw_the_gpu_nodes_is_not_ready(
+    plans: dict[str, Plan],
+) -> None:
+    """The NVIDIA operator's pass before node-feature-discovery labelled the nodes deploys
+    nothing and reports ready (NoGPUNodes): no device plugin runs yet, so no GPU pod could
+    start, and the Gpu must not say Ready (seen in a CI run of test_driver_modes)."""
+    early = ClusterPolicyFacts("ready", gpu_nodes_seen=False, ready_reason="NoGPUNodes")
+    status = aggregate(plans["gl"], world(cluster_policy=early), generation=1)
+    components = next(c for c in status.conditions if c.type == "ComponentsReady")
+    assert status.state is GpuState.PROCESSING
+    assert (components.status, components.reason) == ("False", "ComponentsNotReady")
+    assert components.message == (
+        "ClusterPolicy cluster-policy is ready (NoGPUNodes) but the NVIDIA operator has not "
+        f"seen the {len(plans['gl'].nodes)} GPU nodes yet: it deploys the operands once "
+        "node-feature-discovery has labelled them"
+    )
+    seen = ClusterPolicyFacts("ready", ready_reason="Reconciled")
+    assert aggregate(plans["gl"], world(cluster_policy=seen), generation=1).state is GpuState.READY

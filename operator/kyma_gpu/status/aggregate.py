@@ -114,6 +114,7 @@ def _components(plan: Plan, observed: Observed, generation: int | None) -> Verdi
         observed.nodes_without_features,
         generation,
         c.GPU_CLUSTER if dra else c.CLUSTER_POLICY,
+        len(plan.nodes),
     )
 
 

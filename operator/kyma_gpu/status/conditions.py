@@ -349,6 +349,14 @@ def _features_missing_message(
     )
 
 
+def _no_gpu_node_seen_message(policy: ClusterPolicyFacts, name: str, gpu_nodes: int) -> str:
+    said = f" ({policy.ready_reason})" if policy.ready_reason else ""
+    return (
+        f"{name} is ready{said} but the NVIDIA operator has not seen the {gpu_nodes} GPU "
+        f"nodes yet: it deploys the operands once node-feature-discovery has labelled them"
+    )
+
+
 STACK_CONFLICT_MESSAGE = (
     "spec.stack is DevicePlugin, but the GPUCluster gpu-cluster of the DRA stack is still there: "
     "the chart keeps it on purpose (deleting it drains the pods that hold GPUs through DRA), and "
@@ -369,9 +377,10 @@ def components_ready(
     nodes_without_features: Sequence[str],
     generation: int | None,
     name: str = CLUSTER_POLICY,
+    gpu_nodes: int = 0,
 ) -> Verdict:
     """The stack's custom resource (`name`: the ClusterPolicy, or the GPUCluster on the DRA
-    stack) and the operand DaemonSets other than the drivers."""
+    stack) and the operand DaemonSets other than the drivers; `gpu_nodes`: the plan's."""
     kind = ConditionType.COMPONENTS_READY
     others = [d for d in sets if not d.driver]
     not_ready = [d for d in others if not d.ready]
@@ -380,6 +389,9 @@ def components_ready(
         message = _features_missing_message(nodes_without_features, policy, name)
         return Verdict(cond(kind, "False", ComponentsReason.NODE_FEATURES_MISSING, message,
                             generation))  # fmt: skip
+    if gpu_nodes and policy is not None and policy.state == "ready" and not policy.gpu_nodes_seen:
+        message = _no_gpu_node_seen_message(policy, name, gpu_nodes)
+        return Verdict(cond(kind, "False", ComponentsReason.NOT_READY, message, generation))
     if policy is not None and policy.state == "ready" and not not_ready:
         message = f"{name.split(maxsplit=1)[0]} ready; {len(others)} DaemonSets ready"
         return Verdict(cond(kind, "True", ComponentsReason.READY, message, generation))

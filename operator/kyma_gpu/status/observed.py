@@ -213,21 +213,36 @@ class ClusterPolicyFacts:
     message: str = ""
     device_plugin_config: str | None = None
     """The ClusterPolicy's spec.devicePlugin.config.name: the sharing ConfigMap it runs."""
+    gpu_nodes_seen: bool = True
+    """False when the state is ready without the NVIDIA operator having seen a GPU node: its
+    Ready condition says NoGPUNodes or NFDLabelsMissing (a pass before node-feature-discovery
+    labelled the nodes deploys nothing and calls that ready), or is not written yet (the
+    operator writes the state first, the condition next)."""
+    ready_reason: str = ""
+    """The reason of the Ready condition while it is True (Reconciled, NoGPUNodes, ...)."""
+
+
+NO_GPU_NODE_REASONS = frozenset({"NoGPUNodes", "NFDLabelsMissing"})
+"""The NVIDIA operator's Ready reasons for a pass that found no GPU node to deploy to."""
 
 
 def cluster_policy_facts(body: Mapping[str, Any]) -> ClusterPolicyFacts:
     status = body.get("status") or {}
-    message = ""
+    message, ready_reason = "", None
     for cond in status.get("conditions") or []:
         if not isinstance(cond, Mapping):
             continue
         if cond.get("type") == "Error" and cond.get("status") == "True":
             message = str(cond.get("message", ""))
-    state = status.get("state")
+        if cond.get("type") == "Ready" and cond.get("status") == "True":
+            ready_reason = str(cond.get("reason", ""))
+    state = str(status["state"]) if status.get("state") else None
+    seen = state != "ready" or ready_reason not in (None, *NO_GPU_NODE_REASONS)
     plugin = ((body.get("spec") or {}).get("devicePlugin") or {}).get("config") or {}
     config = plugin.get("name") if isinstance(plugin, Mapping) else None
-    return ClusterPolicyFacts(state=str(state) if state else None, message=message,
-                              device_plugin_config=str(config) if config else None)  # fmt: skip
+    return ClusterPolicyFacts(state=state, message=message,
+                              device_plugin_config=str(config) if config else None,
+                              gpu_nodes_seen=seen, ready_reason=ready_reason or "")  # fmt: skip
 
 
 gpu_cluster_facts = cluster_policy_facts
