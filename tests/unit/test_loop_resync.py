@@ -20,7 +20,7 @@ from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.rules.catalog import Catalog
 from tests.unit.test_loop import World, _provided_and_installed, installed, new_world
 
-FAST = LoopSettings(status_seconds=0.0, burst_seconds=0.0, resync_seconds=0.05)
+FAST = LoopSettings(status_seconds=0.0, burst_seconds=0.0, resync_seconds=0.05, freeze_heap=False)
 """A safety pass every 50 ms."""
 DEADLINE = 10.0
 
@@ -83,7 +83,7 @@ def test_the_safety_pass_reads_again_and_writes_nothing_when_nothing_differs(
 def test_a_release_changed_behind_the_modules_back_is_applied_again(catalog: Catalog) -> None:
     """No watch event tells of the change (the store still holds the old facts): the safety
     pass reads the HelmRelease, sees it differ from the plan, and applies it again."""
-    world = settled(catalog, LoopSettings(status_seconds=0.0, burst_seconds=0.0,
+    world = settled(catalog, LoopSettings(status_seconds=0.0, burst_seconds=0.0, freeze_heap=False,
                                           resync_seconds=0.5))  # fmt: skip
     release = world.api.objects[("HelmRelease", "gpu-operator")]
     planned = dict(release["spec"])
@@ -134,7 +134,9 @@ def test_a_follower_makes_no_safety_pass(catalog: Catalog) -> None:
 def test_removing_flux_looks_again_while_a_helmchart_terminates(catalog: Catalog) -> None:
     """The HelmChart of the module's release is not observed: nothing wakes the loop when
     source-controller finishes it. RemovingFlux lists again after `removal_wait_seconds`."""
-    settings = LoopSettings(status_seconds=0.0, burst_seconds=0.0, removal_wait_seconds=0.05)
+    settings = LoopSettings(
+        status_seconds=0.0, burst_seconds=0.0, removal_wait_seconds=0.05, freeze_heap=False
+    )
     world = _provided_and_installed(catalog, settings)
     chart = {"metadata": {"namespace": "kyma-system", "name": "kyma-system-gpu-operator",
                           "deletionTimestamp": "2026-11-30T10:00:01Z"}}  # fmt: skip

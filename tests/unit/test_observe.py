@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -186,3 +188,20 @@ def test_an_appearing_crd_wakes_an_absent_observer_and_404s_are_retried_meanwhil
                          then=lambda informer: informer.crd_present(True))  # fmt: skip
     assert reader.calls[:3] == ["list", "list", "list"]
     assert store.synced("things")
+
+
+def test_freeze_heap_leaves_the_survivors_to_no_later_collection() -> None:
+    """In a process of its own: freezing is process-wide, and this one is pytest's."""
+    code = (
+        "import gc\n"
+        "from kyma_gpu.observe.informer import freeze_heap\n"
+        "kept = [{'node': i} for i in range(1000)]\n"
+        "frozen = freeze_heap()\n"
+        "assert gc.get_freeze_count() == frozen >= 1000, frozen\n"
+        "assert not any(gc.get_objects(generation) for generation in (1, 2)), 'left tracked'\n"
+        "print(frozen)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=False, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) >= 1000

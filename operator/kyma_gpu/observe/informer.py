@@ -151,6 +151,18 @@ class GcPause:
 gc_paused = GcPause()
 
 
+def freeze_heap() -> int:
+    """Collect once, then move every object that survived into the collector's permanent
+    generation (gc.freeze), where no later collection walks it. Called after the first
+    reconcile: the compact facts of every Node, the rule catalog and the imported modules are
+    long-lived, and at 20,000 Nodes a full collection over them took 120 ms or more, paid by
+    whichever change happened to trigger it. Facts replaced later are freed by reference
+    counting as before (they hold no cycles). Returns the objects frozen."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
+
+
 def default_key(body: Mapping[str, Any]) -> str:
     meta = body.get("metadata") or {}
     namespace = meta.get("namespace")

@@ -28,6 +28,7 @@ from kyma_gpu.api.models import GpuSpec
 from kyma_gpu.errors import ApiError
 from kyma_gpu.facts import ClusterFacts
 from kyma_gpu.metrics import Metrics, Scraped
+from kyma_gpu.observe.informer import freeze_heap
 from kyma_gpu.observe.sources import (
     CLUSTER_POLICIES,
     CRDS,
@@ -209,6 +210,7 @@ class Loop:
         `LoopSettings.resync_seconds`; only while this replica leads."""
         await self._wait_synced(stopped)
         resync_at = time.monotonic() + self.settings.resync_seconds
+        frozen = not self.settings.freeze_heap
         while not stopped.is_set():
             if not self.may_write():  # a follower (leader election): observe, never write
                 await _first_of(stopped, stopped, self.settings.follower_seconds)
@@ -219,6 +221,9 @@ class Loop:
                     await self.reread()
                 self.store.changed.clear()  # what the reads changed is this pass's, too
                 requeue = await self.run_pass()
+                if not frozen:
+                    frozen = True
+                    log.debug("heap after the first pass: %d objects frozen", freeze_heap())
             except Exception:  # a bug in one pass must not end reconciling for good
                 requeue = self.settings.failed_pass_seconds
                 log.exception("reconcile pass failed; again in %.0fs", requeue)

@@ -44,6 +44,10 @@ class LoopSettings:
     when nothing differs; it repairs what a lost event or a store that went wrong would leave
     (the store once kept a deleted HelmRepository for ever). Five minutes: a few requests
     per interval, while Flux's own drift detection looks inside the release."""
+    freeze_heap: bool = True
+    """After the first pass, collect once and freeze what survived (observe.informer.freeze_heap):
+    no later collection walks the facts of every Node again. Off in tests that run many loops in
+    one process."""
     removal_wait_seconds: float = 5.0
     """RemovingFlux waits while one of the module's Flux objects terminates (a HelmChart its
     source-controller finalizes): no observer watches that kind, so the machine looks again
