@@ -32,7 +32,7 @@ tools: ## build the Go test binaries (etcd, kube-*, kwok, Flux, NVIDIA, KLM, mod
 
 # Test files run on TEST_WORKERS pytest-xdist workers, each with a local cluster of its own,
 # longest first (tests/harness/scheduling.py, tests/durations.json).
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 5
 PYTEST_ARGS ?=
 
 .PHONY: test
