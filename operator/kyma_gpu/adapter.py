@@ -15,9 +15,11 @@ import asyncio
 import datetime
 import json
 import logging
+import re
 import socket
 from collections import Counter
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -160,17 +162,20 @@ class KubeAdapter:
             raise classify(what, response.status, str(response.reason or ""), message_of(data))
         return response
 
-    def _json(
-        self, what: str, method: str, path: str, drop_images: bool = False, **kwargs: Any
-    ) -> dict[str, Any]:
+    def _bytes(self, what: str, method: str, path: str, **kwargs: Any) -> bytes:
+        """A response's whole body, unparsed."""
         response = self._request(what, method, path, **kwargs)
         try:
-            data = response.data
+            return bytes(response.data)
         except (urllib3.exceptions.HTTPError, OSError) as err:
             raise TransientError(what, 0, message=str(err)) from err
         finally:
             response.release_conn()
-        result: dict[str, Any] = _loads(data, drop_images)
+
+    def _json(
+        self, what: str, method: str, path: str, drop_images: bool = False, **kwargs: Any
+    ) -> dict[str, Any]:
+        result: dict[str, Any] = _loads(self._bytes(what, method, path, **kwargs), drop_images)
         return result
 
     # -- reads (blocking: the observers call them from their own threads) --
@@ -181,6 +186,36 @@ class KubeAdapter:
         accept = _METADATA_ONLY if query.metadata_only else "application/json"
         return self._json(f"list {query.path}", "GET", query.path, query.drop_images,
                           query=params, accept=accept, timeout=(10, 60))  # fmt: skip
+
+    def list_pages(self, query: ListQuery, limit: int) -> Iterator[dict[str, Any]]:
+        """The pages of a whole LIST in order, each parsed as list_page parses it, while the
+        request for the next one already runs: its continue token is read from the head of
+        the page's raw JSON (`_continue_of`), so the API server encodes and sends page n+1
+        while the caller parses and folds page n (at 20,000 Nodes, 80 pages of 3 MB). At most
+        two pages are held: the one handed out and the next one arriving."""
+        what = f"list {query.path}"
+        accept = _METADATA_ONLY if query.metadata_only else "application/json"
+
+        def fetch(token: str | None) -> bytes:
+            params = [*query.params(), ("limit", str(limit))]
+            params += [("continue", token)] if token else []
+            return self._bytes(what, "GET", query.path, query=params, accept=accept,
+                               timeout=(10, 60))  # fmt: skip
+
+        with ThreadPoolExecutor(1, thread_name_prefix="list-ahead") as ahead:
+            data: bytes | None = fetch(None)
+            while data is not None:
+                token = _continue_of(data)
+                following = ahead.submit(fetch, token) if token else None
+                page: dict[str, Any] = _loads(data, query.drop_images)
+                data = None
+                if following is None:  # the head had no token: the last page, or an odd one
+                    later = str((page.get("metadata") or {}).get("continue") or "") or None
+                    yield page
+                    data = fetch(later) if later else None
+                    continue
+                yield page
+                data = following.result()
 
     def serves(self, group: str, version: str, plural: str) -> bool:
         """Whether discovery lists the resource. An API server that is starting serves its
@@ -380,6 +415,25 @@ def without_images(data: bytes) -> bytes:
         return data
     parts.append(data[at:])
     return b"".join(parts)
+
+
+_LIST_META = re.compile(rb'"metadata":(\{[^{}]*\})')
+_HEAD = 4096
+
+
+def _continue_of(data: bytes) -> str | None:
+    """The continue token of a LIST page, read from its head without parsing the page: the API
+    server writes kind, apiVersion and the list's metadata (flat: resourceVersion, continue,
+    remainingItemCount) before the items. None when there is none, or the head is not shaped
+    so (the caller then takes it from the parsed page)."""
+    found = _LIST_META.search(data, 0, _HEAD)
+    if found is None or data.find(b'"items"', 0, found.start()) >= 0:
+        return None
+    try:
+        token = json.loads(found[1]).get("continue")
+    except ValueError:
+        return None
+    return str(token) if token else None
 
 
 def _loads(data: bytes, drop_images: bool) -> Any:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from kyma_gpu.adapter import KubeAdapter, ObjectRef
+from kyma_gpu.adapter import KubeAdapter, ListQuery, ObjectRef
 from kyma_gpu.observe.sources import FluxFacts, flux_facts, flux_source
 from tests.harness.cluster import LocalCluster
 from tests.harness.module import (
@@ -192,8 +192,27 @@ def test_the_safety_pass_reads_what_the_observers_list(
     (`KubeAdapter.read`, a GET). On the real API server its answer folds into the very facts
     the observers' LIST gives, so an object in order changes nothing in the store and the pass
     writes nothing; an object that is not there reads as None (a ghost goes)."""
+    _apply(local_cluster, GPU_MANIFEST)  # as the file's first test left it (also run alone)
+    wait_until(lambda: helm_release(local_cluster), 60, "the HelmRelease")
     with local_cluster.kube_client() as api:
         _read_as_listed(KubeAdapter(api=api))
+
+
+def test_a_list_in_pages_asked_ahead_gives_every_object_once(local_cluster: LocalCluster) -> None:
+    """adapter.list_pages requests page n+1 (its token read from page n's raw head) while page
+    n is parsed: on the real API server every object comes once, in the server's order."""
+    names = [f"paged-{i:02d}" for i in range(7)]
+    local_cluster.kubectl("create", "namespace", "paged")
+    for name in names:
+        local_cluster.kubectl("create", "configmap", name, "-n", "paged")
+    query = ListQuery("/api/v1/namespaces/paged/configmaps", label_selector=None)
+    with local_cluster.kube_client() as api:
+        pages = list(KubeAdapter(api=api).list_pages(query, 2))
+    listed = [item["metadata"]["name"] for page in pages for item in page["items"]]
+    assert [n for n in listed if n.startswith("paged-")] == names
+    assert len(pages) == -(-len(listed) // 2)  # kube-root-ca.crt is listed too
+    assert not pages[-1]["metadata"].get("continue")
+    local_cluster.kubectl("delete", "namespace", "paged", "--wait=false")
 
 
 def _read_as_listed(adapter: KubeAdapter) -> None:

@@ -96,6 +96,15 @@ class ScriptedReader:
         meta = {"resourceVersion": "100", "continue": str(index + 1) if more else ""}
         return {"items": self.pages[index], "metadata": meta}
 
+    def list_pages(self, query: Any, limit: int) -> Iterator[dict[str, Any]]:
+        token: str | None = None
+        while True:
+            page = self.list_page(query, limit, token)
+            yield page
+            token = page["metadata"]["continue"] or None
+            if token is None:
+                return
+
     def watch(self, query: Any, resource_version: str, timeout_seconds: int
               ) -> Iterator[dict[str, Any]]:  # fmt: skip
         with self.lock:

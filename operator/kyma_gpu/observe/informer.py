@@ -1,6 +1,7 @@
 """An observer of one resource, like a client-go informer: a paged LIST, then a WATCH from
 the list's resourceVersion, each object folded into compact facts at once and its body
-dropped; a new LIST after 410 Gone; backoff on errors; never more than one page in memory.
+dropped; a new LIST after 410 Gone; backoff on errors; never more than two pages in memory
+(the one folded and the next one arriving, adapter.list_pages).
 
 It runs in a thread of its own (the API client is blocking) and hands facts to the store on
 the event loop's thread. It filters unchanged facts itself, so that a Node heartbeat costs a
@@ -71,7 +72,7 @@ class WatchSettings:
 class Reader(Protocol):
     """The adapter's read side (kyma_gpu.adapter.KubeAdapter)."""
 
-    def list_page(self, query: Any, limit: int, token: str | None = None) -> dict[str, Any]: ...
+    def list_pages(self, query: Any, limit: int) -> Iterator[dict[str, Any]]: ...
 
     def watch(
         self, query: Any, resource_version: str, timeout_seconds: int
@@ -264,19 +265,19 @@ class Informer:
     def _relist(self) -> str:
         began, pages, seen = time.monotonic(), 0, 0
         entries: dict[str, Entry] = {}
-        token: str | None = None
+        meta: dict[str, Any] = {}
+        listing = self.reader.list_pages(self.source.query, self.source.page_size)
         while True:
             with gc_paused():  # the page is parsed, folded and dropped before gc runs again
-                page = self.reader.list_page(self.source.query, self.source.page_size, token)
+                page = next(listing, None)
+                if page is None:
+                    break
                 pages += 1
                 for item in page.get("items") or ():
                     seen += 1
                     self._fold_into(entries, item)
                 meta = dict(page.get("metadata") or {})
                 del page
-            token = meta.get("continue") or None
-            if token is None:
-                break
         version = str(meta.get("resourceVersion", ""))
         self._said_absent = False
         self._known = {key: entry.facts for key, entry in entries.items()}
