@@ -182,10 +182,15 @@ class KubeAdapter:
 
     def list_page(self, query: ListQuery, limit: int, token: str | None = None) -> dict[str, Any]:
         """One page of a LIST: the parsed JSON (items, metadata.continue/resourceVersion)."""
+        result: dict[str, Any] = _loads(self._page(query, limit, token), query.drop_images)
+        return result
+
+    def _page(self, query: ListQuery, limit: int, token: str | None) -> bytes:
+        """One page of a LIST, its raw JSON."""
         params = [*query.params(), ("limit", str(limit))] + ([("continue", token)] if token else [])
         accept = _METADATA_ONLY if query.metadata_only else "application/json"
-        return self._json(f"list {query.path}", "GET", query.path, query.drop_images,
-                          query=params, accept=accept, timeout=(10, 60))  # fmt: skip
+        return self._bytes(f"list {query.path}", "GET", query.path, query=params, accept=accept,
+                           timeout=(10, 60))  # fmt: skip
 
     def list_pages(self, query: ListQuery, limit: int) -> Iterator[dict[str, Any]]:
         """The pages of a whole LIST in order, each parsed as list_page parses it, while the
@@ -193,14 +198,9 @@ class KubeAdapter:
         the page's raw JSON (`_continue_of`), so the API server encodes and sends page n+1
         while the caller parses and folds page n (at 20,000 Nodes, 80 pages of 3 MB). At most
         two pages are held: the one handed out and the next one arriving."""
-        what = f"list {query.path}"
-        accept = _METADATA_ONLY if query.metadata_only else "application/json"
 
         def fetch(token: str | None) -> bytes:
-            params = [*query.params(), ("limit", str(limit))]
-            params += [("continue", token)] if token else []
-            return self._bytes(what, "GET", query.path, query=params, accept=accept,
-                               timeout=(10, 60))  # fmt: skip
+            return self._page(query, limit, token)
 
         with ThreadPoolExecutor(1, thread_name_prefix="list-ahead") as ahead:
             data: bytes | None = fetch(None)
