@@ -23,7 +23,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import kopf
@@ -89,7 +89,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     settings.watching.server_timeout = ours.kopf.gpu_watch_seconds
     settings.networking.error_backoffs = _Forever(ours.kopf)
     catalog = Catalog()  # checked in run(): broken rule data never gets this far
-    identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+    identity: str = memo.identity
     metrics = Metrics.for_process()
     adapter = KubeAdapter.connect(identity, metrics)
     store = Store()
@@ -183,6 +183,15 @@ def gpu_changed(type: str, name: str, body: kopf.Body, memo: kopf.Memo, **_: Any
     _store(memo).put(GPUS, name, Entry(version_of(obj.resource_version), obj))
 
 
+def own_identity(environ: Mapping[str, str]) -> str:
+    """Who this process is, for kopf, the Lease and the user agent: the pod's name (the
+    Deployment's POD_NAME), else host and pid. Never the login name: the image's numeric user
+    65532 has no passwd entry, and containerd, the runtime of every Gardener node, writes none
+    into the container (podman and Docker do). kopf's own default identity asks
+    getpass.getuser(), which raises KeyError there: the manager crashed at start."""
+    return environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+
+
 def run(
     liveness: str | None = None, leader_election: bool = False, metrics_address: str | None = None,
     settings: Settings | None = None,
@@ -195,6 +204,8 @@ def run(
         sys.exit(2)
     kopf.configure(verbose=False)
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    identity = own_identity(os.environ)
+    os.environ["POD_ID"] = identity  # kopf's documented source of its identity (detect_own_id)
     # kopf only watches the Gpu and runs the process: no peering (it would pause every replica
     # of equal priority); the Lease picks the one that writes.
     kopf.run(
@@ -202,6 +213,7 @@ def run(
         liveness_endpoint=liveness,
         standalone=True,
         memo=kopf.Memo(
+            identity=identity,
             leader_election=leader_election,
             metrics_address=metrics_address,
             settings=settings or Settings(),
