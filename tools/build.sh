@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the real test binaries (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, kwok, source-controller, helm-controller, helm, flux,
+# kube-scheduler, kubectl, kubelet, kwok, nfd-master, nfd-worker, source-controller, helm-controller, helm, flux,
 # kubeconform, registry) from their
 # Go modules into a user-level cache keyed by version and go.sum, and links
 # them into tools/bin. Idempotent: a cached binary is reused, not rebuilt.
@@ -83,11 +83,21 @@ want kwok && build kwok kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
 # kwokctl (same kwok module and version) only on request, ONLY=kwokctl: it was
 # evaluated as a replacement for the harness's cluster (docs/performance.md), not adopted.
 [[ " $only " == *" kwokctl "* ]] && build kwokctl kwokctl "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwokctl
-for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+# The kubelet runs the harness's real node (tests/harness/realnode.py) on containerd.
+for b in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do
   want "$b" && build "$b" kubernetes "$KUBERNETES_VERSION" "k8s.io/kubernetes/cmd/$b" "$k8s_ldflags"
 done
 want source-controller && build source-controller source-controller "$SOURCE_CONTROLLER_VERSION" github.com/fluxcd/source-controller
 want helm-controller && build helm-controller helm-controller "$HELM_CONTROLLER_VERSION" github.com/fluxcd/helm-controller
+# node-feature-discovery, the version the NVIDIA chart deploys (tools/nfd): nfd-master and
+# nfd-worker label the real node as NFD labels a Kyma cluster's nodes.
+for b in nfd-master nfd-worker; do
+  want "$b" && build "$b" nfd "$NFD_VERSION" "sigs.k8s.io/node-feature-discovery/cmd/$b" \
+    "-s -w -X sigs.k8s.io/node-feature-discovery/pkg/version.version=$NFD_VERSION"
+done
+# The sandbox ("pause") image's process for the real node's containerd (tools/pause, our own
+# twenty lines): no image can be pulled here. Its key is PAUSE_VERSION plus go.mod.
+want pause && build pause pause "$PAUSE_VERSION" . "-s -w"
 want helm && build helm helm "$HELM_VERSION" helm.sh/helm/v4/cmd/helm
 # kubeconform validates the rendered manifests in make check, against JSON schemas
 # that hack/kubeconform-schemas.py generates offline (its default source is GitHub).

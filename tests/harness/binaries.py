@@ -1,8 +1,9 @@
 """Where the Go-built test binaries live, and a clear error when one is missing.
 
 tools/build.sh builds etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler, kubectl, kwok, source-controller, helm-controller, helm and the
-flux CLI into a user-level cache and links them into ``<repo>/tools/bin``. The
+kube-scheduler, kubectl, the kubelet, kwok, nfd-master and nfd-worker, the pause binary,
+source-controller, helm-controller, helm, the flux CLI and the rest (tools/versions.env)
+into a user-level cache and links them into ``<repo>/tools/bin``. The
 harness only ever runs binaries from there, never whatever happens to be on
 PATH, so the versions in tools/versions.env are the versions under test.
 """

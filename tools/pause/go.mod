@@ -1,0 +1,3 @@
+module kyma-gpu.local/tools/pause
+
+go 1.26.0
