@@ -1,7 +1,8 @@
 """Command line: start the local cluster (and Flux) and keep it up until Ctrl-C.
 
-    python -m tests.harness up [--flux] [--nodes FILE ...] [--workdir DIR]
+    python -m tests.harness up [--flux] [--real-node] [--nodes FILE ...] [--workdir DIR]
     python -m tests.harness demo [--exit-when-ready]     (what `make demo` runs)
+    python -m tests.harness clean-host                   (undo what dead real nodes left)
 
 Run from the repository root. Without --nodes the demo fleet
 (tests/harness/fleets/demo.yaml) is created; ``--nodes`` with no file starts
@@ -22,6 +23,7 @@ from .binaries import MissingBinaryError
 from .cluster import LocalCluster
 from .flux import FluxStack
 from .nodes import DEMO_FLEET
+from .realnode import ROLE_LABEL, RealNode
 
 
 class ProgressPrinter:
@@ -61,6 +63,11 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--charts", type=Path, help="chart directory to serve (default ../shared/charts)"
     )
+    up.add_argument(
+        "--real-node", action="store_true",
+        help="also a real node (kubelet + containerd, as root) for the pods of namespace "
+        "default labelled kyma-gpu.test/real-node=true",
+    )  # fmt: skip
     demo = commands.add_parser("demo", help="cluster + Flux + operator + sample Gpu (make demo)")
     demo.add_argument(
         "--exit-when-ready", action="store_true", help="stop once the Gpu is Ready (for tests)"
@@ -69,15 +76,44 @@ def _parser() -> argparse.ArgumentParser:
         "--klm", action="store_true",
         help="deliver the module as Kyma does: a release in a local registry, installed by KLM",
     )  # fmt: skip
+    commands.add_parser(
+        "clean-host",
+        help="undo what real nodes of dead test runs left on this host (tests/harness/host.py)",
+    )
     return parser
 
 
-def up(flux: bool, nodes: Sequence[Path] | None, workdir: Path | None, charts: Path | None) -> int:
+def _print_ready(cluster: LocalCluster, stack: FluxStack | None, node: RealNode | None) -> None:
+    print()
+    print(f"kubeconfig: {cluster.kubeconfig}")
+    print(f"export KUBECONFIG={cluster.kubeconfig}")
+    if stack is not None:
+        print(f"Helm repository: {stack.helm_repo_url}  charts: {stack.helm_repo.charts()}")
+    if node is not None:
+        print(f"real node: {node.name} (slot {node.slot.index}); pods of namespace default "
+              f"labelled {ROLE_LABEL}=true run there")  # fmt: skip
+    print(f"logs: {cluster.log_dir}")
+    rss = cluster.rss_kib()
+    print(
+        "memory (RSS MiB): "
+        + ", ".join(f"{name} {kib / 1024:.0f}" for name, kib in rss.items())
+        + f"; total {sum(rss.values()) / 1024:.0f}"
+    )
+
+
+def up(
+    flux: bool,
+    nodes: Sequence[Path] | None,
+    workdir: Path | None,
+    charts: Path | None,
+    real_node: bool = False,
+) -> int:
     began = time.monotonic()
     progress = ProgressPrinter(began)
     node_files = [DEMO_FLEET] if nodes is None else list(nodes)
     cluster = LocalCluster(workdir, node_files=node_files, progress=progress)
     stack: FluxStack | None = None
+    node: RealNode | None = None
     signal.signal(signal.SIGTERM, _raise_interrupt)
     # Started from a non-interactive shell with `&`, Python inherits SIGINT
     # ignored; "Ctrl-C stops everything" should hold anyway.
@@ -86,18 +122,9 @@ def up(flux: bool, nodes: Sequence[Path] | None, workdir: Path | None, charts: P
         cluster.start()
         if flux:
             stack = FluxStack(cluster, charts_dir=charts, progress=progress).start()
-        print()
-        print(f"kubeconfig: {cluster.kubeconfig}")
-        print(f"export KUBECONFIG={cluster.kubeconfig}")
-        if stack is not None:
-            print(f"Helm repository: {stack.helm_repo_url}  charts: {stack.helm_repo.charts()}")
-        print(f"logs: {cluster.log_dir}")
-        rss = cluster.rss_kib()
-        print(
-            "memory (RSS MiB): "
-            + ", ".join(f"{name} {kib / 1024:.0f}" for name, kib in rss.items())
-            + f"; total {sum(rss.values()) / 1024:.0f}"
-        )
+        if real_node:
+            node = RealNode(cluster, {ROLE_LABEL: "true"}, "default", progress=progress).start()
+        _print_ready(cluster, stack, node)
         print("Ctrl-C stops everything.", flush=True)
         while True:
             cluster.check_alive()
@@ -115,6 +142,8 @@ def up(flux: bool, nodes: Sequence[Path] | None, workdir: Path | None, charts: P
         return 1
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut teardown
+        if node is not None:
+            node.stop()
         if stack is not None:
             stack.stop()
         cluster.stop()
@@ -125,7 +154,13 @@ def up(flux: bool, nodes: Sequence[Path] | None, workdir: Path | None, charts: P
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "up":
-        return up(args.flux, args.nodes, args.workdir, args.charts)
+        return up(args.flux, args.nodes, args.workdir, args.charts, args.real_node)
+    if args.command == "clean-host":
+        from .host import sweep_all
+
+        swept = sweep_all()
+        print(f"swept {len(swept)} free real-node slot(s); host state restored unless one is held")
+        return 0
     if args.command == "demo" and args.klm:
         from .demo_klm import run_klm_demo
 

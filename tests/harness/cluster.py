@@ -62,39 +62,15 @@ take to become Ready: long enough that the ClusterPolicy is seen notReady first,
 on a real node where the driver takes minutes."""
 
 
-def _excluding(stage: dict[str, Any], real_pods: Mapping[str, Sequence[str]]) -> dict[str, Any]:
-    """A pod stage that leaves the pods labelled ``key in values`` to another kubelet."""
-    if stage["spec"]["resourceRef"]["kind"] == "Pod":
-        expressions = stage["spec"]["selector"]["matchExpressions"]
-        for key, values in real_pods.items():
-            expressions.append(
-                {"key": f'.metadata.labels["{key}"]', "operator": "NotIn", "values": list(values)}
-            )
-    return stage
-
-
-def kwok_stage_files(
-    out_dir: Path, real_pods: Mapping[str, Sequence[str]] | None = None
-) -> list[Path]:
+def kwok_stage_files(out_dir: Path) -> list[Path]:
     """The Stage files of tests/harness/kwok, plus one written to ``out_dir``: the
     pod-ready stage for the NVIDIA operand pods, delayed by OPERAND_READY_DELAY_MS.
     The stock pod-ready stage excludes those pods, so exactly one stage matches.
-
-    ``real_pods`` (label key -> values): pods kwok must not touch at all, because a real
-    container runtime runs them (tests/harness/kubelet.py); every pod stage then excludes
-    them, and all the stages are written to ``out_dir``.
+    (kwok touches only the pods on its own nodes: a real node's pods are the kubelet's,
+    tests/harness/realnode.py.)
     """
     files = sorted(KWOK_STAGES_DIR.glob("*.yaml"))
-    if real_pods:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        copies = []
-        for path in files:
-            stage = _excluding(yaml.safe_load(path.read_text(encoding="utf-8")), real_pods)
-            copies.append(out_dir / path.name)
-            copies[-1].write_text(yaml.safe_dump(stage, sort_keys=False), encoding="utf-8")
-        files = copies
     stage = yaml.safe_load((KWOK_STAGES_DIR / "pod-ready.yaml").read_text(encoding="utf-8"))
-    stage = _excluding(stage, real_pods or {})
     stage["metadata"]["name"] = "kyma-gpu-operand-pod-ready"
     key = f'.metadata.labels["{OPERAND_LABEL}"]'
     expressions = stage["spec"]["selector"]["matchExpressions"]
@@ -216,7 +192,6 @@ class LocalCluster:
         node_files: Sequence[Path | str] = (),
         progress: Progress | None = None,
         start_timeout: float = 120.0,
-        real_pods: Mapping[str, Sequence[str]] | None = None,
         controller_qps: int | None = None,
     ) -> None:
         self._own_workdir = workdir is None
@@ -232,8 +207,6 @@ class LocalCluster:
         self.node_files = [Path(path) for path in node_files]
         self.progress: Progress = progress or _quiet
         self.start_timeout = start_timeout
-        self.real_pods = dict(real_pods or {})
-        """Pods (label key -> values) kwok leaves alone: a real runtime runs them."""
         self.log_dir = self.workdir / "logs"
         self.kubeconfig = self.workdir / "kubeconfig"
         self.audit_log = self.log_dir / "audit.log"
@@ -367,6 +340,9 @@ class LocalCluster:
                 # non-loopback address; nothing in the tests dials it.
                 "--advertise-address=127.0.0.1",
                 "--endpoint-reconciler-type=none",
+                # A real node's Hostname (its name) resolves nowhere; its InternalIP is a
+                # local address (tests/harness/realnode.py): logs, exec, port-forward.
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
                 f"--cert-dir={self.workdir / 'kube-apiserver'}",
                 f"--tls-cert-file={pki.serving_cert}",
                 f"--tls-private-key-file={pki.serving_key}",
@@ -445,10 +421,7 @@ class LocalCluster:
             [
                 str(self._bins["kwok"]),
                 f"--kubeconfig={self.kubeconfig}",
-                *(
-                    f"--config={stage}"
-                    for stage in kwok_stage_files(self.workdir / "kwok", self.real_pods)
-                ),
+                *(f"--config={stage}" for stage in kwok_stage_files(self.workdir / "kwok")),
                 f"--manage-nodes-with-label-selector={nodes_module.KWOK_SELECTOR}",
                 f"--cidr={POD_CIDR}",
                 f"--server-address=127.0.0.1:{kwok_port}",

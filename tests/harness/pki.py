@@ -4,9 +4,9 @@ Everything is ECDSA P-256 (fast to generate, accepted by every Kubernetes
 component):
 
 - a CA that signs the rest and is the API server's --client-ca-file;
-- the API server's serving certificate, SANs localhost, 127.0.0.1 and 10.0.2.2 (the
-  address at which a podman container on slirp4netns reaches the host's loopback:
-  the manager's pod in tests/harness/kubelet.py talks to the API server there);
+- the API server's serving certificate, SANs localhost, 127.0.0.1 and 10.0.0.1 (the
+  `kubernetes` Service's address, the first of the service range: a pod on the real node,
+  tests/harness/realnode.py, talks to the API server there);
 - a separate key pair for signing and verifying service-account tokens;
 - the admin client certificate, CN admin, O system:masters (RBAC super-user).
 
@@ -109,7 +109,7 @@ def _sign(
 
 def create_pki(
     directory: Path,
-    hosts: Sequence[str] = ("localhost", "127.0.0.1", "10.0.2.2"),
+    hosts: Sequence[str] = ("localhost", "127.0.0.1", "10.0.0.1"),
 ) -> ClusterPKI:
     """Create CA, serving, service-account and admin credentials in ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -169,6 +169,19 @@ def create_pki(
         admin_cert=admin_cert,
         admin_key=admin_key,
     )
+
+
+def client_cert(
+    pki: ClusterPKI, name: str, common_name: str, organizations: Sequence[str] = ()
+) -> tuple[Path, Path]:
+    """A client certificate signed by the cluster CA (a kubelet's: CN system:node:<node>,
+    O system:nodes); written next to the others as <name>.crt and <name>.key."""
+    leaf = [
+        "basicConstraints = critical, CA:FALSE",
+        "keyUsage = critical, digitalSignature",
+        "extendedKeyUsage = clientAuth",
+    ]
+    return _sign(pki.directory, name, (pki.ca_cert, pki.ca_key), common_name, organizations, leaf)
 
 
 def _is_ip(host: str) -> bool:

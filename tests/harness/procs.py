@@ -131,7 +131,7 @@ class PortClaims:
         return self.claim_key(str(port))
 
     def claim_key(self, key: str) -> bool:
-        """The same for any name (e.g. the loopback address of a pod: tests/harness/kubelet.py)."""
+        """The same for any name, not only a port number."""
         with self._lock:
             if key in self._held:
                 return True
@@ -529,7 +529,8 @@ def log_tails(
     brief: Callable[[Path], bool] | None = None,
     brief_lines: int = 3,
 ) -> str:
-    """The tail of every file in ``log_dir`` (or only ``<name>.log`` of ``names``).
+    """The tail of every file in ``log_dir`` and below it (a real node's container logs in
+    ``pods/<namespace>_<pod>_<uid>/<container>/``), or only ``<name>.log`` of ``names``.
 
     Files for which ``brief`` is true (the API server's audit log) get only
     their size and last ``brief_lines`` lines.
@@ -537,7 +538,7 @@ def log_tails(
     if names:
         paths = [log_dir / f"{name}.log" for name in names]
     else:
-        paths = sorted(path for path in log_dir.glob("*") if path.is_file())
+        paths = sorted(path for path in log_dir.rglob("*") if path.is_file())
     blocks = []
     for path in paths:
         if brief is not None and brief(path):
@@ -545,5 +546,6 @@ def log_tails(
             continue
         text = tail(path, lines)
         if text:
-            blocks.append(f"----- {path.name} (last {lines} lines) -----\n{text}")
+            name = path.relative_to(log_dir) if path.is_relative_to(log_dir) else path.name
+            blocks.append(f"----- {name} (last {lines} lines) -----\n{text}")
     return "\n".join(blocks)
