@@ -81,7 +81,10 @@ _OS_RELEASE = (
     (re.compile(r"^SUSE Linux Enterprise Server\s+([0-9.]+)"), "sles"),
     (re.compile(r"^Red Hat Enterprise Linux(?: CoreOS)?\s+([0-9.]+)"), "rhel"),
     (re.compile(r"^Flatcar Container Linux.*?([0-9]+\.[0-9]+\.[0-9]+)"), "flatcar"),
+    (re.compile(r"^Debian GNU/Linux\s+([0-9]+)"), "debian"),  # the test machines' own OS
 )
+_VERSION_PARTS = re.compile(r"^(?P<major>\d+)(\.(?P<minor>\d+))?(\..*)?$")
+"""NFD's split of VERSION_ID into the VERSION_ID.major and .minor features (source/system)."""
 
 
 def os_release(os_image: str) -> dict[str, str]:
@@ -92,6 +95,10 @@ def os_release(os_image: str) -> dict[str, str]:
             release = {"ID": os_id, "VERSION_ID": match.group(1), "PRETTY_NAME": os_image}
             if os_id == "gardenlinux":
                 release["GARDENLINUX_VERSION"] = match.group(1)
+            parts = _VERSION_PARTS.match(match.group(1))
+            for part in ("major", "minor"):
+                if parts and parts.group(part):
+                    release[f"VERSION_ID.{part}"] = parts.group(part)
             return release
     return {"PRETTY_NAME": os_image}
 
@@ -139,14 +146,9 @@ def worker_config(configmap_data: Mapping[str, str]) -> dict[str, Any]:
 def builtin_labels(host: Host, config: Mapping[str, Any]) -> dict[str, str]:
     """The labels of NFD's built-in system, kernel and pci sources."""
     labels: dict[str, str] = {}
-    for key in ("ID", "VERSION_ID"):
+    for key in ("ID", "VERSION_ID", "VERSION_ID.major", "VERSION_ID.minor"):
         if key in host.osrelease:
             labels[f"{PREFIX}system-os_release.{key}"] = host.osrelease[key]
-    version = host.osrelease.get("VERSION_ID", "")
-    parts = version.split(".")
-    if len(parts) >= 2 and all(p.isdigit() for p in parts[:2]):
-        labels[f"{PREFIX}system-os_release.VERSION_ID.major"] = parts[0]
-        labels[f"{PREFIX}system-os_release.VERSION_ID.minor"] = parts[1]
     for key, value in host.kernel.items():
         labels[f"{PREFIX}kernel-version.{key}"] = value
     fields = ((config.get("sources") or {}).get("pci") or {}).get("deviceLabelFields")

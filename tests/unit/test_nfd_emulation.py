@@ -59,6 +59,15 @@ def test_ubuntu_is_not_matched_by_the_garden_linux_rule() -> None:
     assert labels[f"{P}system-os_release.VERSION_ID.major"] == "22"
 
 
+def test_a_version_without_a_dot_has_a_major_and_no_minor() -> None:
+    """What the real NFD v0.19.0 labelled on a Debian 12 node (tests/e2e/test_real_nfd.py)."""
+    labels = nfd.node_labels(_node("Debian GNU/Linux 12 (bookworm)", gpus=0), {"sources": {}})
+    assert labels[f"{P}system-os_release.ID"] == "debian"
+    assert labels[f"{P}system-os_release.VERSION_ID"] == "12"
+    assert labels[f"{P}system-os_release.VERSION_ID.major"] == "12"
+    assert f"{P}system-os_release.VERSION_ID.minor" not in labels
+
+
 def test_a_cpu_node_has_no_nvidia_pci_label() -> None:
     labels = nfd.node_labels(_node("Garden Linux 1877.21", gpus=0), _installer_nfd_config())
     assert f"{P}pci-10de.present" not in labels
