@@ -70,6 +70,11 @@ ensure_base() {
 build() {
   local version=${1:-$DEFAULT_VERSION} start=$SECONDS ca=${BUILD_CA:-/etc/ssl/certs/ca-certificates.crt}
   need buildah podman
+  # One build at a time on this host (parallel test workers build the same image): the second
+  # waits, then reuses the first one's stand-in base and layers.
+  mkdir -p "$CACHE"
+  exec 8>"$CACHE/.build.lock"
+  flock 8
   ensure_base
   local mounts=()
   [[ -f $ca ]] && mounts=(-v "$ca:/etc/ssl/certs/ca-certificates.crt:ro")
