@@ -23,11 +23,11 @@ $(STAMP): pyproject.toml requirements-dev.lock
 	@touch $@
 
 .PHONY: setup
-setup: $(STAMP) ## .venv with the pinned Python dependencies; buildah/podman/runc/mmdebstrap (apt-get)
+setup: $(STAMP) ## .venv with the pinned Python dependencies; buildah/podman/mmdebstrap, containerd/runc/CNI plugins (apt-get)
 	@bash hack/host-packages.sh
 
 .PHONY: tools
-tools: ## build the Go test binaries (etcd, kube-*, kwok, Flux, NVIDIA, KLM, modulectl, ocm, registry) into ~/.cache, once
+tools: ## build the Go test binaries (etcd, kube-*, kubelet, kwok, NFD, Flux, NVIDIA, KLM, modulectl, ocm, registry) into ~/.cache, once
 	bash tools/build.sh
 
 # Test files run on TEST_WORKERS pytest-xdist workers, each with a local cluster of its own,

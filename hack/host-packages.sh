@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
-# The container tools the module's image build and its KLM end-to-end test need, from the
-# host's package manager: buildah (builds the Dockerfile), podman and runc (run the manager's
-# pods in tests/harness/kubelet.py), slirp4netns (their network), mmdebstrap (a stand-in for
-# the Dockerfile's base image where no registry serves it; hack/image.sh), uidmap.
+# The container tools the module's image build and its real-node tests need, from the host's
+# package manager: buildah (builds the Dockerfile), podman (imports the stand-in base image
+# and pushes; hack/image.sh), mmdebstrap (a stand-in for the Dockerfile's base image where no
+# registry serves it), uidmap; containerd, runc, the CNI plugins (bridge, host-local,
+# loopback), iptables and util-linux's unshare/nsenter for the real node the manager's pods
+# run on (tests/harness/realnode.py, with the kubelet that `make tools` builds).
 #
 #   hack/host-packages.sh           install what is missing (apt-get, as root), else say what
 #   hack/host-packages.sh --check   only say what is missing; exit 1 if anything is
 set -euo pipefail
-tools=(buildah podman runc slirp4netns mmdebstrap newuidmap)
-packages=(buildah podman runc slirp4netns mmdebstrap uidmap)
+tools=(buildah podman runc mmdebstrap newuidmap containerd /usr/lib/cni/bridge iptables nsenter)
+packages=(buildah podman runc mmdebstrap uidmap containerd containernetworking-plugins iptables util-linux)
 missing=()
 for i in "${!tools[@]}"; do
-  command -v "${tools[$i]}" >/dev/null 2>&1 || missing+=("${packages[$i]}")
+  if [[ ${tools[$i]} == /* ]]; then
+    [[ -x ${tools[$i]} ]] || missing+=("${packages[$i]}")
+  else
+    command -v "${tools[$i]}" >/dev/null 2>&1 || missing+=("${packages[$i]}")
+  fi
 done
 if [[ ${#missing[@]} -eq 0 ]]; then
   exit 0

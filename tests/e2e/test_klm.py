@@ -1,13 +1,14 @@
 """The user's path, end to end: the real Kyma Lifecycle Manager installs the module from its OCM
-component in an OCI registry, the manager runs as containers from the module's own image,
+component in an OCI registry, the manager runs on a real node from the module's own image,
 an upgrade through the channel replaces it, and disabling the module removes it.
 
 On a cluster of its own (tests/harness/klm.py has KCP = SKR = this cluster): the registry, the
-module released into it twice with Kyma's tools (hack/module.py release: buildah, podman,
+module released into it twice with Kyma's tools (hack/module.py release: buildah,
 modulectl, the ocm CLI), KLM, Flux and the real NVIDIA controller on the demo fleet. kwok
-plays the kubelet of every pod except the manager's: tests/harness/kubelet.py runs those with
-podman from the pushed image, with the Deployment's args, env, security context, resources,
-probes and the ServiceAccount token at its standard path.
+plays the kubelet of the fleet; the manager's pods run on a real node
+(tests/harness/realnode.py): the real kubelet on containerd pulls the pushed image from the
+registry and runs it as a Gardener node would, with no passwd entry for the image's user.
+What is asserted comes from the API (through the kubelet: exec), containerd and the kernel.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from tests.harness.klm import (
     Landscape,
     LifecycleManager,
 )
-from tests.harness.kubelet import PodmanKubelet, podman, ready_pods
 from tests.harness.module import condition, gpu, helm_release, wait_until
+from tests.harness.realnode import RealNode
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 log = logging.getLogger(__name__)
@@ -56,8 +57,8 @@ class Delivery:
         return self.landscape.klm
 
     @property
-    def kubelet(self) -> PodmanKubelet:
-        return self.landscape.kubelet
+    def node(self) -> RealNode:
+        return self.landscape.node
 
 
 @pytest.fixture(scope="module")
@@ -115,9 +116,12 @@ def test_klm_installs_the_module_from_its_component(delivery: Delivery) -> None:
                      "the manager Deployment Available, from the pushed image")  # fmt: skip
     image = dep["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image.startswith(f"{d.landscape.registry.host}/kyma-project/gpu-manager:0.1.0@sha256:")
-    assert sorted(ready_pods(_manager_pods(cluster))) == sorted(
-        p.name for p in d.kubelet.pods.values() if p.container
-    ), "every ready manager pod runs as a podman container"
+    pods = _manager_pods(cluster)
+    assert {p["spec"].get("nodeName") for p in pods} == {d.node.name}, "on the real node"
+    running = d.node.running_pods()
+    assert {f"{SKR_NAMESPACE}/{p['metadata']['name']}" for p in pods} <= running, (
+        "every manager pod runs in containerd"
+    )
     # KLM created the default Gpu from the template's spec.data.
     created = wait_until(lambda: gpu(cluster), 120, "the default Gpu")
     assert created["spec"] == {} or created["spec"].get("source") is None
@@ -137,42 +141,63 @@ def test_klm_installs_the_module_from_its_component(delivery: Delivery) -> None:
     d.seen["pods"] = {p["metadata"]["name"] for p in _manager_pods(cluster)}
 
 
+def _exec(cluster: LocalCluster, pod: str, *command: str) -> str:
+    """A command in the manager container, through the API server and the kubelet."""
+    return cluster.kubectl("exec", "-n", SKR_NAMESPACE, pod, "-c", "manager", "--",
+                           *command).stdout.strip()  # fmt: skip
+
+
+def _proc_status(pid: int) -> dict[str, str]:
+    text = Path(f"/proc/{pid}/status").read_text(encoding="ascii")
+    return {k: v.strip() for k, _, v in (line.partition(":") for line in text.splitlines())}
+
+
+def _memory_limit(pid: int) -> int:
+    cgroups = Path(f"/proc/{pid}/cgroup").read_text(encoding="ascii").splitlines()
+    path = next(line.split(":", 2)[2] for line in cgroups if line.split(":")[1] == "memory")
+    limit = Path("/sys/fs/cgroup/memory", path.lstrip("/"), "memory.limit_in_bytes")
+    return int(limit.read_text(encoding="ascii"))
+
+
 def test_the_manager_runs_as_its_deployment_says(delivery: Delivery) -> None:
     d, cluster = delivery, delivery.cluster
     pods = _manager_pods(cluster)
     assert len(pods) == 2
     for pod in pods:
         name = pod["metadata"]["name"]
-        running = next(p for p in d.kubelet.pods.values() if p.name == name)
-        pid = d.kubelet.container_pid(name)
-        assert pid is not None, name
-        proc = Path(f"/proc/{pid}/status").read_text(encoding="ascii")
-        uid = next(line.split()[1:] for line in proc.splitlines() if line.startswith("Uid:"))
-        assert set(uid) == {"65532"}, f"{name} runs as uid {uid}"
-        rss_kib = int(next(line.split()[1] for line in proc.splitlines()
-                           if line.startswith("VmRSS:")))  # fmt: skip
+        statuses = pod["status"]["containerStatuses"]
+        assert [s["restartCount"] for s in statuses] == [0], f"{name} restarted: {statuses}"
+        status = _proc_status(d.node.container_pid(pod, "manager"))
+        assert set(status["Uid"].split()) == {"65532"}, f"{name} runs as uid {status['Uid']}"
+        rss_kib = int(status["VmRSS"].split()[0])
         print(f"{name}: RSS {rss_kib / 1024:.1f} MiB")
-        assert rss_kib < 512 * 1024, "within the Deployment's memory limit"
-        container = running.container
-        cap_eff = next(line.split()[1] for line in proc.splitlines() if line.startswith("CapEff:"))
-        assert int(cap_eff, 16) == 0, "all capabilities dropped"
-        assert "Read-only file system" in podman(
-            "exec", container, "sh", "-c", "touch /opt/venv/x 2>&1 || true")  # fmt: skip
+        assert int(status["CapEff"], 16) == 0, "all capabilities dropped"
+        assert status["NoNewPrivs"] == "1", "allowPrivilegeEscalation: false"
+        assert status["Seccomp"] == "2", "the RuntimeDefault seccomp filter"
+        assert _memory_limit(d.node.container_pid(pod, "manager")) == 512 * 1024 * 1024
+        no_entry = "import os, pwd\ntry: pwd.getpwuid(os.getuid())\nexcept KeyError: print('none')"
+        assert _exec(cluster, name, "python3", "-c", no_entry) == "none", (
+            "containerd writes no passwd entry for the image's user (podman would)"
+        )
+        assert "Read-only file system" in _exec(
+            cluster, name, "sh", "-c", "touch /opt/venv/x 2>&1 || true")  # fmt: skip
         sa = "/var/run/secrets/kubernetes.io/serviceaccount"
-        assert podman("exec", container, "cat", f"{sa}/namespace") == SKR_NAMESPACE
-        assert podman("exec", container, "sh", "-c", "echo $POD_NAME") == name
-        env = podman("exec", container, "env")
-        assert "KYMA_GPU_FLUX_HELM_CONTROLLER_IMAGE=" in env
+        assert _exec(cluster, name, "cat", f"{sa}/namespace") == SKR_NAMESPACE
+        assert _exec(cluster, name, "sh", "-c", "echo $POD_NAME") == name
+        assert "KYMA_GPU_FLUX_HELM_CONTROLLER_IMAGE=" in _exec(cluster, name, "env")
         scrape = (
             "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8081/metrics').read())"
         )
-        metrics = podman("exec", container, "python3", "-c", scrape)
-        assert "kyma_gpu_" in metrics
-        with urllib.request.urlopen(f"http://{running.ip}:8081/readyz", timeout=5) as answer:
-            assert answer.status == 200  # the readiness probe's endpoint, from outside
+        assert "kyma_gpu_" in _exec(cluster, name, "python3", "-c", scrape)
+        ip = pod["status"]["podIP"]
+        with urllib.request.urlopen(f"http://{ip}:8081/readyz", timeout=5) as answer:
+            assert answer.status == 200  # the readiness probe's endpoint, from the node
     lease = cluster.get_object("lease", "kyma-gpu-manager", SKR_NAMESPACE)
     holder = ((lease or {}).get("spec") or {}).get("holderIdentity")
     assert holder in {p["metadata"]["name"] for p in pods}, f"the Lease holder {holder!r}"
+    logs = cluster.kubectl("logs", "-n", SKR_NAMESPACE, pods[0]["metadata"]["name"],
+                           "-c", "manager").stdout  # fmt: skip
+    assert logs.strip(), "the container's log, through the API and the kubelet"
 
 
 @pytest.mark.timeout(900)
@@ -210,7 +235,8 @@ def test_disabling_removes_the_module_and_leaves_the_users_objects(delivery: Del
                            "-o", "name").stdout.strip()  # fmt: skip
     assert gone == "", "the Gpu CRD went with the module"
     assert cluster.list_objects("helmreleases.helm.toolkit.fluxcd.io", SKR_NAMESPACE) == []
-    assert not d.kubelet.pods, "no manager container left"
+    wait_until(lambda: not {p for p in d.node.running_pods() if p.startswith(SKR_NAMESPACE)},
+               120, "no manager container left in containerd")  # fmt: skip
     # The user's own objects are untouched.
     assert (cluster.get_object("pod", "train", USERS) or {})["status"]["phase"] == "Running"
     assert cluster.get_object("helmrepositories.source.toolkit.fluxcd.io", "users-charts", USERS)

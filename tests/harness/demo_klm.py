@@ -4,7 +4,8 @@ The same local cluster as `make demo`, but the module is not started by hand: it
 into a local OCI registry with Kyma's tools (`hack/module.py release`: the image built with
 buildah, `modulectl create`, the OCM component pushed with the ocm CLI), and the real Kyma
 Lifecycle Manager installs it when the admin enables `gpu` in the Kyma resource. The manager
-runs as containers from that image (tests/harness/kubelet.py). Prints what an admin sees
+runs from that image on a real node (tests/harness/realnode.py: the real kubelet on
+containerd), as on a Kyma cluster's Gardener nodes. Prints what an admin sees
 (`kubectl get kyma`, `kubectl get gpu`, `flux get helmreleases`), then waits for Ctrl-C.
 """
 
@@ -43,7 +44,10 @@ def _show(landscape: Landscape) -> None:
     print(f"export KUBECONFIG={cluster.kubeconfig}")
     print("Look around: tools/bin/kubectl get manifests -n kcp-system; "
           "tools/bin/kubectl describe kyma default -n kyma-system")  # fmt: skip
-    print(f"Logs (KLM, kubelet, manager pods, Flux, control plane): {cluster.log_dir}")
+    print(
+        f"Logs (KLM, kubelet, containerd, manager pods in pods/, Flux, control plane): "
+        f"{cluster.log_dir}"
+    )
 
 
 def _enable(landscape: Landscape, progress: Progress) -> None:

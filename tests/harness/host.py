@@ -127,6 +127,8 @@ def _lock_path(index: int) -> Path:
 
 def claim_slot() -> SlotClaim:
     """The first free slot, swept of what a dead owner left; saves the shared state first."""
+    if os.geteuid() != 0:
+        raise HostError("a real node runs as root (containerd, iptables, cgroups, mounts)")
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     for index in range(SLOTS):
         fd = os.open(_lock_path(index), os.O_RDWR | os.O_CREAT, 0o644)

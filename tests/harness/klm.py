@@ -5,9 +5,9 @@ Kyma's tools, and the real Kyma Lifecycle Manager installing it.
   storage in the cluster's workdir. The manager image and the module's OCM component
   version are pushed there; KLM reads the component from it.
 - ``publish(...)``: `hack/module.py release` against that registry: the image built from
-  the Dockerfile (buildah) and pushed, the manifest pinned to its digest, `modulectl create`,
-  `ocm add componentversions`, `ocm transfer ctf`. Returns the ModuleTemplate and
-  ModuleReleaseMeta it wrote.
+  the Dockerfile (buildah) and pushed (the real node's containerd pulls it from there), the
+  manifest pinned to its digest, `modulectl create`, `ocm add componentversions`,
+  `ocm transfer ctf`. Returns the ModuleTemplate and ModuleReleaseMeta it wrote.
 - ``LifecycleManager``: the KLM binary (built from ../shared/vendor/klm) with KCP and SKR the
   same cluster, as ../shared/reference/klm-local.md describes: its CRDs and the Istio and
   cert-manager CRDs it expects (no controllers for them), the Istio Gateway it requires, the
@@ -36,9 +36,9 @@ import yaml
 from .binaries import REPO_ROOT, require
 from .cluster import LocalCluster
 from .flux import FluxStack
-from .kubelet import PodmanKubelet
 from .nodes import DEMO_FLEET
 from .procs import ManagedProcess, free_port, http_ok
+from .realnode import RealNode
 
 KLM_BINARIES = ("lifecycle-manager", "registry", "modulectl", "ocm")
 KCP_NAMESPACE = "kcp-system"
@@ -46,6 +46,7 @@ SKR_NAMESPACE = "kyma-system"
 KYMA_NAME = "local-kyma"
 SKR_KYMA = "default"
 KLM_FATAL = ("^panic: ", '"level":"fatal"', "\tFATAL\t")
+MANAGER_LABELS = {"app.kubernetes.io/name": "gpu-manager"}
 MANAGER_PODS = "app.kubernetes.io/name=gpu-manager"
 
 
@@ -272,8 +273,9 @@ def _kcp_kyma() -> dict[str, Any]:
 class Landscape:
     """Everything of Kyma's delivery on one new cluster (the e2e test's and the KLM demo's):
     the demo fleet, Flux with the local Helm repository and the real NVIDIA controller, the
-    registry, the podman kubelet for the manager's pods, the module released into the
-    registry at ``versions``, and KLM (with the first version on the regular channel)."""
+    registry, a real node (kubelet + containerd) for the manager's pods, the module released
+    into the registry at ``versions``, and KLM (with the first version on the regular
+    channel)."""
 
     workdir: Path
     versions: tuple[str, ...] = ("0.1.0",)
@@ -281,21 +283,20 @@ class Landscape:
     cluster: LocalCluster = field(init=False)
     flux: FluxStack = field(init=False)
     registry: Registry = field(init=False)
-    kubelet: PodmanKubelet = field(init=False)
+    node: RealNode = field(init=False)
     klm: LifecycleManager = field(init=False)
     releases: dict[str, Published] = field(default_factory=dict)
     _started: list[Any] = field(default_factory=list)
 
     def start(self) -> Landscape:
-        real = {"app.kubernetes.io/name": ["gpu-manager"]}
-        self.cluster = LocalCluster(node_files=[DEMO_FLEET], progress=self.progress, real_pods=real)
+        self.cluster = LocalCluster(node_files=[DEMO_FLEET], progress=self.progress)
         try:
             self.cluster.start()
             self.flux = FluxStack(self.cluster).start()
             self._started.append(self.flux)
             self.registry = Registry(self.cluster).start()
-            self.kubelet = PodmanKubelet(self.cluster, SKR_NAMESPACE, MANAGER_PODS).start()
-            self._started.append(self.kubelet)
+            self.node = RealNode(self.cluster, MANAGER_LABELS, SKR_NAMESPACE).start()
+            self._started.append(self.node)
             for version in self.versions:
                 self.progress(f"releasing {version} into {self.registry.url} (hack/module.py)")
                 self.releases[version] = publish(self.registry, version, self.workdir / version)

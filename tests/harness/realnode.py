@@ -298,6 +298,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         """The placement policy, and a wait until the API server applies it (a dry-run pod)."""
         if not self.runs:  # no selector: no pod is sent here (a node for NFD alone)
             return
+        if self.cluster.get_object("namespace", self.namespace) is None:
+            self.cluster.create_namespace(self.namespace)  # for the probe; installs apply it too
         self.cluster.apply(*placement_policy(self.name, self.namespace, self.runs))
         probe = json.dumps({
             "apiVersion": "v1", "kind": "Pod",
