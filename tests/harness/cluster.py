@@ -343,6 +343,8 @@ class LocalCluster:
                 # A real node's Hostname (its name) resolves nowhere; its InternalIP is a
                 # local address (tests/harness/realnode.py): logs, exec, port-forward.
                 "--kubelet-preferred-address-types=InternalIP,Hostname",
+                f"--kubelet-client-certificate={pki.kubelet_client_cert}",
+                f"--kubelet-client-key={pki.kubelet_client_key}",
                 f"--cert-dir={self.workdir / 'kube-apiserver'}",
                 f"--tls-cert-file={pki.serving_cert}",
                 f"--tls-private-key-file={pki.serving_key}",

@@ -8,7 +8,9 @@ component):
   `kubernetes` Service's address, the first of the service range: a pod on the real node,
   tests/harness/realnode.py, talks to the API server there);
 - a separate key pair for signing and verifying service-account tokens;
-- the admin client certificate, CN admin, O system:masters (RBAC super-user).
+- the admin client certificate, CN admin, O system:masters (RBAC super-user);
+- the API server's client certificate towards kubelets: a real node's kubelet
+  (tests/harness/realnode.py) lets in only clients the CA signed, so its pods cannot use it.
 
 The openssl CLI (3.0+, for ``req -CA``) keeps the harness free of a crypto
 dependency; generating the whole set takes well under a second.
@@ -40,6 +42,9 @@ class ClusterPKI:
     service_account_pub: Path
     admin_cert: Path
     admin_key: Path
+    kubelet_client_cert: Path
+    kubelet_client_key: Path
+    """The API server's client certificate towards kubelets (logs, exec, port-forward)."""
 
 
 def _openssl(*args: str) -> None:
@@ -154,6 +159,15 @@ def create_pki(
         [*leaf, "extendedKeyUsage = clientAuth"],
     )
 
+    kubelet_client_cert, kubelet_client_key = _sign(
+        directory,
+        "apiserver-kubelet-client",
+        (ca_cert, ca_key),
+        "kube-apiserver-kubelet-client",
+        ("system:masters",),
+        [*leaf, "extendedKeyUsage = clientAuth"],
+    )
+
     sa_key, sa_pub = directory / "sa.key", directory / "sa.pub"
     _ec_key(sa_key)
     _openssl("pkey", "-in", str(sa_key), "-pubout", "-out", str(sa_pub))
@@ -168,6 +182,8 @@ def create_pki(
         service_account_pub=sa_pub,
         admin_cert=admin_cert,
         admin_key=admin_key,
+        kubelet_client_cert=kubelet_client_cert,
+        kubelet_client_key=kubelet_client_key,
     )
 
 

@@ -271,7 +271,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             "containerRuntimeEndpoint": endpoint, "imageServiceEndpoint": endpoint,
             "address": self.slot.gateway, "port": free_port(), "readOnlyPort": 0,
             "healthzBindAddress": "127.0.0.1", "healthzPort": self._healthz_port,
-            "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False},
+            # Only clients the cluster CA signed (the API server's kubelet client certificate):
+            # the pods on the bridge reach this port too, and must not exec into each other.
+            "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False},
                                "x509": {"clientCAFile": str(self.cluster.pki.ca_cert)}},
             "authorization": {"mode": "AlwaysAllow"},
             "podLogsDir": str(self.cluster.log_dir / "pods"),
