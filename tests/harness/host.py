@@ -125,17 +125,25 @@ def _lock_path(index: int) -> Path:
     return STATE_DIR / f"slot-{index}.lock"
 
 
+def _try_lock(index: int) -> int | None:
+    """The slot's lock file, flocked by this call (an open fd), or None if someone holds it."""
+    fd = os.open(_lock_path(index), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
 def claim_slot() -> SlotClaim:
     """The first free slot, swept of what a dead owner left; saves the shared state first."""
     if os.geteuid() != 0:
         raise HostError("a real node runs as root (containerd, iptables, cgroups, mounts)")
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     for index in range(SLOTS):
-        fd = os.open(_lock_path(index), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
+        fd = _try_lock(index)
+        if fd is None:
             continue
         claim = SlotClaim(Slot(index), fd)
         with _shared_lock():
@@ -148,18 +156,16 @@ def claim_slot() -> SlotClaim:
 
 
 def any_slot_held(but: int | None = None) -> bool:
-    """True if another process holds a slot (this process's own claims are held by open fds,
-    which a second flock from here would also be refused by)."""
+    """True if a slot other than ``but`` is held, by another process or by this one (a second
+    flock on another open file description of the same file is refused too)."""
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
     for index in range(SLOTS):
-        if index == but or not _lock_path(index).exists():
+        if index == but:
             continue
-        fd = os.open(_lock_path(index), os.O_RDWR)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        fd = _try_lock(index)
+        if fd is None:
             return True
-        finally:
-            os.close(fd)
+        os.close(fd)
     return False
 
 
@@ -340,11 +346,8 @@ def sweep_all() -> list[int]:
     swept = []
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     for index in range(SLOTS):
-        fd = os.open(_lock_path(index), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
+        fd = _try_lock(index)
+        if fd is None:
             continue
         try:
             sweep_slot(Slot(index))

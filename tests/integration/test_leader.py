@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from kyma_gpu.reconcile.election import Move
 from tests.harness.cluster import LocalCluster
 from tests.harness.module import (
     MODULE_NAMESPACE,
@@ -32,7 +33,6 @@ pytestmark = pytest.mark.integration
 
 LEASE = "kyma-gpu-manager"
 FAILOVER_BOUND_SECONDS = 20.0
-HANDOVER_BOUND_SECONDS = 5.0
 SHUTDOWN_BOUND_SECONDS = 14.0
 """Below OperatorProcess.stop's 15 s, after which it would SIGKILL (and returncode != 0)."""
 WRITE_VERBS = {"create", "update", "patch", "delete"}
@@ -141,13 +141,14 @@ def test_one_writer_failover_and_graceful_handover(
         exited = time.monotonic()
         assert b.process is not None
         assert b.process.returncode == 0, b.log(30)
-        wait_until(lambda: _holder(local_cluster) == "manager-a", 15, "manager-a taking over")
+        wait_until(lambda: _holder(local_cluster) == "manager-a", 40, "manager-a taking over")
         # The handover is the follower's part: from b's release to a's acquire, both Lease
         # writes, on the API server's clock (the audit log): this test's own polling, slow on
         # a loaded machine, is not the election's (by the test's clock it once measured 5.6 s).
         # b's own shutdown is bounded apart: Python's exit alone can take seconds.
         handover = _lease_handover(local_cluster)
         shutdown = exited - stopped
+        a_log = a.log(400)
         _set_version(local_cluster, "590")
     finally:
         # Delete the Gpu while a manager runs to release it: a Gpu left with its finalizer
@@ -165,7 +166,10 @@ def test_one_writer_failover_and_graceful_handover(
           f"release to the acquire (API server clock); the leader exited {shutdown:.1f}s "
           f"after its SIGINT")  # fmt: skip
     assert failover < FAILOVER_BOUND_SECONDS
-    assert handover < HANDOVER_BOUND_SECONDS
+    # Graceful means the follower took the Lease because the leader released it, not because
+    # it expired: that is what its log says, not a clock (10.4 s once on a loaded machine, 0.2 s
+    # on a quiet one, both releases). How fast it is belongs to a benchmark.
+    assert f"({Move.TAKE_OVER}: released)" in a_log, a_log
     assert shutdown < SHUTDOWN_BOUND_SECONDS
     writers = _writers_in_order(local_cluster)
     runs = _runs(writers)

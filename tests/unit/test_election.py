@@ -21,6 +21,7 @@ from kyma_gpu.reconcile.election import (
     Move,
     Seen,
     decide,
+    why,
 )
 
 _VERSIONS = itertools.count(1)
@@ -147,3 +148,11 @@ def test_a_lost_race_is_no_leadership() -> None:
     asyncio.run(b.try_once())
     assert a.may_write()
     assert not b.may_write()
+
+
+def test_a_takeover_says_whether_the_lease_was_released_or_expired() -> None:
+    released = LeaseFacts(holder="", duration_seconds=1, transitions=3, resource_version="9")
+    held = LeaseFacts(holder="pod-b", duration_seconds=12, transitions=3, resource_version="9")
+    assert why(Move.TAKE_OVER, released) == "TakeOver: released"
+    assert why(Move.TAKE_OVER, held) == "TakeOver: expired, held by pod-b"
+    assert why(Move.CREATE, None) == "Create"

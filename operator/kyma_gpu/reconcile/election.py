@@ -91,6 +91,13 @@ def decide(lease: LeaseFacts | None, me: str, seen: Seen, clock: float) -> Move:
     return Move.WAIT
 
 
+def why(move: Move, lease: LeaseFacts | None) -> str:
+    """The move, and for a takeover whether the holder released the Lease or let it expire."""
+    if move is not Move.TAKE_OVER or lease is None:
+        return str(move)
+    return f"{move}: released" if not lease.holder else f"{move}: expired, held by {lease.holder}"
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -174,7 +181,7 @@ class Elector:
             self.leading = True
             self.acquired.set()
             log.info("leading: holding the Lease %s/%s as %s (%s)",
-                     self.namespace, self.name, self.identity, move)  # fmt: skip
+                     self.namespace, self.name, self.identity, why(move, lease))  # fmt: skip
 
     async def release(self) -> None:
         """Hand over at once: clear the holder, so a follower takes over at its next try."""
