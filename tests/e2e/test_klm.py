@@ -26,19 +26,18 @@ import pytest
 from tests.harness.cluster import LocalCluster
 from tests.harness.klm import (
     KCP_NAMESPACE,
-    MANAGER_PODS,
     SKR_KYMA,
     SKR_NAMESPACE,
     Landscape,
     LifecycleManager,
+    manager_pods,
 )
-from tests.harness.module import condition, gpu, helm_release, wait_until
+from tests.harness.module import condition, gpu, gpu_ready, helm_release, wait_until
 from tests.harness.realnode import RealNode
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 log = logging.getLogger(__name__)
 
-MANAGER = MANAGER_PODS
 USERS = "ml"
 
 
@@ -71,11 +70,6 @@ def delivery(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Delivery]:
         landscape.stop()
 
 
-def _manager_pods(cluster: LocalCluster) -> list[dict[str, Any]]:
-    pods = cluster.list_objects("pods", SKR_NAMESPACE, selector=MANAGER)
-    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-
-
 def _deployment_available(cluster: LocalCluster, image_tag: str) -> dict[str, Any] | None:
     dep = cluster.get_object("deployment", "gpu-manager", SKR_NAMESPACE)
     if dep is None:
@@ -89,13 +83,6 @@ def _deployment_available(cluster: LocalCluster, image_tag: str) -> dict[str, An
     fresh = status.get("observedGeneration") == dep["metadata"]["generation"]
     ok = f":{image_tag}@sha256:" in image and available and progressed and current and fresh
     return dep if ok else None
-
-
-def _gpu_ready(cluster: LocalCluster) -> dict[str, Any] | None:
-    obj = gpu(cluster)
-    status = (obj or {}).get("status") or {}
-    fresh = status.get("observedGeneration") == (obj or {}).get("metadata", {}).get("generation")
-    return obj if obj and fresh and status.get("state") == "Ready" else None
 
 
 def _module_ready(d: Delivery, version: str) -> dict[str, Any] | None:
@@ -116,7 +103,7 @@ def test_klm_installs_the_module_from_its_component(delivery: Delivery) -> None:
                      "the manager Deployment Available, from the pushed image")  # fmt: skip
     image = dep["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image.startswith(f"{d.landscape.registry.host}/kyma-project/gpu-manager:0.1.0@sha256:")
-    pods = _manager_pods(cluster)
+    pods = manager_pods(cluster)
     assert {p["spec"].get("nodeName") for p in pods} == {d.node.name}, "on the real node"
     running = d.node.running_pods()
     assert {f"{SKR_NAMESPACE}/{p['metadata']['name']}" for p in pods} <= running, (
@@ -129,7 +116,7 @@ def test_klm_installs_the_module_from_its_component(delivery: Delivery) -> None:
     mirror = {"chartRepository": d.landscape.flux.helm_repo_url, "insecure": True}
     cluster.kubectl("patch", "gpu", "gpu", "--type=merge", "-p",
                     json.dumps({"spec": {"source": mirror}}))  # fmt: skip
-    ready = wait_until(lambda: _gpu_ready(cluster), 420, "the Gpu Ready through the module")
+    ready = wait_until(lambda: gpu_ready(cluster), 420, "the Gpu Ready through the module")
     assert (condition(ready, "ReleaseReady") or {}).get("status") == "True"
     status = wait_until(lambda: _module_ready(d, "0.1.0"), 240, "KLM's module state Ready")
     assert status["channel"] == "regular"
@@ -138,7 +125,7 @@ def test_klm_installs_the_module_from_its_component(delivery: Delivery) -> None:
     assert ((manifest or {}).get("status") or {}).get("state") == "Ready"
     d.seen["gpu_uid"] = ready["metadata"]["uid"]
     d.seen["release_uid"] = (helm_release(cluster) or {})["metadata"]["uid"]
-    d.seen["pods"] = {p["metadata"]["name"] for p in _manager_pods(cluster)}
+    d.seen["pods"] = {p["metadata"]["name"] for p in manager_pods(cluster)}
 
 
 def _exec(cluster: LocalCluster, pod: str, *command: str) -> str:
@@ -161,7 +148,7 @@ def _memory_limit(pid: int) -> int:
 
 def test_the_manager_runs_as_its_deployment_says(delivery: Delivery) -> None:
     d, cluster = delivery, delivery.cluster
-    pods = _manager_pods(cluster)
+    pods = manager_pods(cluster)
     assert len(pods) == 2
     for pod in pods:
         name = pod["metadata"]["name"]
@@ -206,10 +193,10 @@ def test_an_upgrade_through_the_channel_replaces_the_manager(delivery: Delivery)
     d.klm.offer(d.landscape.releases["0.1.1"], {"regular": "0.1.1"})
     wait_until(lambda: _deployment_available(cluster, "0.1.1"), 420,
                "the manager Deployment rolled to 0.1.1")  # fmt: skip
-    wait_until(lambda: not d.seen["pods"] & {p["metadata"]["name"] for p in _manager_pods(cluster)},
+    wait_until(lambda: not d.seen["pods"] & {p["metadata"]["name"] for p in manager_pods(cluster)},
                120, "the 0.1.0 pods gone")  # fmt: skip
     wait_until(lambda: _module_ready(d, "0.1.1"), 240, "KLM's module state Ready at 0.1.1")
-    ready = wait_until(lambda: _gpu_ready(cluster), 240, "the Gpu Ready after the upgrade")
+    ready = wait_until(lambda: gpu_ready(cluster), 240, "the Gpu Ready after the upgrade")
     assert ready["metadata"]["uid"] == d.seen["gpu_uid"], "the Gpu was kept"
     release = helm_release(cluster) or {}
     assert release["metadata"]["uid"] == d.seen["release_uid"], "the HelmRelease was kept"

@@ -25,8 +25,8 @@ import yaml
 
 from tests.harness.cluster import LocalCluster
 from tests.harness.flux import FluxStack
-from tests.harness.klm import MANAGER_LABELS, MANAGER_PODS, SKR_NAMESPACE
-from tests.harness.module import ROOT, condition, gpu, wait_until
+from tests.harness.klm import MANAGER_LABELS, SKR_NAMESPACE, manager_pods
+from tests.harness.module import ROOT, condition, gpu_ready, wait_until
 from tests.harness.nodes import DEMO_FLEET
 from tests.harness.realnode import RealNode
 
@@ -97,13 +97,8 @@ def plain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plain]:
         cluster.stop()
 
 
-def _manager_pods(cluster: LocalCluster) -> list[dict[str, Any]]:
-    pods = cluster.list_objects("pods", SKR_NAMESPACE, selector=MANAGER_PODS)
-    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-
-
 def _both_ready(cluster: LocalCluster) -> list[dict[str, Any]] | None:
-    pods = _manager_pods(cluster)
+    pods = manager_pods(cluster)
     return pods if len(pods) == 2 and all(map(_ready, pods)) else None
 
 
@@ -133,17 +128,10 @@ def test_the_documented_install_runs_the_manager_on_a_real_node(plain: Plain) ->
     sample = yaml.safe_load((ROOT / "config" / "samples" / "gpu.yaml").read_text())
     sample["spec"] = {"source": mirror}
     cluster.kubectl("apply", "-f", "-", input=json.dumps(sample))
-    ready = wait_until(lambda: _gpu_ready(cluster), 420, "the Gpu Ready, reconciled by the pod")
+    ready = wait_until(lambda: gpu_ready(cluster), 420, "the Gpu Ready, reconciled by the pod")
     assert (condition(ready, "ReleaseReady") or {}).get("status") == "True"
     lease = cluster.get_object("lease", "kyma-gpu-manager", SKR_NAMESPACE) or {}
     assert lease["spec"]["holderIdentity"] in {p["metadata"]["name"] for p in pods}
-    for pod in _manager_pods(cluster):
+    for pod in manager_pods(cluster):
         (status,) = pod["status"]["containerStatuses"]
         assert status["restartCount"] == 0, f"the manager restarted while reconciling: {status}"
-
-
-def _gpu_ready(cluster: LocalCluster) -> dict[str, Any] | None:
-    obj = gpu(cluster)
-    status = (obj or {}).get("status") or {}
-    fresh = status.get("observedGeneration") == (obj or {}).get("metadata", {}).get("generation")
-    return obj if obj and fresh and status.get("state") == "Ready" else None

@@ -50,6 +50,12 @@ MANAGER_LABELS = {"app.kubernetes.io/name": "gpu-manager"}
 MANAGER_PODS = "app.kubernetes.io/name=gpu-manager"
 
 
+def manager_pods(cluster: LocalCluster) -> list[dict[str, Any]]:
+    """The manager's pods in kyma-system that are not being deleted."""
+    pods = cluster.list_objects("pods", SKR_NAMESPACE, selector=MANAGER_PODS)
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
 class Registry:
     """distribution's registry v3 on 127.0.0.1:<port>, plain http."""
 

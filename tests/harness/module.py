@@ -210,6 +210,14 @@ def gpu(cluster: LocalCluster, name: str = "gpu") -> dict[str, Any] | None:
     return cluster.get_object("gpus.gpu.kyma-project.io", name)
 
 
+def gpu_ready(cluster: LocalCluster, name: str = "gpu") -> dict[str, Any] | None:
+    """The Gpu once its status is Ready for its current generation, else None."""
+    obj = gpu(cluster, name)
+    status = (obj or {}).get("status") or {}
+    fresh = status.get("observedGeneration") == (obj or {}).get("metadata", {}).get("generation")
+    return obj if obj and fresh and status.get("state") == "Ready" else None
+
+
 def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
     for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
         if cond.get("type") == type_:
