@@ -208,7 +208,7 @@ unpack_klm() {
 # build_vendored NAME VERSION KEY_TARBALLS DIR PACKAGE LDFLAGS: a binary from an unpacked tree.
 build_vendored() {
   local name=$1 version=$2 tarballs=$3 dir=$4 pkg=$5 ldflags=$6 key dest start t
-  key=$(for t in $tarballs; do sha256sum "$KLM_SOURCES/$t.tar.xz"; done | sha256sum | cut -c1-12)
+  key=$(for t in $tarballs; do sha256sum <"$KLM_SOURCES/$t.tar.xz"; done | sha256sum | cut -c1-12)
   dest="$cache_root/$name-$version-$key"
   if [[ -x "$dest/bin/$name" ]]; then
     reused=$((reused + 1))
