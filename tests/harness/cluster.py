@@ -448,12 +448,12 @@ class LocalCluster:
             _LIVE.remove(self)
         clients = [
             process
-            for name, process in reversed(self.processes.items())
+            for name, process in reversed(self._process_list())
             if name not in ("kube-apiserver", "etcd")
         ]
         stop_all(clients)
-        stop_all([p for n, p in self.processes.items() if n == "kube-apiserver"])
-        stop_all([p for n, p in self.processes.items() if n == "etcd"])
+        stop_all([p for n, p in self._process_list() if n == "kube-apiserver"])
+        stop_all([p for n, p in self._process_list() if n == "etcd"])
         if self._removes_workdir() and self.workdir.exists():
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -476,6 +476,11 @@ class LocalCluster:
             f"--kube-api-qps={self.controller_qps}",
             f"--kube-api-burst={2 * self.controller_qps}",
         ]
+
+    def _process_list(self) -> list[tuple[str, ManagedProcess]]:
+        """A snapshot of the processes: another thread (the NVIDIA controller's runner) may
+        register one while this one iterates."""
+        return list(self.processes.items())
 
     def register(self, process: ManagedProcess, *, supervised: bool = False) -> None:
         """Add a process started by someone else (Flux) so stop() and logs cover it.
@@ -705,7 +710,7 @@ class LocalCluster:
 
     def process_status(self) -> str:
         """One line per process: running, stopped by the harness, or exited on its own."""
-        return "\n".join(f"{name}: {p.status()}" for name, p in self.processes.items())
+        return "\n".join(f"{name}: {p.status()}" for name, p in self._process_list())
 
     def diagnostics(self, lines: int = 30) -> str:
         """Process status and log tails: what a failure report needs."""
@@ -735,7 +740,7 @@ class LocalCluster:
     def rss_kib(self) -> dict[str, int]:
         """Resident memory of each running process, KiB."""
         result: dict[str, int] = {}
-        for name, process in self.processes.items():
+        for name, process in self._process_list():
             rss = process.rss_kib()
             if rss is not None:
                 result[name] = rss
@@ -744,6 +749,6 @@ class LocalCluster:
     def check_alive(self) -> None:
         """Raise if any process has exited (with its log tail), but those whose starter
         supervises them (``register(supervised=True)``; it has a check_alive of its own)."""
-        for name, process in self.processes.items():
+        for name, process in self._process_list():
             if name not in self._supervised:
                 process.check_alive()
