@@ -139,8 +139,9 @@ def test_leader_metrics_match_the_cluster(
     status = wait_until(lambda: (gpu(local_cluster) or {}).get("status"), 30, "Gpu status")
     assert process.alive()
 
-    found = _scrape(port)
-    assert _sum(found, "kyma_gpu_reconciles_total") > 0
+    # The status is written during a reconcile and the counters at its end: wait for the end.
+    found = _scrape_until(port, lambda s: _sum(s, "kyma_gpu_reconciles_total") > 0,
+                          30, "a reconcile counted")  # fmt: skip
     assert _value(found, "kyma_gpu_reconcile_duration_seconds_count") == _sum(
         found, "kyma_gpu_reconciles_total"
     )
