@@ -75,10 +75,11 @@ release-rbac: setup tools ## regenerate the HelmRelease ServiceAccount's RBAC fr
 	$(BIN)/python hack/release_rbac.py
 
 .PHONY: manifests
-manifests: setup ## regenerate the Gpu CRD, its values policy and docs/crd-reference.md from the pydantic models
+manifests: setup ## regenerate the Gpu CRD, its admission policies and docs/crd-reference.md from the pydantic models
 	$(BIN)/kyma-gpu crd > $(CRD)
 	$(BIN)/kyma-gpu crd --reference > docs/crd-reference.md
 	$(BIN)/kyma-gpu crd --policy > config/admission/gpu_values_policy.yaml
+	$(BIN)/kyma-gpu crd --images-policy > config/admission/gpu_images_policy.yaml
 
 .PHONY: rules-schema
 rules-schema: setup ## regenerate values-rules/schema/*.json, values-rules/context.md and the YAML files' schema lines

@@ -2,7 +2,8 @@
 
 kyma-gpu plan -f gpu.yaml --nodes nodes.yaml   print the plan for a Gpu and a node list;
          [--sources chart-sources.yaml]        exit 0: ok or warning, 1: error, 2: bad input
-kyma-gpu crd [--reference|--policy]           print the generated CRD (reference, values policy)
+kyma-gpu crd [--reference|--policy|--images-policy]
+                                              print the generated CRD (reference, policies)
 kyma-gpu chart-facts CHART.tgz                 print the facts values-rules/charts/ keeps
 kyma-gpu images [--chart-version V] [--installer-release T]   images to mirror
 kyma-gpu rules-schema [--check]                write values-rules/schema/ and context.md
@@ -23,6 +24,7 @@ from pydantic import ValidationError
 
 from kyma_gpu.api.admission import unknown_fields_message
 from kyma_gpu.api.crd import crd_yaml
+from kyma_gpu.api.image_policy import images_policy_yaml
 from kyma_gpu.api.models import SINGLETON_MESSAGE, SINGLETON_NAME, Gpu, GpuSpec
 from kyma_gpu.api.policy import policy_yaml
 from kyma_gpu.api.reference import reference_markdown
@@ -132,6 +134,9 @@ def cmd_plan(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
 def cmd_crd(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     if args.policy:
         stdout.write(policy_yaml())
+        return 0
+    if args.images_policy:
+        stdout.write(images_policy_yaml())
         return 0
     stdout.write(reference_markdown() if args.reference else crd_yaml())
     return 0
@@ -277,6 +282,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--reference", action="store_true", help="the Markdown reference instead")
     c.add_argument("--policy", action="store_true",
                    help="the ValidatingAdmissionPolicy for spec.values instead")  # fmt: skip
+    c.add_argument("--images-policy", action="store_true",
+                   help="the ValidatingAdmissionPolicy for image registries instead")  # fmt: skip
     c.set_defaults(func=cmd_crd)
     cf = sub.add_parser("chart-facts", help="print the facts of a packaged chart")
     cf.add_argument("chart", help="path to gpu-operator-<version>.tgz")

@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "config" / "crd" / "bases" / "gpu.kyma-project.io_gpus.yaml"
 VALUES_POLICY = ROOT / "config" / "admission" / "gpu_values_policy.yaml"
 CHART_SOURCES_POLICY = ROOT / "config" / "admission" / "chart_sources_policy.yaml"
+IMAGES_POLICY = ROOT / "config" / "admission" / "gpu_images_policy.yaml"
 """The admission policy on spec.values (the module manifest has it next to the CRD)."""
 NAMESPACE_MANIFEST = ROOT / "config" / "namespace" / "namespace.yaml"
 RELEASE_RBAC = ROOT / "config" / "rbac" / "release_rbac.yaml"
@@ -67,7 +68,7 @@ def install_crds(cluster: LocalCluster, flux: bool = True) -> None:
     """The Gpu CRD, its values policy (generated), the chart sources' policy and (unless
     flux=False: the manager installs its own Flux) the Flux CRDs the operator writes objects
     of."""
-    policies = [CRD, VALUES_POLICY, CHART_SOURCES_POLICY]
+    policies = [CRD, VALUES_POLICY, IMAGES_POLICY, CHART_SOURCES_POLICY]
     files = [*policies, *flux_crd_files()] if flux else policies
     args = ["apply", "--server-side", "--field-manager=kyma-gpu-tests"]
     for path in files:

@@ -16,7 +16,7 @@ import yaml
 
 from kyma_gpu.api.models import REFUSED_VALUES
 from kyma_gpu.api.selectors import LABEL_SELECTOR_MESSAGE
-from kyma_gpu.api.values import DEPTH_MESSAGE, NAME_MESSAGE
+from kyma_gpu.api.values import DEPTH_MESSAGE, IMAGE_MESSAGE, NAME_MESSAGE
 from kyma_gpu.api.values import REASON as LINE_BREAKS
 from tests.harness.cluster import LocalCluster
 from tests.harness.module import ROOT, install_crds, wait_until
@@ -75,6 +75,28 @@ DOORS: list[tuple[str, dict[str, Any], str]] = [
     ("selector-unparsed",
      {"driver": {"upgradePolicy": {"drain": {"podSelector": "app in (batch,train"}}}},
      LABEL_SELECTOR_MESSAGE),
+    # issue 31: the images (and the commands) are the platform's choice. Each of these ran
+    # under the NVIDIA operator's or a privileged operand's account before.
+    ("operator-image", {"values": {"operator": {"repository": "evil.example/nvidia"}}},
+     f"spec.values.operator.repository: Invalid value: {IMAGE_MESSAGE}"),
+    ("driver-version", {"values": {"driver": {"version": "latest"}}},
+     f"spec.values.driver.version: Invalid value: {IMAGE_MESSAGE}"),
+    ("driver-manager-image", {"values": {"driver": {"manager": {"image": "evil"}}}},
+     f"spec.values.driver.manager.image: Invalid value: {IMAGE_MESSAGE}"),
+    ("nfd-image", {"values": {"node-feature-discovery": {"image": {"tag": "evil"}}}},
+     f"spec.values.node-feature-discovery.image: Invalid value: {IMAGE_MESSAGE}"),
+    ("validator-args", {"values": {"validator": {"args": ["--evil"]}}},
+     f"spec.values.validator.args: Invalid value: {IMAGE_MESSAGE}"),
+    ("nfd-init-containers",
+     {"values": {"node-feature-discovery": {"worker": {"initContainers": [{"name": "x"}]}}}},
+     f"spec.values.node-feature-discovery.worker.initContainers: Invalid value: {IMAGE_MESSAGE}"),
+    ("driver-package-repositories",
+     {"values": {"driver": {"repoConfig": {"configMapName": "evil-apt"}}}},
+     f"spec.values.driver.repoConfig: Invalid value: {IMAGE_MESSAGE}"),
+    ("kata-artifacts", {"values": {"kataManager": {"config": {"artifactsDir": "/x"}}}},
+     f"spec.values.kataManager.config: Invalid value: {IMAGE_MESSAGE}"),
+    # spec.source.imageRegistry and spec.components.vgpuManagerImage:
+    # tests/integration/test_image_registries.py (they need the administrator's ConfigMap)
 ]  # fmt: skip
 
 

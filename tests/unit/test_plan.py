@@ -15,6 +15,7 @@ from kyma_gpu.facts import ClusterFacts, cluster_facts
 from kyma_gpu.plan import Finding, Origins, Owner, Plan, Preflight, Severity, make_plan
 from kyma_gpu.plan.driver import resolve
 from kyma_gpu.plan.features import FEATURE_CHECKS
+from kyma_gpu.plan.origin import origins_of
 from kyma_gpu.plan.plan import template_findings
 from kyma_gpu.plan.preflight import CHECKS, preflight_findings
 from kyma_gpu.rules.catalog import Catalog
@@ -607,23 +608,23 @@ def test_spec_values_are_merged_last(catalog: Catalog) -> None:
     spec = {
         "source": {"imageRegistry": "mirror.example"},
         "values": {
-            "driver": {"imagePullPolicy": "IfNotPresent", "version": "590"},
-            "operator": {"repository": "my.registry/operator"},
+            "driver": {"imagePullPolicy": "IfNotPresent"},
+            "operator": {"priorityClassName": "system-node-critical"},
             "devicePlugin": {"config": {"name": "time-slicing", "default": "any"}},
             "toolkit": None,
         },
     }
-    plan = plan_for(catalog, node(), spec=spec)
+    mirrors = origins_of({"data": {"registries": "mirror.example\n"}})
+    plan = plan_for(catalog, node(), spec=spec, origins=mirrors)
     assert plan.rules_applied[-2:] == ("image-mirror", "spec.values")
     assert plan.values["driver"]["imagePullPolicy"] == "IfNotPresent"
-    assert plan.values["operator"]["repository"] == "my.registry/operator"
+    assert plan.values["operator"]["priorityClassName"] == "system-node-critical"
     assert plan.values["devicePlugin"]["config"] == {"name": "time-slicing", "default": "any"}
     assert plan.values["toolkit"] is None
     assert plan.values["driver"]["repository"].startswith("mirror.example/")  # untouched
     for path in (
         "driver.imagePullPolicy",
-        "driver.version",
-        "operator.repository",
+        "operator.priorityClassName",
         "devicePlugin.config.name",
         "devicePlugin.config.default",
         "toolkit",

@@ -82,6 +82,10 @@ class PreflightReason(StrEnum):
     CHART_SOURCE_NOT_ALLOWED = "ChartSourceNotAllowed"
     """spec.source names a repository, chart, version, Secret or http:// that the ConfigMap
     kyma-system/kyma-gpu-chart-sources does not allow (a cluster administrator's list)."""
+    IMAGE_REGISTRY_NOT_ALLOWED = "ImageRegistryNotAllowed"
+    """spec.source.imageRegistry or spec.components.vgpuManagerImage names a registry that the
+    ConfigMap kyma-system/kyma-gpu-chart-sources (key registries) does not list, or the charts'
+    own registries are not allowed and no mirror is listed."""
     NEEDS_VGPU_GUEST_DRIVER = "NeedsVgpuGuestDriver"
     GPU_NOT_SUPPORTED_BY_DRIVER = "GpuNotSupportedByDriver"
     # the typed operations (spec.driver.upgradePolicy, spec.sharing, the extras, spec.stack)

@@ -204,10 +204,14 @@ class SourceSpec(_Model):
 
     image_registry: str | None = Field(default=None, pattern=IMAGE_REGISTRY_PATTERN, max_length=255)
     """Registry mirror (host[:port][/path], no scheme) that replaces the registry host of every
-    operand image: nvcr.io/nvidia/driver becomes <mirror>/nvidia/driver."""
+    operand image: nvcr.io/nvidia/driver becomes <mirror>/nvidia/driver. Only a mirror that a
+    cluster administrator lists in the ConfigMap kyma-system/kyma-gpu-chart-sources (key
+    registries); anything else is refused at admission. Empty: the charts' own registries, or
+    the first listed mirror where the administrator does not allow those."""
 
     image_pull_secrets: list[SecretName] = Field(default_factory=list, max_length=8)
-    """Names of Secrets in the GPU operator's namespace used to pull operand images."""
+    """Names of Secrets in the GPU operator's namespace used to pull operand images, besides
+    the ones the administrator lists with the mirror."""
 
     @model_validator(mode="after")
     def _http_needs_insecure(self) -> SourceSpec:
@@ -244,7 +248,9 @@ class ComponentsSpec(_Model):
     Needs sandboxWorkloads and vgpuManagerImage (a licensed NVIDIA AI Enterprise image)."""
 
     vgpu_manager_image: str | None = Field(default=None, pattern=IMAGE_PATTERN, max_length=255)
-    """The vGPU Manager image, registry/path/name:tag, built from NVIDIA's licensed sources."""
+    """The vGPU Manager image, registry/path/name:tag, built from NVIDIA's licensed sources.
+    Only from a registry mirror a cluster administrator lists (kyma-system/kyma-gpu-chart-sources,
+    key registries)."""
 
     sandbox_workloads: SandboxMode = SandboxMode.OFF
     """GPUs passed through to virtual machines: Off, KubeVirt or Kata. Nodes opt in with the
@@ -293,7 +299,10 @@ class GpuSpec(_Model):
     """Raw chart values, deep-merged after every rule. An escape hatch: what is set here wins,
     and the module cannot check it. Prefer the typed fields above. Keys that create arbitrary
     objects or that the module reserves (extraObjects, node-feature-discovery.namespaceOverride,
-    the NFD subchart's name overrides and ServiceAccount names) are refused, and so are line
+    the NFD subchart's name overrides and ServiceAccount names) are refused; so are keys that
+    name an image or set a command (repository, image, version, tag, digest, args, extraArgs,
+    command, initContainers at any depth) and driver.repoConfig, driver.certConfig and
+    kataManager.config, since images are the platform's choice; and so are line
     breaks and control characters in keys and strings (but in the device plugin's and MIG
     manager's config data and the DCGM metrics list); the config ConfigMap names
     (devicePlugin, migManager, dcgmExporter .config.name) take DNS names only; at most 20

@@ -18,9 +18,13 @@ from typing import Any
 from kyma_gpu.api.models import API_GROUP, PLURAL
 from kyma_gpu.api.resources import module_labels
 from kyma_gpu.api.values import (
+    CODE_VALUES,
+    COMMAND_KEYS,
     CONTROL,
     CONTROL_IN_TEXT,
     DEPTH_MESSAGE,
+    IMAGE_KEYS,
+    IMAGE_MESSAGE,
     MAX_DEPTH,
     MAX_ENTRIES,
     MAX_TEXT,
@@ -163,6 +167,18 @@ def _names() -> dict[str, str]:
     }
 
 
+def _images() -> dict[str, str]:
+    keys = "[" + ", ".join(_str(k) for k in (*IMAGE_KEYS, *COMMAND_KEYS)) + "]"
+    named = f"type({_KEY}) == string && {_KEY} in {keys} && !({_is_text('n')})"
+    bad = f"({named}) || ({_is_text('n', CODE_VALUES)})"
+    message = f"{_path('n[0]')} + ': Invalid value: ' + {_str(IMAGE_MESSAGE)}"
+    return {
+        "expression": f"!variables.nodes.exists(n, {bad})",
+        "message": f"spec.values: Invalid value: {IMAGE_MESSAGE}",
+        "messageExpression": _first("variables.nodes", bad, message),
+    }
+
+
 _VALUES_CHANGED = (
     "request.operation == 'CREATE' || (has(object.spec.values) && "
     "(!has(oldObject.spec.values) || object.spec.values != oldObject.spec.values))"
@@ -186,7 +202,7 @@ def policy() -> dict[str, Any]:
         },
         "matchConditions": [{"name": "values-changed", "expression": _VALUES_CHANGED}],
         "variables": _variables(),
-        "validations": [_depth(), *_size(), _keys(), _strings(), _names()],
+        "validations": [_depth(), *_size(), _keys(), _strings(), _names(), _images()],
     }
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",

@@ -6,10 +6,19 @@ is installed with the rights of the release account. The Gpu's spec.source must 
 these sources (repository URL, chart name, an allowed version, an allowed Secret); the plan
 refuses anything else. Without the ConfigMap only NVIDIA's repository is allowed, with the
 module's supported chart versions.
+
+Where the images come from is the platform's decision too: the key `registries` lists the
+registry mirrors a Gpu may name in spec.source.imageRegistry (and that spec.components.
+vgpuManagerImage may come from), one per line, each with the pull Secrets the module adds for
+it. It is plain text, not YAML, because the ValidatingAdmissionPolicy kyma-gpu-images reads it
+too (CEL reads strings, not YAML): a Gpu naming another registry is refused at admission and by
+the plan, with the same words.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated
 
@@ -17,10 +26,18 @@ from pydantic import Field, StrictBool, StringConstraints, model_validator
 
 from kyma_gpu.api.base import DNS_NAME_PATTERN
 from kyma_gpu.api.base import Model as _Model
-from kyma_gpu.api.models import CHART_REPOSITORY_PATTERN, CHART_VERSION_PATTERN
+from kyma_gpu.api.models import (
+    CHART_REPOSITORY_PATTERN,
+    CHART_VERSION_PATTERN,
+    IMAGE_REGISTRY_PATTERN,
+)
 
 CONFIG_MAP_NAME = "kyma-gpu-chart-sources"
 CONFIG_MAP_KEY = "sources.yaml"
+REGISTRIES_KEY = "registries"
+PUBLIC = "public"
+"""The line of `registries` that keeps the charts' own registries (nvcr.io, registry.k8s.io,
+ghcr.io) allowed beside the mirrors. Without the key they are the only ones allowed."""
 WHO_MAY_CHANGE = "a cluster administrator"
 """Who may write the ConfigMap: the ValidatingAdmissionPolicy kyma-gpu-chart-sources
 (config/admission/chart_sources_policy.yaml) holds every write to it to the right to update
@@ -94,3 +111,78 @@ DEFAULT_SOURCES = ChartSources(
     sources=(AllowedSource(kind=SourceKind.HELM_REPOSITORY, url=NVIDIA_REPOSITORY),)
 )
 """Without the ConfigMap: NVIDIA's repository, the supported versions, no Secret."""
+
+
+REGISTRY_NOT_ALLOWED = (
+    "spec.source.imageRegistry {registry} is not an image registry mirror a cluster "
+    "administrator allows: the ConfigMap kyma-system/kyma-gpu-chart-sources, key registries, "
+    "lists them (docs/security.md#image-registries)"
+)
+"""Said by the admission policy kyma-gpu-images and by the plan (ImageRegistryNotAllowed)."""
+VGPU_IMAGE_NOT_ALLOWED = (
+    "spec.components.vgpuManagerImage {image} is not from an image registry mirror a cluster "
+    "administrator allows: the ConfigMap kyma-system/kyma-gpu-chart-sources, key registries, "
+    "lists them (docs/security.md#image-registries)"
+)
+"""Said by the admission policy kyma-gpu-images and by the plan (ImageRegistryNotAllowed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AllowedRegistry:
+    """A registry mirror a Gpu may name, and the pull Secrets (in the GPU operator's namespace)
+    the module gives every operand pulled from it."""
+
+    registry: str
+    pull_secrets: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Registries:
+    """The key `registries`: the mirrors, and whether the charts' own registries stay allowed."""
+
+    mirrors: tuple[AllowedRegistry, ...] = ()
+    public: bool = True
+
+    def find(self, registry: str) -> AllowedRegistry | None:
+        return next((m for m in self.mirrors if m.registry == registry), None)
+
+    def holding(self, image: str) -> AllowedRegistry | None:
+        """The mirror a full image reference (registry/path:tag) comes from, if any."""
+        return next((m for m in self.mirrors if image.startswith(m.registry + "/")), None)
+
+    def names(self) -> str:
+        listed = [m.registry for m in self.mirrors] + ([PUBLIC] if self.public else [])
+        return ", ".join(listed) or "none"
+
+
+_REGISTRY = re.compile(IMAGE_REGISTRY_PATTERN)
+_SECRET = re.compile(DNS_NAME_PATTERN)
+MAX_REGISTRIES = 32
+
+
+def parse_registries(text: str) -> Registries:
+    """The key's text -> the mirrors. One mirror per line: the registry, then its pull Secrets,
+    separated by spaces; `public` on a line of its own; `#` starts a comment line. Raises
+    ValueError naming the first bad line."""
+    mirrors: list[AllowedRegistry] = []
+    public = False
+    for number, line in enumerate(text.split("\n"), start=1):
+        words = line.strip().split(" ")
+        words = [w for w in words if w]
+        if not words or words[0].startswith("#"):
+            continue
+        if "\t" in line:
+            raise ValueError(f"line {number}: separate with spaces, not tabs")
+        if words == [PUBLIC]:
+            public = True
+            continue
+        registry, secrets = words[0], tuple(words[1:])
+        if not _REGISTRY.match(registry) or len(registry) > 255:
+            raise ValueError(f"line {number}: {registry!r} is not a registry (host[:port][/path])")
+        bad = [s for s in secrets if not _SECRET.match(s) or len(s) > 253]
+        if bad:
+            raise ValueError(f"line {number}: {bad[0]!r} is not a Secret name")
+        mirrors.append(AllowedRegistry(registry, secrets))
+    if len(mirrors) > MAX_REGISTRIES:
+        raise ValueError(f"at most {MAX_REGISTRIES} registries, it lists {len(mirrors)}")
+    return Registries(tuple(mirrors), public)

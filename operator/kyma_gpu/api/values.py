@@ -62,6 +62,29 @@ NAME_MESSAGE = (
     f"'.', at most {NAME_MAX} characters)"
 )
 
+IMAGE_KEYS: tuple[str, ...] = ("repository", "image", "version", "tag", "digest")
+"""Keys that name an image or part of it, at any depth of either chart (the gpu-operator chart:
+<component>.repository/image/version, driver.manager.*, vgpuManager.driverManager.*; its NFD
+subchart: image.repository/tag). Who picks the images is the platform: a Gpu picks one of the
+registry mirrors a cluster administrator lists (spec.source.imageRegistry)."""
+COMMAND_KEYS: tuple[str, ...] = ("args", "extraArgs", "command", "initContainers")
+"""Keys that set what a container of the release runs: <component>.args (the ClusterPolicy's
+operands), NFD's master/worker/gc/topologyUpdater extraArgs and initContainers."""
+CODE_VALUES: tuple[tuple[str, ...], ...] = (
+    ("driver", "repoConfig"),
+    ("driver", "certConfig"),
+    ("kataManager", "config"),
+)
+"""Values that make a privileged operand fetch code from where the Gpu says: the driver
+container's package repositories and the certificates it trusts for them, the Kata manager's
+artifacts (kernels and runtimes pulled from an OCI registry onto the host)."""
+IMAGE_MESSAGE = (
+    "it names an image, a container's command or where a privileged container fetches code "
+    "from; that is the platform's choice: a cluster administrator lists registry mirrors in "
+    "the ConfigMap kyma-system/kyma-gpu-chart-sources (key registries) and the Gpu picks one "
+    "in spec.source.imageRegistry (docs/security.md#image-registries)"
+)
+
 REASON = (
     "Helm prints chart values into YAML, where a line break starts new keys or objects; only "
     "tab is allowed (line breaks only in " + ", ".join(".".join(p) for p in TEXT_VALUES) + ")"
@@ -141,6 +164,7 @@ def values_error(values: Any) -> ValuesError | None:
         or next(filter(None, (_bad_key(p) for p, _ in nodes)), None)
         or next(filter(None, (_bad_string(p, v) for p, v in nodes)), None)
         or next(filter(None, (_bad_name(p, v) for p, v in nodes)), None)
+        or next(filter(None, (_image_value(p) for p, _ in nodes)), None)
     )
 
 
@@ -196,3 +220,15 @@ def _bad_name(path: Path, node: Any) -> ValuesError | None:
     if isinstance(node, str) and len(node) <= NAME_MAX and _NAME.match(node):
         return None
     return ValuesError(path_text(path), NAME_MESSAGE)
+
+
+def is_image_value(path: Path) -> bool:
+    """A key of IMAGE_KEYS or COMMAND_KEYS (outside the configuration texts), or CODE_VALUES."""
+    key = path[-1]
+    if key in IMAGE_KEYS or key in COMMAND_KEYS:
+        return not is_text_value(path)
+    return path in CODE_VALUES
+
+
+def _image_value(path: Path) -> ValuesError | None:
+    return ValuesError(path_text(path), IMAGE_MESSAGE) if is_image_value(path) else None

@@ -5,6 +5,11 @@ which the manager watches and hands to the plan as plain data (`Origins`); `kyma
 --sources` reads the same ConfigMap from a file. A Gpu whose spec.source names another
 repository, chart, version or Secret, or plain http:// the source does not allow, gets a fleet
 error (`ChartSourceNotAllowed`): nothing is written to Flux.
+
+The same ConfigMap's key `registries` lists the image registry mirrors (api/sources.py). A Gpu
+naming another one in spec.source.imageRegistry, or a vGPU Manager image from elsewhere, gets
+`ImageRegistryNotAllowed`, in the words the admission policy kyma-gpu-images uses. A Gpu that
+names no mirror where the administrator allows mirrors only gets the first listed one.
 """
 
 from __future__ import annotations
@@ -17,13 +22,19 @@ import yaml
 from pydantic import ValidationError
 
 from kyma_gpu.api.conditions import PreflightReason
+from kyma_gpu.api.models import GpuSpec
 from kyma_gpu.api.sources import (
     CONFIG_MAP_KEY,
     CONFIG_MAP_NAME,
     DEFAULT_SOURCES,
+    REGISTRIES_KEY,
+    REGISTRY_NOT_ALLOWED,
+    VGPU_IMAGE_NOT_ALLOWED,
     WHO_MAY_CHANGE,
     AllowedSource,
     ChartSources,
+    Registries,
+    parse_registries,
 )
 from kyma_gpu.plan.findings import Finding, Severity
 
@@ -37,32 +48,60 @@ class Origins:
     """From the ConfigMap; False: the default (NVIDIA's repository only)."""
     error: str | None = None
     """The ConfigMap exists but its key is missing or invalid: no source is allowed."""
+    registries: Registries = field(default_factory=Registries)
+    """The image registry mirrors (the key `registries`); without it the charts' own only."""
+    registries_error: str | None = None
+    """The key `registries` is invalid: no mirror is allowed, and no Gpu is planned."""
     key: str = field(init=False)
     """A hashable fingerprint (the plan cache's key)."""
 
     def __post_init__(self) -> None:
-        text = f"{self.configured}|{self.error}|{self.sources.model_dump_json()}"
+        text = (
+            f"{self.configured}|{self.error}|{self.sources.model_dump_json()}|"
+            f"{self.registries}|{self.registries_error}"
+        )
         object.__setattr__(self, "key", text)
 
 
 def origins_of(config_map: Mapping[str, Any] | None) -> Origins:
-    """The ConfigMap's body (None: there is none) -> the allowed sources."""
+    """The ConfigMap's body (None: there is none) -> the allowed sources and registries."""
     if config_map is None:
         return Origins()
-    text = (config_map.get("data") or {}).get(CONFIG_MAP_KEY)
+    data = config_map.get("data") or {}
+    registries, registries_error = _registries(data.get(REGISTRIES_KEY))
+    sources, error = _sources(data.get(CONFIG_MAP_KEY))
+    if CONFIG_MAP_KEY not in data and REGISTRIES_KEY not in data:
+        error = f"it has no key {CONFIG_MAP_KEY}"
+    return Origins(sources, True, error, registries, registries_error)
+
+
+def _sources(text: Any) -> tuple[ChartSources, str | None]:
+    if text is None:  # a ConfigMap of registries only: the default chart source
+        return DEFAULT_SOURCES, None
     if not isinstance(text, str):
-        return Origins(configured=True, error=f"it has no key {CONFIG_MAP_KEY}")
+        return DEFAULT_SOURCES, f"its key {CONFIG_MAP_KEY} is not text"
     try:
         data = yaml.safe_load(text)
     except (yaml.YAMLError, RecursionError):
-        return Origins(configured=True, error=f"its key {CONFIG_MAP_KEY} is not valid YAML")
+        return DEFAULT_SOURCES, f"its key {CONFIG_MAP_KEY} is not valid YAML"
     try:
-        return Origins(ChartSources.model_validate(data), configured=True)
+        return ChartSources.model_validate(data), None
     except ValidationError as err:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in err.errors()
         )
-        return Origins(configured=True, error=f"its key {CONFIG_MAP_KEY} is invalid: {problems}")
+        return DEFAULT_SOURCES, f"its key {CONFIG_MAP_KEY} is invalid: {problems}"
+
+
+def _registries(text: Any) -> tuple[Registries, str | None]:
+    if text is None:
+        return Registries(), None
+    if not isinstance(text, str):
+        return Registries(public=False), f"its key {REGISTRIES_KEY} is not text"
+    try:
+        return parse_registries(text), None
+    except ValueError as err:
+        return Registries(public=False), f"its key {REGISTRIES_KEY} is invalid: {err}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,3 +166,41 @@ def pinned_digest(wanted: Wanted, origins: Origins, supported: tuple[str, ...]) 
     """The OCI manifest digest the allowed source pins for the wanted version, if any."""
     allowed = allowed_by(wanted, origins, supported)
     return allowed.digests.get(wanted.version) if isinstance(allowed, AllowedSource) else None
+
+
+def image_findings(spec: GpuSpec, origins: Origins) -> list[Finding]:
+    """The registries the Gpu names against the administrator's list (the key registries)."""
+    registries = origins.registries
+    found: list[str] = []
+    if origins.registries_error is not None:
+        found.append(f"no image registry is allowed: the ConfigMap kyma-system/"
+                     f"{CONFIG_MAP_NAME} is invalid: {origins.registries_error}")  # fmt: skip
+    registry = spec.source.image_registry
+    if registry is not None and registries.find(registry) is None:
+        found.append(REGISTRY_NOT_ALLOWED.format(registry=registry))
+    image = spec.components.vgpu_manager_image
+    if image is not None and registries.holding(image) is None:
+        found.append(VGPU_IMAGE_NOT_ALLOWED.format(image=image))
+    if registry is None and not registries.public and not registries.mirrors:
+        found.append("the charts' own registries are not allowed and no image registry mirror "
+                     f"is listed (the ConfigMap kyma-system/{CONFIG_MAP_NAME}, key "
+                     f"{REGISTRIES_KEY}); nothing is applied")  # fmt: skip
+    reason = PreflightReason.IMAGE_REGISTRY_NOT_ALLOWED
+    return [Finding(Severity.ERROR, reason, message) for message in dict.fromkeys(found)]
+
+
+def platform_spec(spec: GpuSpec, origins: Origins) -> GpuSpec:
+    """The spec as the platform completes it: the first listed mirror where the charts' own
+    registries are not allowed and the Gpu names none, and the mirror's pull Secrets."""
+    registries = origins.registries
+    registry = spec.source.image_registry
+    if registry is None and not registries.public and registries.mirrors:
+        registry = registries.mirrors[0].registry
+    mirror = registries.find(registry) if registry is not None else None
+    if mirror is None or (registry == spec.source.image_registry and not mirror.pull_secrets):
+        return spec
+    secrets = list(dict.fromkeys((*spec.source.image_pull_secrets, *mirror.pull_secrets)))
+    source = spec.source.model_copy(
+        update={"image_registry": registry, "image_pull_secrets": secrets}
+    )
+    return spec.model_copy(update={"source": source})

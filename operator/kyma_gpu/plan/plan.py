@@ -21,7 +21,14 @@ from kyma_gpu.plan.flux import FluxSettings, Owner, flux_objects
 from kyma_gpu.plan.mirror import mirror_values
 from kyma_gpu.plan.narrowing import for_version, post_renderers
 from kyma_gpu.plan.node_checks import NODE_CHECKS
-from kyma_gpu.plan.origin import Origins, Wanted, origin_findings, pinned_digest
+from kyma_gpu.plan.origin import (
+    Origins,
+    Wanted,
+    image_findings,
+    origin_findings,
+    pinned_digest,
+    platform_spec,
+)
 from kyma_gpu.plan.pools import WorkerPool
 from kyma_gpu.plan.preflight import (
     CHECKS,
@@ -170,11 +177,12 @@ def make_plan(
 ) -> Plan:
     """The plan. Never raises for bad cluster data: problems become preflight findings.
     `origins`: the chart sources a cluster administrator allows (None: NVIDIA's only)."""
-    resolved = resolve(spec, facts, catalog)
     origins = origins or Origins()
+    resolved = resolve(platform_spec(spec, origins), facts, catalog)
     wanted = wanted_source(resolved)
     supported = catalog.chart_versions()
     findings = origin_findings(wanted, origins, supported, catalog.defaults.module_namespace)
+    findings += image_findings(spec, origins)
     findings += preflight_findings(resolved, (*CHECKS, *FEATURE_CHECKS, *NODE_CHECKS))
     values = evaluate_rules(resolved, rule_context(resolved), findings)
     pools = tuple(p.name for p in resolved.worker_pools)

@@ -1,0 +1,158 @@
+"""Who picks the images (issue 31), the pure side: the administrator's registry list
+(api/sources.py), the plan's refusal and completion (plan/origin.py), the image-bearing keys of
+spec.values (api/values.py) and the generated admission policy (api/image_policy.py). The
+cluster side is tests/integration/test_image_registries.py and test_rbac_editor.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from kyma_gpu.api import GpuSpec
+from kyma_gpu.api.image_policy import images_policy_yaml
+from kyma_gpu.api.sources import (
+    REGISTRY_NOT_ALLOWED,
+    AllowedRegistry,
+    Registries,
+    parse_registries,
+)
+from kyma_gpu.api.values import IMAGE_MESSAGE, is_image_value, values_error
+from kyma_gpu.plan import make_plan, origins_of
+from kyma_gpu.plan.origin import image_findings, platform_spec
+from kyma_gpu.rules.catalog import Catalog
+from tests.unit.builders import facts_of, node
+
+ROOT = Path(__file__).resolve().parents[2]
+MIRROR = "mirror.example/nvidia"
+
+
+def origins(registries: str | None) -> Any:
+    return origins_of({"data": {} if registries is None else {"registries": registries}})
+
+
+def test_the_list_is_read_line_by_line() -> None:
+    text = f"# a comment\n\n  {MIRROR}   pull-a pull-b\nother.example:5000\npublic\n"
+    assert parse_registries(text) == Registries(
+        (AllowedRegistry(MIRROR, ("pull-a", "pull-b")), AllowedRegistry("other.example:5000")),
+        public=True,
+    )
+    assert parse_registries(MIRROR).public is False  # listed mirrors only
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("https://mirror.example", "line 1: 'https://mirror.example' is not a registry"),
+        ("mirror.example Not_A_Secret", "line 1: 'Not_A_Secret' is not a Secret name"),
+        ("ok.example\nmirror.example\tpull", "line 2: separate with spaces, not tabs"),
+        ("\n".join(f"m{i}.example" for i in range(33)), "at most 32 registries, it lists 33"),
+    ],
+)
+def test_a_bad_list_names_the_line(text: str, words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        parse_registries(text)
+    found = origins(text)
+    assert (found.registries_error or "").startswith(f"its key registries is invalid: {words}")
+    assert not found.registries.public  # an invalid list allows nothing
+
+
+def test_a_config_map_of_registries_only_keeps_the_default_chart_source() -> None:
+    assert origins("public\n").error is None
+    assert origins(None).error == "it has no key sources.yaml"
+
+
+def _reasons(spec: dict[str, Any], registries: str | None) -> list[str]:
+    return [f.message for f in image_findings(GpuSpec.model_validate(spec), origins(registries))]
+
+
+def test_the_plan_refuses_what_the_list_does_not_hold() -> None:
+    listed = f"{MIRROR} pull\npublic"
+    assert _reasons({"source": {"imageRegistry": MIRROR}}, listed) == []
+    assert _reasons({"source": {"imageRegistry": "evil.example"}}, listed) == [
+        REGISTRY_NOT_ALLOWED.format(registry="evil.example")
+    ]
+    assert _reasons({"source": {"imageRegistry": MIRROR}}, None) == [  # no ConfigMap: none
+        REGISTRY_NOT_ALLOWED.format(registry=MIRROR)
+    ]
+    vgpu = {"components": {"vgpuManagerImage": f"{MIRROR}x/vgpu:1"}}
+    assert len(_reasons(vgpu, listed)) == 1  # a prefix of a mirror is another registry
+    assert _reasons({}, "") == [  # public not listed and no mirror: nothing can run
+        "the charts' own registries are not allowed and no image registry mirror is listed "
+        "(the ConfigMap kyma-system/kyma-gpu-chart-sources, key registries); nothing is applied"
+    ]
+
+
+def test_the_platform_completes_the_spec() -> None:
+    only_mirrors = origins(f"{MIRROR} pull-a\nother.example")
+    spec = platform_spec(GpuSpec(), only_mirrors)
+    assert spec.source.image_registry == MIRROR  # the first listed one
+    assert spec.source.image_pull_secrets == ["pull-a"]
+    named = GpuSpec.model_validate(
+        {"source": {"imageRegistry": MIRROR, "imagePullSecrets": ["own", "pull-a"]}}
+    )
+    assert platform_spec(named, only_mirrors).source.image_pull_secrets == ["own", "pull-a"]
+    assert platform_spec(GpuSpec(), origins(f"{MIRROR}\npublic")) == GpuSpec()  # public stays
+
+
+def test_a_default_gpu_in_a_sovereign_cluster_pulls_from_the_mirror_only() -> None:
+    catalog = Catalog()
+    plan = make_plan(GpuSpec(), facts_of(catalog.machine_types, node()), catalog,
+                     origins=origins(f"{MIRROR} pull"))  # fmt: skip
+    assert plan.preflight.verdict != "error", plan.preflight.findings
+    repositories = [v["repository"] for v in _image_nodes(plan.values)]
+    assert repositories, plan.values
+    assert all(r.startswith(f"{MIRROR}/") for r in repositories), repositories
+
+
+def _image_nodes(values: Any) -> list[dict[str, Any]]:
+    found = []
+    stack = [values]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, dict):
+            if isinstance(current.get("repository"), str):
+                found.append(current)
+            stack += list(current.values())
+    return found
+
+
+@pytest.mark.parametrize(
+    ("path", "refused"),
+    [
+        (("operator", "repository"), True),
+        (("node-feature-discovery", "image"), True),
+        (("vgpuManager", "driverManager", "version"), True),
+        (("validator", "args"), True),
+        (("node-feature-discovery", "worker", "initContainers"), True),
+        (("driver", "repoConfig"), True),
+        (("kataManager", "config"), True),
+        (("devicePlugin", "config", "data", "version"), False),  # a config file's name
+        (("driver", "imagePullPolicy"), False),
+        (("operator", "imagePullSecrets"), False),
+        (("migManager", "config"), False),
+    ],
+)
+def test_image_bearing_keys(path: tuple[str, ...], refused: bool) -> None:
+    assert is_image_value(path) is refused
+    values: Any = "x"
+    for key in reversed(path):
+        values = {key: values}
+    error = values_error(values)
+    assert (error is not None and error.message == IMAGE_MESSAGE) is refused, error
+    if refused:
+        with pytest.raises(ValidationError, match="the platform's choice"):
+            GpuSpec.model_validate({"values": values})
+
+
+def test_the_committed_images_policy_is_the_generated_one() -> None:
+    committed = ROOT / "config" / "admission" / "gpu_images_policy.yaml"
+    assert committed.read_text(encoding="utf-8") == images_policy_yaml(), (
+        "config/admission/gpu_images_policy.yaml is stale: run `make manifests`"
+    )
+    policy, binding = yaml.safe_load_all(images_policy_yaml())
+    assert policy["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
+    assert binding["spec"]["paramRef"]["name"] == "kyma-gpu-chart-sources"
