@@ -6,6 +6,7 @@ kyma-gpu crd [--reference|--policy|--images-policy]
                                               print the generated CRD (reference, policies)
 kyma-gpu chart-facts CHART.tgz                 print the facts values-rules/charts/ keeps
 kyma-gpu images [--chart-version V] [--installer-release T]   images to mirror
+         [-f gpu.yaml --nodes nodes.yaml] [--mirror M] [--check]  (a plan's; check a registry)
 kyma-gpu rules-schema [--check]                write values-rules/schema/ and context.md
 kyma-gpu run                                   run the operator (kopf)
 """
@@ -31,9 +32,12 @@ from kyma_gpu.api.reference import reference_markdown
 from kyma_gpu.api.sources import CONFIG_MAP_NAME
 from kyma_gpu.api.values import MAX_DEPTH
 from kyma_gpu.facts import NodeError, cluster_facts, node_facts
-from kyma_gpu.plan import Origins, Owner, Verdict, make_plan, origins_of
-from kyma_gpu.rules.catalog import Catalog, ChartFacts
-from kyma_gpu.rules.chart import chart_facts, image_reference
+from kyma_gpu.plan import Origins, Owner, Plan, Severity, Verdict, make_plan, origins_of
+from kyma_gpu.plan.inventory import Image, plan_images, release_images
+from kyma_gpu.plan.mirror import replace_registry
+from kyma_gpu.registry import Presence, presence
+from kyma_gpu.rules.catalog import Catalog
+from kyma_gpu.rules.chart import chart_facts
 from kyma_gpu.rules.engine import RuleError
 from kyma_gpu.rules.schema import header, stale, write
 from kyma_gpu.yamlio import dump
@@ -112,12 +116,11 @@ def load_origins(path: str | None, stdin: TextIO) -> Origins:
     return origins_of(data)
 
 
-def cmd_plan(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+def _plan(args: argparse.Namespace, stdin: TextIO, catalog: Catalog) -> Plan:
+    """The plan of -f, --nodes and --sources (plan and images share them)."""
     if [args.file, args.nodes, args.sources].count("-") > 1:
         raise UsageError("only one of -f, --nodes and --sources can read standard input")
     spec, owner = load_gpu(args.file, stdin)
-    catalog = Catalog(Path(args.rules) if args.rules else None)
-    catalog.check()  # broken rule data: the file and the line, before anything else
     nodes = load_nodes(args.nodes, stdin) if args.nodes else []
     facts = []
     for index, node in enumerate(nodes):
@@ -126,7 +129,13 @@ def cmd_plan(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
         except NodeError as err:
             raise UsageError(f"{args.nodes}: item {index}: {err}") from err
     origins = load_origins(args.sources, stdin)
-    plan = make_plan(spec, cluster_facts(facts), catalog, owner, origins)
+    return make_plan(spec, cluster_facts(facts), catalog, owner, origins)
+
+
+def cmd_plan(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+    catalog = Catalog(Path(args.rules) if args.rules else None)
+    catalog.check()  # broken rule data: the file and the line, before anything else
+    plan = _plan(args, stdin, catalog)
     stdout.write(dump(plan.document()))
     return EXIT_ERROR_VERDICT if plan.preflight.verdict is Verdict.ERROR else 0
 
@@ -193,42 +202,60 @@ def cmd_chart_facts(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> 
     return 0
 
 
-def _chart_images(chart: ChartFacts, catalog: Catalog) -> list[str]:
-    """The chart's images; NVIDIA's driver container once per OS tag it is published for
-    (values-rules/nvidia-drivers.yaml): the tag carries the OS (595.91.07-ubuntu22.04)."""
-    refs: list[str] = []
-    for image in chart.images:
-        ref = image_reference(
-            {"repository": image.repository, "image": image.image, "version": image.version}
-        )
-        published = catalog.nvidia_drivers.entry(image.version or "")
-        if image.path == "driver" and published is not None:
-            refs.extend(f"{ref}-{tag}" for tag in sorted(published.os))
-        else:
-            refs.append(ref)
-    return refs
-
-
 def cmd_images(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     catalog = Catalog(Path(args.rules) if args.rules else None)
     catalog.check()  # broken rule data: the file and the line, before anything else
+    images = _plan_images(args, stdin, catalog) if args.file or args.nodes else None
+    if images is None:
+        images = _release_images(args, catalog)
+    if args.mirror:
+        images = [_mirrored(i, args.mirror) for i in images]
+    if not args.check:
+        for image in images:
+            stdout.write(f"{image.reference}\t{image.component}\n" if args.wide
+                         else f"{image.reference}\n")  # fmt: skip
+        return 0
+    return _check(images, args.insecure, stdout)
+
+
+def _release_images(args: argparse.Namespace, catalog: Catalog) -> list[Image]:
     version = args.chart_version or catalog.defaults.chart_version
     chart = catalog.chart(version)
     if chart is None:
         raise UsageError(f"chart version {version}: no facts in {catalog.root}/charts/")
-    refs = _chart_images(chart, catalog)
-    wanted_release = args.installer_release or catalog.defaults.installer_release
-    for tag in catalog.installer_releases():
-        if tag == wanted_release:
-            installer = catalog.installer(tag)
-            if installer is not None:
-                refs.append(
-                    f"{catalog.defaults.installer_repository}/{tag}/driver:"
-                    f"{installer.default_branch}-<kernel>-gardenlinux0"
-                )
-    for ref in dict.fromkeys(refs):  # once each, in order
-        stdout.write(f"{ref}\n")
-    return 0
+    release = args.installer_release or catalog.defaults.installer_release
+    if release not in catalog.installer_releases():
+        known = ", ".join(catalog.installer_releases())
+        raise UsageError(f"installer release {release} is not adopted (known: {known})")
+    return release_images(catalog, chart, release)
+
+
+def _plan_images(args: argparse.Namespace, stdin: TextIO, catalog: Catalog) -> list[Image]:
+    if args.chart_version or args.installer_release:
+        raise UsageError("with -f or --nodes the Gpu names the chart and the installer release")
+    plan = _plan(args, stdin, catalog)
+    if plan.preflight.verdict is Verdict.ERROR:
+        reasons = ", ".join(sorted({str(f.reason) for f in plan.preflight.findings
+                                    if f.severity is Severity.ERROR}))  # fmt: skip
+        raise UsageError(f"the plan's verdict is error ({reasons}): `kyma-gpu plan` says why")
+    return plan_images(plan, catalog)
+
+
+def _mirrored(image: Image, mirror: str) -> Image:
+    if image.reference.startswith(mirror.rstrip("/") + "/"):
+        return image
+    return Image(replace_registry(image.reference, mirror), image.component)
+
+
+def _check(images: list[Image], insecure: bool, stdout: TextIO) -> int:
+    """Ask each image's registry for its manifest; exit 1 when any is missing or unknown."""
+    bad = 0
+    for image in images:
+        found, why = presence(image.reference, insecure)
+        bad += found in (Presence.MISSING, Presence.UNREACHABLE)
+        stdout.write(f"{found}\t{image.reference}\t{why}\n".replace("\t\n", "\n"))
+    stdout.write(f"{len(images)} images, {bad} missing or unreachable\n")
+    return 1 if bad else 0
 
 
 def cmd_rules_schema(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
@@ -288,10 +315,23 @@ def parser() -> argparse.ArgumentParser:
     cf = sub.add_parser("chart-facts", help="print the facts of a packaged chart")
     cf.add_argument("chart", help="path to gpu-operator-<version>.tgz")
     cf.set_defaults(func=cmd_chart_facts)
-    im = sub.add_parser("images", help="list the images a mirror must hold")
+    im = sub.add_parser(
+        "images",
+        help="list the images a mirror must hold, or check a registry for them",
+        description="Every image the module's release can run (default), or that one Gpu's "
+        "plan runs on a fleet (-f, --nodes, --sources). With --check, ask each image's "
+        "registry for its manifest (no pull): exit 1 when any is missing or unreachable.",
+    )
     im.add_argument("--chart-version", help="chart version (default: the pinned one)")
     im.add_argument("--installer-release", help="installer release (default: the pinned one)")
     im.add_argument("--rules", help="values-rules directory (default: the module's)")
+    im.add_argument("-f", "--file", help="a Gpu manifest: the images of its plan; - for stdin")
+    im.add_argument("--nodes", help="`kubectl get nodes -o yaml` output, for the plan")
+    im.add_argument("--sources", help=f"the ConfigMap {CONFIG_MAP_NAME}, for the plan")
+    im.add_argument("--mirror", help="HOST[:PORT][/PATH]: name each image in this registry")
+    im.add_argument("--check", action="store_true", help="ask the registries (no pull)")
+    im.add_argument("--insecure", action="store_true", help="plain http:// registries")
+    im.add_argument("--wide", action="store_true", help="also print what runs each image")
     im.set_defaults(func=cmd_images)
     rs = sub.add_parser(
         "rules-schema", help="write the JSON Schemas and the rule context docs into values-rules/"

@@ -233,6 +233,8 @@ def test_images() -> None:
         "ghcr.io/gardenlinux/gardenlinux-nvidia-installer/1.17.0/driver:590-<kernel>-gardenlinux0"
         in refs
     )
+    assert "europe-docker.pkg.dev/kyma-project/prod/gpu-manager:0.1.0" in refs  # the module too
+    assert "europe-docker.pkg.dev/kyma-project/prod/external/fluxcd/helm-controller:v1.6.4" in refs
     code, out, _ = run(["images", "--installer-release", "1.7.0"])
     assert "gardenlinux-nvidia-installer/1.17.0" not in out
     assert "gardenlinux-nvidia-installer/1.7.0" in out

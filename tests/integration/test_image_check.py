@@ -1,0 +1,102 @@
+"""`kyma-gpu images --check` against a real registry (distribution's, tools/registry): it names
+the one image a mirror lacks, exits 1, and exits 0 once the mirror holds everything. Nothing is
+pulled: the check sends one HEAD request for each manifest (kyma_gpu/registry.py).
+
+The images are stand-ins (an empty config, no layers) under the real references of a plan: the
+check reads manifests, never content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from kyma_gpu.cli import main
+from kyma_gpu.registry import Presence, parse_reference, presence
+from tests.harness.cluster import LocalCluster
+from tests.harness.klm import Registry
+
+pytestmark = pytest.mark.integration
+
+SCENARIO = Path(__file__).resolve().parents[1] / "golden" / "scenarios" / "sovereign-mirror"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+
+
+def _put_blob(base: str, name: str, data: bytes) -> str:
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    start = urllib.request.Request(f"{base}/v2/{name}/blobs/uploads/", method="POST")
+    with urllib.request.urlopen(start, timeout=10) as answer:
+        location = answer.headers["Location"]
+    url = location if location.startswith("http") else base + location
+    sep = "&" if "?" in url else "?"
+    put = urllib.request.Request(f"{url}{sep}digest={digest}", data=data, method="PUT",
+                                 headers={"Content-Type": "application/octet-stream"})  # fmt: skip
+    urllib.request.urlopen(put, timeout=10).close()
+    return digest
+
+
+def push_stand_in(registry: Registry, reference: str) -> None:
+    """An image with an empty config and no layers under `reference` (host is the registry)."""
+    ref = parse_reference(reference)
+    assert ref is not None
+    assert ref.host == registry.host, reference
+    config = b"{}"
+    digest = _put_blob(registry.url, ref.name, config)
+    manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "layers": [],
+                "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                           "digest": digest, "size": len(config)}}  # fmt: skip
+    put = urllib.request.Request(
+        f"{registry.url}/v2/{ref.name}/manifests/{ref.tag}", method="PUT",
+        data=json.dumps(manifest).encode(), headers={"Content-Type": OCI_MANIFEST},
+    )  # fmt: skip
+    urllib.request.urlopen(put, timeout=10).close()
+
+
+def images(*extra: str) -> tuple[int, str]:
+    out = io.StringIO()
+    args = ["images", "-f", str(SCENARIO / "gpu.yaml"), "--nodes", str(SCENARIO / "nodes.yaml"),
+            "--sources", str(SCENARIO / "sources.yaml"), *extra]  # fmt: skip
+    code = main(args, stdin=io.StringIO(), stdout=out, stderr=io.StringIO())
+    return code, out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def registry(local_cluster: LocalCluster) -> Registry:
+    return Registry(local_cluster).start()
+
+
+def test_the_check_names_what_the_mirror_lacks(registry: Registry) -> None:
+    mirror = f"{registry.host}/sovereign"
+    code, listed = images("--mirror", mirror)
+    assert code == 0, listed
+    references = listed.split()
+    assert len(references) >= 8, references  # the plan's operands, driver, manager, Flux
+    assert all(r.startswith(f"{mirror}/") for r in references), references
+    lacking, *held = references
+    for reference in held:
+        push_stand_in(registry, reference)
+
+    code, report = images("--mirror", mirror, "--check", "--insecure")
+    assert code == 1, report
+    rows = [line.split("\t") for line in report.splitlines()[:-1]]
+    assert [r[:2] for r in rows if r[0] != Presence.PRESENT] == [[Presence.MISSING, lacking]]
+    assert report.count(str(Presence.PRESENT)) == len(held), report
+    assert report.splitlines()[-1] == f"{len(references)} images, 1 missing or unreachable"
+
+    push_stand_in(registry, lacking)
+    code, report = images("--mirror", mirror, "--check", "--insecure")
+    assert code == 0, report
+    assert report.count(str(Presence.PRESENT)) == len(references), report
+
+
+def test_an_unreachable_registry_is_not_present(registry: Registry) -> None:
+    found, why = presence("127.0.0.1:9/nothing/here:v1", insecure=True)
+    assert found is Presence.UNREACHABLE, why
+    assert presence(f"{registry.host}/a/placeholder:590-<kernel>-gardenlinux0")[0] == (
+        Presence.UNKNOWN
+    )
