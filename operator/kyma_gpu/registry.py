@@ -50,8 +50,9 @@ def parse_reference(reference: str) -> Reference | None:
         return None
     name, sep, digest = reference.partition("@")
     tag = digest if sep else "latest"
-    if not sep and re.search(r":[^/]+$", name):
-        name, tag = name.rsplit(":", 1)
+    if re.search(r":[^/]+$", name):  # name:tag, or name:tag@digest (the digest counts)
+        name, named = name.rsplit(":", 1)
+        tag = tag if sep else named
     host, _, path = name.partition("/")
     if not path or not ("." in host or ":" in host or host == "localhost"):
         return None

@@ -23,9 +23,12 @@ apply, creates the default Gpu, waits for the manager Deployment, upgrades and r
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
+import ssl
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +42,8 @@ from .flux import FluxStack
 from .nodes import DEMO_FLEET
 from .procs import ManagedProcess, free_port, http_ok
 from .realnode import RealNode
+
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 
 KLM_BINARIES = ("lifecycle-manager", "registry", "modulectl", "ocm")
 KCP_NAMESPACE = "kcp-system"
@@ -57,10 +62,15 @@ def manager_pods(cluster: LocalCluster) -> list[dict[str, Any]]:
 
 
 class Registry:
-    """distribution's registry v3 on 127.0.0.1:<port>, plain http."""
+    """distribution's registry v3 on 127.0.0.1:<port>: plain http, or https with the local
+    cluster's serving certificate (tls=True: clients trust the cluster's CA, `ca`) where a
+    tool reaches registries by https only (the ocm CLI copying resources, KLM's image
+    references). `name` tells several apart (their folders and logs)."""
 
-    def __init__(self, cluster: LocalCluster) -> None:
+    def __init__(self, cluster: LocalCluster, *, tls: bool = False, name: str = "registry"):
         self.cluster = cluster
+        self.tls = tls
+        self.name = name
         self.port = 0
         self.process: ManagedProcess | None = None
 
@@ -70,29 +80,75 @@ class Registry:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}"
+        return f"{'https' if self.tls else 'http'}://{self.host}"
+
+    @property
+    def ca(self) -> Path:
+        return self.cluster.pki.ca_cert
+
+    def context(self) -> ssl.SSLContext | None:
+        return ssl.create_default_context(cafile=str(self.ca)) if self.tls else None
 
     def start(self) -> Registry:
         binary = require("registry")["registry"]
         self.port = free_port()
-        root = self.cluster.workdir / "registry"
+        root = self.cluster.workdir / self.name
         root.mkdir(parents=True, exist_ok=True)
+        http: dict[str, Any] = {"addr": self.host, "debug": {"addr": f"127.0.0.1:{free_port()}"}}
+        if self.tls:
+            pki = self.cluster.pki
+            http["tls"] = {"certificate": str(pki.serving_cert), "key": str(pki.serving_key)}
         config = {
             "version": 0.1,
             "log": {"level": "warn", "accesslog": {"disabled": True}},
             "storage": {"filesystem": {"rootdirectory": str(root / "data")},
                         "delete": {"enabled": True}},
-            "http": {"addr": self.host, "debug": {"addr": f"127.0.0.1:{free_port()}"}},
+            "http": http,
         }  # fmt: skip
         (root / "config.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
         self.process = ManagedProcess(
-            "registry", [str(binary), "serve", str(root / "config.yml")],
-            self.cluster.log_dir / "registry.log", cwd=root, fatal_patterns=("^panic: ",),
+            self.name, [str(binary), "serve", str(root / "config.yml")],
+            self.cluster.log_dir / f"{self.name}.log", cwd=root, fatal_patterns=("^panic: ",),
         )  # fmt: skip
         self.process.start()
         self.cluster.register(self.process)
-        self.process.wait_healthy(lambda: http_ok(f"{self.url}/v2/"), timeout=30)
+        self.process.wait_healthy(lambda: http_ok(f"{self.url}/v2/", self.context()), timeout=30)
         return self
+
+    def stop(self) -> None:
+        """Gone for good: what a registry that is out of reach looks like to its clients."""
+        if self.process is not None:
+            self.process.stop()
+
+    def push_stand_in(self, reference: str) -> None:
+        """An image with an empty config and no layers under `reference` (its host is this
+        registry): for tools that read manifests and copy artifacts, never run them."""
+        host, _, rest = reference.partition("/")
+        assert host == self.host, reference
+        name, _, tag = rest.rpartition(":")
+        config = b"{}"
+        digest = self._blob(name, config)
+        manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "layers": [],
+                    "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                               "digest": digest, "size": len(config)}}  # fmt: skip
+        put = urllib.request.Request(
+            f"{self.url}/v2/{name}/manifests/{tag}", method="PUT",
+            data=json.dumps(manifest).encode(), headers={"Content-Type": OCI_MANIFEST},
+        )  # fmt: skip
+        urllib.request.urlopen(put, timeout=10, context=self.context()).close()
+
+    def _blob(self, name: str, data: bytes) -> str:
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        start = urllib.request.Request(f"{self.url}/v2/{name}/blobs/uploads/", method="POST")
+        with urllib.request.urlopen(start, timeout=10, context=self.context()) as answer:
+            location = answer.headers["Location"]
+        url = location if location.startswith("http") else self.url + location
+        put = urllib.request.Request(
+            f"{url}{'&' if '?' in url else '?'}digest={digest}", data=data, method="PUT",
+            headers={"Content-Type": "application/octet-stream"},
+        )  # fmt: skip
+        urllib.request.urlopen(put, timeout=10, context=self.context()).close()
+        return digest
 
 
 @dataclass(frozen=True)

@@ -8,53 +8,19 @@ check reads manifests, never content.
 
 from __future__ import annotations
 
-import hashlib
 import io
-import json
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from kyma_gpu.cli import main
-from kyma_gpu.registry import Presence, parse_reference, presence
+from kyma_gpu.registry import Presence, presence
 from tests.harness.cluster import LocalCluster
 from tests.harness.klm import Registry
 
 pytestmark = pytest.mark.integration
 
 SCENARIO = Path(__file__).resolve().parents[1] / "golden" / "scenarios" / "sovereign-mirror"
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-
-
-def _put_blob(base: str, name: str, data: bytes) -> str:
-    digest = "sha256:" + hashlib.sha256(data).hexdigest()
-    start = urllib.request.Request(f"{base}/v2/{name}/blobs/uploads/", method="POST")
-    with urllib.request.urlopen(start, timeout=10) as answer:
-        location = answer.headers["Location"]
-    url = location if location.startswith("http") else base + location
-    sep = "&" if "?" in url else "?"
-    put = urllib.request.Request(f"{url}{sep}digest={digest}", data=data, method="PUT",
-                                 headers={"Content-Type": "application/octet-stream"})  # fmt: skip
-    urllib.request.urlopen(put, timeout=10).close()
-    return digest
-
-
-def push_stand_in(registry: Registry, reference: str) -> None:
-    """An image with an empty config and no layers under `reference` (host is the registry)."""
-    ref = parse_reference(reference)
-    assert ref is not None
-    assert ref.host == registry.host, reference
-    config = b"{}"
-    digest = _put_blob(registry.url, ref.name, config)
-    manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "layers": [],
-                "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
-                           "digest": digest, "size": len(config)}}  # fmt: skip
-    put = urllib.request.Request(
-        f"{registry.url}/v2/{ref.name}/manifests/{ref.tag}", method="PUT",
-        data=json.dumps(manifest).encode(), headers={"Content-Type": OCI_MANIFEST},
-    )  # fmt: skip
-    urllib.request.urlopen(put, timeout=10).close()
 
 
 def images(*extra: str) -> tuple[int, str]:
@@ -79,7 +45,7 @@ def test_the_check_names_what_the_mirror_lacks(registry: Registry) -> None:
     assert all(r.startswith(f"{mirror}/") for r in references), references
     lacking, *held = references
     for reference in held:
-        push_stand_in(registry, reference)
+        registry.push_stand_in(reference)
 
     code, report = images("--mirror", mirror, "--check", "--insecure")
     assert code == 1, report
@@ -88,7 +54,7 @@ def test_the_check_names_what_the_mirror_lacks(registry: Registry) -> None:
     assert report.count(str(Presence.PRESENT)) == len(held), report
     assert report.splitlines()[-1] == f"{len(references)} images, 1 missing or unreachable"
 
-    push_stand_in(registry, lacking)
+    registry.push_stand_in(lacking)
     code, report = images("--mirror", mirror, "--check", "--insecure")
     assert code == 0, report
     assert report.count(str(Presence.PRESENT)) == len(references), report

@@ -30,6 +30,7 @@ SCENARIOS = ROOT / "tests" / "golden" / "scenarios"
         ("localhost/a", Reference("localhost", "a", "latest")),
         ("r.example/a@sha256:" + "0" * 64, Reference("r.example", "a", "sha256:" + "0" * 64)),
         ("r.example:443/a/b", Reference("r.example:443", "a/b", "latest")),
+        ("r.example/a:v1@sha256:" + "1" * 64, Reference("r.example", "a", "sha256:" + "1" * 64)),
         ("nvidia/driver:1", None),  # no registry host: the module always names one
         ("r.example/driver:590-<kernel>-gardenlinux0", None),  # a placeholder
     ],

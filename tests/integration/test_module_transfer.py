@@ -1,0 +1,115 @@
+"""The whole module moves into a sovereign registry with the ocm CLI (issue 31).
+
+`hack/module.py release` puts into the module's OCM component every image the release can run
+(the manager, the module's Flux, the operands of both charts, NVIDIA's driver per OS) and the
+supported charts. Registry A stands in for the public registries: the release names its
+operands there (`--operand-registry`), and A holds a stand-in under each name (an empty config,
+no layers: `ocm` copies artifacts, it never runs them). `ocm transfer --copy-resources` moves
+the component from A to B; then A is stopped, and everything is asserted on B alone: every
+image resource names B (by digest), B answers for each, and B serves each chart as an OCI chart
+that Helm pulls byte for byte. Both registries speak TLS (the ocm CLI and KLM reach registries
+by https only), with the local cluster's CA.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kyma_gpu.plan.inventory import module_images
+from kyma_gpu.registry import Presence, parse_reference, presence
+from kyma_gpu.rules.catalog import Catalog
+from tests.harness.binaries import REPO_ROOT, require
+from tests.harness.cluster import LocalCluster
+from tests.harness.klm import Registry
+
+pytestmark = pytest.mark.integration
+
+VERSION = "0.9.1"
+COMPONENT = "kyma-project.io/module/gpu"
+CHARTS = REPO_ROOT.parent / "shared" / "charts"
+
+
+def _run(argv: list[str], env: dict[str, str]) -> str:
+    result = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900,
+                            check=False)  # fmt: skip
+    assert result.returncode == 0, f"{argv[:3]} failed:\n{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+def _resources(ocm: Path, url: str, env: dict[str, str]) -> list[dict[str, Any]]:
+    out = _run([str(ocm), "get", "resources", f"{url}//{COMPONENT}:{VERSION}", "-o", "json"], env)
+    return [item["element"] for item in json.loads(out)["items"]]
+
+
+def _stand_ins(a: Registry, rel: Path, env: dict[str, str]) -> list[str]:
+    """Release into A with every image it names pushed there first (a constructor dry run
+    tells which: the release fails where A lacks one, as a real one does offline)."""
+    sys.path.insert(0, str(REPO_ROOT / "hack"))
+    from module import operand_resources
+
+    references = [r["access"]["imageReference"]
+                  for r in operand_resources(Catalog(), CHARTS, a.host, VERSION)
+                  if r["type"] == "ociArtifact"]  # fmt: skip
+    references += [f"{a.host}/kyma-project/gpu-manager:{VERSION}"]
+    references += [f"{a.host}/{i.reference.split('/', 1)[1]}" for i in module_images()[1:]]
+    for reference in references:
+        a.push_stand_in(reference)
+    _run([sys.executable, str(REPO_ROOT / "hack" / "module.py"), "release",
+          "--version", VERSION, "--image-repository", f"{a.host}/kyma-project",
+          "--component-repository", a.url, "--team", "kyma/gpu-local", "--no-image",
+          "--operand-registry", a.host, "--out", str(rel)], env)  # fmt: skip
+    return references
+
+
+def test_the_whole_module_moves_into_a_sovereign_registry(
+    local_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    ocm = require("ocm")["ocm"]
+    helm = require("helm")["helm"]
+    a = Registry(local_cluster, tls=True, name="registry-a").start()
+    b = Registry(local_cluster, tls=True, name="registry-b").start()
+    env = {**os.environ, "SSL_CERT_FILE": str(a.ca), "HOME": str(tmp_path)}
+    held = _stand_ins(a, tmp_path / "release", env)
+
+    _run([str(ocm), "transfer", "componentversions", "--copy-resources", "--overwrite",
+          f"{a.host}//{COMPONENT}:{VERSION}", b.host], env)  # fmt: skip
+    a.stop()
+
+    resources = _resources(ocm, b.host, env)  # no scheme: https, and references KLM can parse
+    images = [r for r in resources if r["access"]["type"] == "ociArtifact"]
+    references = [str(r["access"]["imageReference"]) for r in images]
+    assert len(references) == len(held) + len(list(CHARTS.glob("gpu-operator-v*.tgz"))), references
+    elsewhere = [r for r in references if not r.startswith(f"{b.host}/")]
+    assert elsewhere == [], elsewhere
+    unpinned = [r for r in references if "@sha256:" not in r]
+    assert unpinned == [], unpinned
+    os.environ["SSL_CERT_FILE"] = str(b.ca)  # urllib reads it per request
+    try:
+        answers = {r: presence(r)[0] for r in references}
+    finally:
+        del os.environ["SSL_CERT_FILE"]
+    assert {r for r, found in answers.items() if found is not Presence.PRESENT} == set()
+
+    for version in Catalog().chart_versions():
+        chart = next(r for r in images
+                     if r["type"] == "helmChart" and r["version"] == version)  # fmt: skip
+        ref = parse_reference(chart["access"]["imageReference"])
+        assert ref is not None
+        pulled = tmp_path / "pulled" / version
+        pulled.mkdir(parents=True)
+        _run([str(helm), "pull", f"oci://{ref.host}/{ref.name}", "--version", version,
+              "--ca-file", str(b.ca), "--destination", str(pulled)], env)  # fmt: skip
+        (tgz,) = pulled.glob("*.tgz")
+        original = CHARTS / f"gpu-operator-{version}.tgz"
+        assert (
+            hashlib.sha256(tgz.read_bytes()).digest()
+            == hashlib.sha256(original.read_bytes()).digest()
+        ), version
