@@ -131,8 +131,13 @@ class FluxStack:
         progress: Callable[[str], None] | None = None,
         start_timeout: float = 120.0,
         provided: bool = False,
+        trust_cluster_ca: bool = False,
     ) -> None:
         self.cluster = cluster
+        self.trust_cluster_ca = trust_cluster_ca
+        """The controllers trust the cluster's CA (SSL_CERT_FILE) and nothing else: for a
+        registry on 127.0.0.1 with the cluster's serving certificate, as the nodes of a
+        sovereign cloud trust its registry."""
         self.provided = ProvidedFluxRunner(cluster, FLUX_FATAL_PATTERNS) if provided else None
         """provided=True: no Flux CRDs and no controllers of the harness's own; the GPU manager
         installs its Flux, and the runner runs the controllers of its Deployments."""
@@ -253,11 +258,14 @@ class FluxStack:
         return process, lambda: http_ok(f"http://127.0.0.1:{health}/readyz")
 
     def _process(self, name: str, argv: Sequence[str]) -> ManagedProcess:
+        env = {"KUBECONFIG": str(self.cluster.kubeconfig)}
+        if self.trust_cluster_ca:
+            env["SSL_CERT_FILE"] = str(self.cluster.pki.ca_cert)
         process = ManagedProcess(
             name,
             argv,
             self.cluster.log_dir / f"{name}.log",
-            env={"KUBECONFIG": str(self.cluster.kubeconfig)},
+            env=env,
             cwd=self.cluster.workdir,
             fatal_patterns=FLUX_FATAL_PATTERNS,
         )

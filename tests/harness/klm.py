@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import ssl
 import subprocess
 import sys
@@ -174,8 +175,17 @@ def _one(path: Path) -> dict[str, Any]:
     return loaded
 
 
-def publish(registry: Registry, version: str, out: Path, *, build_image: bool = True) -> Published:
-    """Release ``version`` of the module into the registry, as `make module` does."""
+def publish(
+    registry: Registry,
+    version: str,
+    out: Path,
+    *,
+    build_image: bool = True,
+    operand_registry: str = "",
+) -> Published:
+    """Release ``version`` of the module into the registry, as `make module` does;
+    `operand_registry`: the operands (and the module's Flux) named there, not in the public
+    registries (hack/module.py --operand-registry)."""
     argv = [
         sys.executable, str(REPO_ROOT / "hack" / "module.py"), "release",
         "--version", version, "--image-repository", f"{registry.host}/kyma-project",
@@ -184,7 +194,11 @@ def publish(registry: Registry, version: str, out: Path, *, build_image: bool = 
     ]  # fmt: skip
     if not build_image:
         argv.append("--no-image")
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=1800, check=False)
+    if operand_registry:
+        argv += ["--operand-registry", operand_registry]
+    env = {**os.environ, **({"SSL_CERT_FILE": str(registry.ca)} if registry.tls else {})}
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=1800, check=False,
+                            env=env)  # fmt: skip
     if result.returncode != 0:
         raise AssertionError(f"hack/module.py release {version} failed:\n{result.stderr}")
     return Published(version, out)
@@ -220,8 +234,9 @@ class LifecycleManager:
         ]
         self.process = ManagedProcess(
             "lifecycle-manager", argv, self.cluster.log_dir / "lifecycle-manager.log",
-            env={"KUBECONFIG": str(self.cluster.kubeconfig)}, cwd=self.home / "bin",
-            fatal_patterns=KLM_FATAL,
+            env={"KUBECONFIG": str(self.cluster.kubeconfig),
+                 **({"SSL_CERT_FILE": str(self.registry.ca)} if self.registry.tls else {})},
+            cwd=self.home / "bin", fatal_patterns=KLM_FATAL,
         )  # fmt: skip
         self.process.start()
         self.cluster.register(self.process)

@@ -75,14 +75,17 @@ def controller_dir(version: str) -> Path:
 
 
 def chart_version(deployment: dict[str, Any]) -> str:
-    """``gpu-operator-v26.3.3`` (the helm.sh/chart label) -> ``v26.3.3``."""
+    """``gpu-operator-v26.3.3`` (the helm.sh/chart label) -> ``v26.3.3``. A chart that Flux
+    pulled by digest (an OCIRepository's ref.digest) carries the digest as build metadata and
+    loses its "v" (``gpu-operator-26.7.0_1979d0dfbd96``): the same chart, ``v26.7.0``."""
     label = ((deployment.get("metadata") or {}).get("labels") or {}).get("helm.sh/chart", "")
     prefix = "gpu-operator-"
     if not label.startswith(prefix):
         raise ValueError(
             f"Deployment {DEPLOYMENT} has no helm.sh/chart label of the chart: {label!r}"
         )
-    return str(label[len(prefix) :])
+    version = str(label[len(prefix) :]).split("_", 1)[0]
+    return version if version.startswith("v") else f"v{version}"
 
 
 def container_env(deployment: dict[str, Any]) -> dict[str, str]:

@@ -36,7 +36,7 @@ import io
 import json
 import subprocess
 import tarfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +72,13 @@ class RealNode:
         runs: Mapping[str, str],
         namespace: str,
         progress: Callable[[str], None] | None = None,
+        registries: Sequence[str] = (),
     ) -> None:
         self.cluster = cluster
+        self.registries = tuple(registries)
+        """Registries (host:port on 127.0.0.1) that serve TLS with the cluster's certificate:
+        containerd pulls from them by https, trusting the cluster's CA (hosts.toml each);
+        others on 127.0.0.1 it pulls from over http, as without this."""
         self.runs = dict(runs)
         """The label selector (key -> value) of the pods that run here, in ``namespace``."""
         self.namespace = namespace
@@ -224,10 +229,25 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{_cni_bin_dir()}"
     conf_dir = "{cni / "net.d"}"
-"""
+{self._registry_config(base)}"""
         path = base / "config.toml"
         path.write_text(text, encoding="utf-8")
         return path
+
+    def _registry_config(self, base: Path) -> str:
+        if not self.registries:
+            return ""
+        certs = base / "certs.d"
+        ca = self.cluster.pki.ca_cert
+        for registry in self.registries:
+            folder = certs / registry
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "hosts.toml").write_text(
+                f'server = "https://{registry}"\n\n[host."https://{registry}"]\n'
+                f'  capabilities = ["pull", "resolve"]\n  ca = "{ca}"\n', encoding="utf-8"
+            )  # fmt: skip
+        return (f'  [plugins."io.containerd.grpc.v1.cri".registry]\n'
+                f'    config_path = "{certs}"\n')  # fmt: skip
 
     def _cni_config(self) -> dict[str, Any]:
         slot = self.slot

@@ -14,18 +14,16 @@ by https only), with the local cluster's CA.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from kyma_gpu.plan.inventory import module_images
 from kyma_gpu.registry import Presence, parse_reference, presence
 from kyma_gpu.rules.catalog import Catalog
+from tests.harness.air_gapped import CHARTS, resources, stand_ins, transfer
 from tests.harness.binaries import REPO_ROOT, require
 from tests.harness.cluster import LocalCluster
 from tests.harness.klm import Registry
@@ -33,8 +31,6 @@ from tests.harness.klm import Registry
 pytestmark = pytest.mark.integration
 
 VERSION = "0.9.1"
-COMPONENT = "kyma-project.io/module/gpu"
-CHARTS = REPO_ROOT.parent / "shared" / "charts"
 
 
 def _run(argv: list[str], env: dict[str, str]) -> str:
@@ -44,47 +40,30 @@ def _run(argv: list[str], env: dict[str, str]) -> str:
     return result.stdout
 
 
-def _resources(ocm: Path, url: str, env: dict[str, str]) -> list[dict[str, Any]]:
-    out = _run([str(ocm), "get", "resources", f"{url}//{COMPONENT}:{VERSION}", "-o", "json"], env)
-    return [item["element"] for item in json.loads(out)["items"]]
-
-
-def _stand_ins(a: Registry, rel: Path, env: dict[str, str]) -> list[str]:
-    """Release into A with every image it names pushed there first (a constructor dry run
-    tells which: the release fails where A lacks one, as a real one does offline)."""
-    sys.path.insert(0, str(REPO_ROOT / "hack"))
-    from module import operand_resources
-
-    references = [r["access"]["imageReference"]
-                  for r in operand_resources(Catalog(), CHARTS, a.host, VERSION)
-                  if r["type"] == "ociArtifact"]  # fmt: skip
-    references += [f"{a.host}/kyma-project/gpu-manager:{VERSION}"]
-    references += [f"{a.host}/{i.reference.split('/', 1)[1]}" for i in module_images()[1:]]
-    for reference in references:
-        a.push_stand_in(reference)
+def _release(a: Registry, rel: Path, env: dict[str, str]) -> list[str]:
+    """Release into A with every image it names pushed there first."""
+    held = stand_ins(a, VERSION)
     _run([sys.executable, str(REPO_ROOT / "hack" / "module.py"), "release",
           "--version", VERSION, "--image-repository", f"{a.host}/kyma-project",
           "--component-repository", a.url, "--team", "kyma/gpu-local", "--no-image",
           "--operand-registry", a.host, "--out", str(rel)], env)  # fmt: skip
-    return references
+    return held
 
 
 def test_the_whole_module_moves_into_a_sovereign_registry(
     local_cluster: LocalCluster, tmp_path: Path
 ) -> None:
-    ocm = require("ocm")["ocm"]
     helm = require("helm")["helm"]
     a = Registry(local_cluster, tls=True, name="registry-a").start()
     b = Registry(local_cluster, tls=True, name="registry-b").start()
     env = {**os.environ, "SSL_CERT_FILE": str(a.ca), "HOME": str(tmp_path)}
-    held = _stand_ins(a, tmp_path / "release", env)
+    held = _release(a, tmp_path / "release", env)
 
-    _run([str(ocm), "transfer", "componentversions", "--copy-resources", "--overwrite",
-          f"{a.host}//{COMPONENT}:{VERSION}", b.host], env)  # fmt: skip
+    transfer(a, b, VERSION)
     a.stop()
 
-    resources = _resources(ocm, b.host, env)  # no scheme: https, and references KLM can parse
-    images = [r for r in resources if r["access"]["type"] == "ociArtifact"]
+    # no scheme: https, and references KLM can parse
+    images = [r for r in resources(b, VERSION) if r["access"]["type"] == "ociArtifact"]
     references = [str(r["access"]["imageReference"]) for r in images]
     assert len(references) == len(held) + len(list(CHARTS.glob("gpu-operator-v*.tgz"))), references
     elsewhere = [r for r in references if not r.startswith(f"{b.host}/")]

@@ -156,3 +156,35 @@ def test_the_committed_images_policy_is_the_generated_one() -> None:
     policy, binding = yaml.safe_load_all(images_policy_yaml())
     assert policy["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
     assert binding["spec"]["paramRef"]["name"] == "kyma-gpu-chart-sources"
+
+
+def test_the_default_gpu_takes_the_platforms_chart_source_too() -> None:
+    """Where NVIDIA's repository is not allowed, the Gpu that names no chart source gets the
+    first allowed one (with its first Secret): KLM's empty Gpu installs from the mirror."""
+    sources = yaml.safe_dump(
+        {
+            "sources": [
+                {
+                    "kind": "OCIRepository",
+                    "url": "oci://mirror.example/charts",
+                    "secretRefs": ["chart-auth"],
+                    "digests": {"v26.7.0": "sha256:" + "a" * 64},
+                }
+            ]
+        }
+    )
+    found = origins_of({"data": {"sources.yaml": sources, "registries": "mirror.example\n"}})
+    catalog = Catalog()
+    plan = make_plan(GpuSpec(), facts_of(catalog.machine_types, node()), catalog,
+                     origins=found)  # fmt: skip
+    assert plan.preflight.verdict != "error", plan.preflight.findings
+    source = plan.source
+    assert source is not None
+    assert source["kind"] == "OCIRepository"
+    assert source["spec"]["url"] == "oci://mirror.example/charts/gpu-operator"
+    assert source["spec"]["ref"]["digest"] == "sha256:" + "a" * 64
+    assert source["spec"]["secretRef"] == {"name": "chart-auth"}
+    with_nvidia = origins_of({"data": {"sources.yaml": yaml.safe_dump({"sources": [
+        {"kind": "HelmRepository", "url": "https://helm.ngc.nvidia.com/nvidia"},
+        {"kind": "OCIRepository", "url": "oci://mirror.example/charts"}]})}})  # fmt: skip
+    assert platform_spec(GpuSpec(), with_nvidia) == GpuSpec()  # NVIDIA's stays the default

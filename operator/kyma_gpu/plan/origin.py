@@ -27,6 +27,7 @@ from kyma_gpu.api.sources import (
     CONFIG_MAP_KEY,
     CONFIG_MAP_NAME,
     DEFAULT_SOURCES,
+    NVIDIA_REPOSITORY,
     REGISTRIES_KEY,
     REGISTRY_NOT_ALLOWED,
     VGPU_IMAGE_NOT_ALLOWED,
@@ -190,8 +191,26 @@ def image_findings(spec: GpuSpec, origins: Origins) -> list[Finding]:
 
 
 def platform_spec(spec: GpuSpec, origins: Origins) -> GpuSpec:
-    """The spec as the platform completes it: the first listed mirror where the charts' own
-    registries are not allowed and the Gpu names none, and the mirror's pull Secrets."""
+    """The spec as the platform completes it: the first allowed chart source where NVIDIA's
+    repository is not allowed and the Gpu names none; the first listed mirror where the
+    charts' own registries are not allowed and the Gpu names none, and the mirror's pull
+    Secrets. So the Gpu that KLM creates (an empty spec) works in a sovereign cluster."""
+    return _platform_images(_platform_chart(spec, origins), origins)
+
+
+def _platform_chart(spec: GpuSpec, origins: Origins) -> GpuSpec:
+    sources = origins.sources.sources
+    nvidia = any(s.url.rstrip("/") == NVIDIA_REPOSITORY for s in sources)
+    if spec.source.chart_repository is not None or origins.error is not None or nvidia:
+        return spec
+    first = sources[0]
+    update = {"chart_repository": first.url, "chart_name": first.chart_name,
+              "secret_ref": first.secret_refs[0] if first.secret_refs else None,
+              "insecure": first.insecure}  # fmt: skip
+    return spec.model_copy(update={"source": spec.source.model_copy(update=update)})
+
+
+def _platform_images(spec: GpuSpec, origins: Origins) -> GpuSpec:
     registries = origins.registries
     registry = spec.source.image_registry
     if registry is None and not registries.public and registries.mirrors:
