@@ -10,7 +10,8 @@ from B's copy of its image, the default Gpu (the empty spec KLM creates) gets B'
 an OCIRepository pinned by digest and B's images, Flux installs the chart, and the real NVIDIA
 controller reconciles. Every container and init container of every pod template that the
 module, the chart and the NVIDIA controller created must name B; one that does not fails the
-test by name.
+test by name. Then an image B lacks: the real kubelet fails to pull it, and the Gpu's status
+names it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import pytest
 from kyma_gpu.registry import Presence, presence
 from tests.harness.air_gapped import AirGapped, administrator_config_map
 from tests.harness.klm import SKR_KYMA, SKR_NAMESPACE, manager_pods
-from tests.harness.module import gpu, gpu_ready, wait_until
+from tests.harness.module import condition, gpu, gpu_ready, wait_until
+from tests.harness.realnode import TAINT
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 log = logging.getLogger(__name__)
@@ -106,3 +108,34 @@ def test_nothing_runs_from_outside_the_sovereign_registry(landscape: AirGapped) 
     assert all(v.startswith(f"{sovereign.host}/") for v in flux.values()), flux
     log.info("air-gapped: %d pod templates, all from %s; Gpu %s", len(images), sovereign.host,
              ready["status"].get("state"))  # fmt: skip
+
+
+def _components(cluster: Any) -> dict[str, Any]:
+    return condition(gpu(cluster), "ComponentsReady") or {}
+
+
+@pytest.mark.timeout(600)
+def test_an_image_the_mirror_lacks_is_named_in_the_status(landscape: AirGapped) -> None:
+    """A pod of the GPU operator's namespace on the real node whose image B does not hold: the
+    kubelet really fails to pull it, and the Gpu names the image; the pod gone, it clears."""
+    cluster, sovereign = landscape.cluster, landscape.sovereign
+    wait_until(lambda: gpu_ready(cluster), 300, "the Gpu Ready (the test before)")
+    image = f"{sovereign.host}/nvidia/cloud-native/k8s-not-mirrored:v1.0.0"
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "not-mirrored", "namespace": "gpu-operator"},
+        "spec": {"nodeName": landscape.node.name, "containers": [{"name": "c", "image": image}],
+                 "tolerations": [{**TAINT, "operator": "Equal"}]},
+    }  # fmt: skip
+    cluster.apply(pod)
+    try:
+        named = wait_until(
+            lambda: (c := _components(cluster)).get("reason") == "ImagePullFailed" and c, 180,
+            "ComponentsReady naming the image the kubelet cannot pull",
+        )  # fmt: skip
+        assert image in named["message"], named
+        assert f"pod not-mirrored on node {landscape.node.name}" in named["message"], named
+    finally:
+        cluster.kubectl("delete", "pod", "not-mirrored", "-n", "gpu-operator", "--wait=false")
+    wait_until(lambda: _components(cluster).get("status") == "True", 180,
+               "ComponentsReady again once the pod is gone")  # fmt: skip

@@ -371,8 +371,11 @@ class Landscape:
             self.cluster.start()
             self.flux = FluxStack(self.cluster).start()
             self._started.append(self.flux)
-            self.registry = Registry(self.cluster).start()
-            self.node = RealNode(self.cluster, MANAGER_LABELS, SKR_NAMESPACE).start()
+            # TLS, as Kyma's registries: KLM cannot localise a reference with a scheme, and
+            # the ocm CLI names what it uploads to a plain-http registry with http://.
+            self.registry = Registry(self.cluster, tls=True).start()
+            self.node = RealNode(self.cluster, MANAGER_LABELS, SKR_NAMESPACE,
+                                 registries=(self.registry.host,)).start()  # fmt: skip
             self._started.append(self.node)
             for version in self.versions:
                 self.progress(f"releasing {version} into {self.registry.url} (hack/module.py)")

@@ -146,6 +146,9 @@ class ComponentsReason(StrEnum):
     READY = "ComponentsReady"
     NOT_READY = "ComponentsNotReady"
     NODE_FEATURES_MISSING = "NodeFeaturesMissing"
+    IMAGE_PULL_FAILED = "ImagePullFailed"
+    """Pods of the GPU operator's namespace cannot pull their images: the message names them
+    (a mirror that lacks one, a wrong pull Secret)."""
     WAITING = "WaitingForComponents"
     STACK_CONFLICT = "StackConflict"
     """The other stack's custom resource is still there (the GPUCluster after spec.stack went

@@ -26,13 +26,14 @@ class Observers:
     settings: WatchSettings = field(default_factory=WatchSettings)
 
     def start(self, registry: MachineTypeRegistry, module_ns: str, target_ns: str) -> None:
-        """Nodes, operand DaemonSets, our Flux objects, the ClusterPolicy, the GPUCluster and
-        the CRDs."""
+        """Nodes, operand DaemonSets, the operator's pods that cannot pull, our Flux objects,
+        the ClusterPolicy, the GPUCluster and the CRDs."""
         self.stack_namespaces = tuple(dict.fromkeys((module_ns, target_ns)))
         self.store.listen(sources.CRDS, self._crd_changed)
         for source in (
             sources.node_source(registry),
             sources.daemonset_source(target_ns),
+            sources.pull_source(target_ns),
             *(sources.flux_source(plural, module_ns) for plural in sources.FLUX),
             sources.cluster_policy_source(),
             sources.gpu_cluster_source(),

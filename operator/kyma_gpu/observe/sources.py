@@ -11,6 +11,8 @@
 | pods              | only while a deletion waits: running pods     | "namespace/name" of GPU   |
 |                   | outside the stack's namespaces (field         | pods not terminating      |
 |                   | selector) that ask for nvidia.com/gpu         |                           |
+| pods (pulls)      | pending pods of the target namespace (field   | PullFailure: the images   |
+|                   | selector status.phase=Pending): none at rest  | a pod cannot pull         |
 
 The Gpu itself comes from kopf (handlers.py).
 """
@@ -34,11 +36,13 @@ from kyma_gpu.status import (
     ClusterPolicyFacts,
     DaemonSetFacts,
     HelmReleaseFacts,
+    PullFailure,
     cluster_policy_facts,
     daemonset_facts,
     gpu_cluster_facts,
     helm_release_facts,
     is_gpu_workload,
+    pull_failure,
 )
 
 log = logging.getLogger(__name__)
@@ -47,6 +51,8 @@ DAEMONSETS: Resource[DaemonSetFacts] = Resource("daemonsets")
 CLUSTER_POLICIES: Resource[ClusterPolicyFacts] = Resource("clusterpolicies")
 GPU_CLUSTERS: Resource[ClusterPolicyFacts] = Resource("gpuclusters")
 CRDS: Resource[CrdFacts] = Resource("crds")
+PULLS: Resource[PullFailure] = Resource("pulls")
+"""Pending pods of the GPU operator's namespace that cannot pull an image."""
 PODS: Resource[str] = Resource("pods")
 """namespace/name of each running GPU pod of users'."""
 FLUX: dict[str, FluxKind] = {k.plural: k for k in FLUX_KINDS}
@@ -94,6 +100,14 @@ def flux_source(plural: str, namespace: str) -> Source:
     path = FLUX[plural].path(namespace)
     return Source(plural, ListQuery(path, label_selector=OURS), partial(flux_facts, plural),
                   key=_name)  # fmt: skip
+
+
+def pull_source(target_namespace: str) -> Source:
+    """Pending pods of the GPU operator's namespace; only those that cannot pull are kept. The
+    server filters by phase: at rest there are none, and a running pod leaves the watch."""
+    query = ListQuery(f"/api/v1/namespaces/{target_namespace}/pods",
+                      field_selector="status.phase=Pending")  # fmt: skip
+    return Source(PULLS, query, pull_failure, key=_name)
 
 
 def cluster_policy_source() -> Source:

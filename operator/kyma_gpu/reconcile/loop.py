@@ -38,6 +38,7 @@ from kyma_gpu.observe.sources import (
     GPU_CLUSTERS,
     NODES,
     PODS,
+    PULLS,
     REQUIRED,
 )
 from kyma_gpu.observe.store import Store
@@ -112,6 +113,7 @@ def snapshot(
         cluster_policy=store.get(CLUSTER_POLICIES, "cluster-policy"),
         gpu_cluster=store.get(GPU_CLUSTERS, "gpu-cluster"),
         gpu_workloads=tuple(sorted(store.facts(PODS))) if store.synced(PODS) else None,
+        image_pulls=tuple(sorted(store.facts(PULLS))),
         flux_api=flux_api(store),
     )
 

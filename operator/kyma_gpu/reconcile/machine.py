@@ -66,7 +66,13 @@ from kyma_gpu.plan.provision import (
     shard,
     verdict,
 )
-from kyma_gpu.status import ClusterPolicyFacts, DaemonSetFacts, HelmReleaseFacts, Observed
+from kyma_gpu.status import (
+    ClusterPolicyFacts,
+    DaemonSetFacts,
+    HelmReleaseFacts,
+    Observed,
+    PullFailure,
+)
 from kyma_gpu.status import aggregate as aggregate_status
 from kyma_gpu.status.aggregate import stamp
 from kyma_gpu.status.deletion import (
@@ -144,6 +150,8 @@ class Snapshot:
     gpu_cluster: ClusterPolicyFacts | None = None
     """The DRA stack's GPUCluster gpu-cluster."""
     gpu_workloads: tuple[str, ...] | None = None
+    image_pulls: tuple[PullFailure, ...] = ()
+    """Pods of the GPU operator's namespace that cannot pull an image."""
     """namespace/name of running GPU pods; None while they are not observed."""
     flux_api: FluxApi = field(default_factory=external_flux)
     """The Flux CRDs and APIs (the default: a compatible Flux of the cluster's own)."""
@@ -445,6 +453,7 @@ def _status(
         cluster_policy=snap.cluster_policy,
         gpu_cluster=snap.gpu_cluster,
         gpu_workloads=snap.gpu_workloads or (),
+        image_pulls=snap.image_pulls,
         nodes_without_features=tuple(n.name for n in snap.nodes if n.is_gpu and n.nfd_missing),
         driver_upgrades=tuple(
             (n.name, n.driver_upgrade)

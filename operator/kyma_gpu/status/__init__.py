@@ -5,12 +5,14 @@ from kyma_gpu.status.observed import (
     ClusterPolicyFacts,
     DaemonSetFacts,
     HelmReleaseFacts,
+    PullFailure,
     asks_for_gpu,
     cluster_policy_facts,
     daemonset_facts,
     gpu_cluster_facts,
     helm_release_facts,
     is_gpu_workload,
+    pull_failure,
     requests_gpu,
 )
 
@@ -20,6 +22,7 @@ __all__ = [
     "DaemonSetFacts",
     "HelmReleaseFacts",
     "Observed",
+    "PullFailure",
     "aggregate",
     "asks_for_gpu",
     "cluster_policy_facts",
@@ -27,5 +30,6 @@ __all__ = [
     "gpu_cluster_facts",
     "helm_release_facts",
     "is_gpu_workload",
+    "pull_failure",
     "requests_gpu",
 ]

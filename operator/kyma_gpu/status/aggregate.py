@@ -29,7 +29,12 @@ from kyma_gpu.plan.pools import blocked_nodes
 from kyma_gpu.status import conditions as c
 from kyma_gpu.status.conditions import NO_GPU_NODES_MESSAGE, Verdict, cond, flux_failed
 from kyma_gpu.status.deletion import Uninstall, uninstall_wait, workloads_wait
-from kyma_gpu.status.observed import ClusterPolicyFacts, DaemonSetFacts, HelmReleaseFacts
+from kyma_gpu.status.observed import (
+    ClusterPolicyFacts,
+    DaemonSetFacts,
+    HelmReleaseFacts,
+    PullFailure,
+)
 
 __all__ = ["ConditionType", "Observed", "aggregate", "flux_failed", "stamp", "summarize"]
 
@@ -50,6 +55,8 @@ class Observed:
     gpu_workloads: tuple[str, ...] = ()
     """namespace/name of running pods that request nvidia.com/gpu."""
     nodes_without_features: tuple[str, ...] = ()
+    image_pulls: tuple[PullFailure, ...] = ()
+    """Pods of the GPU operator's namespace that cannot pull an image."""
     """GPU nodes without the NFD labels the NVIDIA operator needs (facts.node.NFD_LABELS_NEEDED)."""
     deleting: bool = False
     skip_protection: bool = False
@@ -108,6 +115,8 @@ def _components(plan: Plan, observed: Observed, generation: int | None) -> Verdi
     dra = plan.stack is GpuStack.DRA
     if not dra and observed.gpu_cluster is not None and not observed.deleting:
         return c.stack_conflict(generation)
+    if observed.image_pulls and not observed.deleting:
+        return c.image_pull_failed(observed.image_pulls, generation)
     return c.components_ready(
         observed.gpu_cluster if dra else observed.cluster_policy,
         observed.daemonsets,

@@ -32,6 +32,7 @@ from kyma_gpu.status.observed import (
     DaemonSetFacts,
     FluxCondition,
     HelmReleaseFacts,
+    PullFailure,
 )
 from kyma_gpu.status.upgrades import Rollout, failed_message, progress_message, rollout
 
@@ -369,6 +370,33 @@ def stack_conflict(generation: int | None) -> Verdict:
     condition = cond(ConditionType.COMPONENTS_READY, "False", ComponentsReason.STACK_CONFLICT,
                      STACK_CONFLICT_MESSAGE, generation)  # fmt: skip
     return Verdict(condition, error=STACK_CONFLICT_MESSAGE)
+
+
+PULL_SHOWN = 5
+"""Images a message names; the rest are counted."""
+
+
+def image_pull_failed(failures: Sequence[PullFailure], generation: int | None) -> Verdict:
+    """ComponentsReady False, naming the images the GPU operator's pods cannot pull."""
+    pods: dict[tuple[str, str], list[PullFailure]] = {}
+    for failure in failures:
+        for image, reason in failure.images:
+            pods.setdefault((image, reason), []).append(failure)
+    shown = []
+    for (image, reason), where in sorted(pods.items())[:PULL_SHOWN]:
+        first = where[0]
+        node = f" on node {first.node}" if first.node else ""
+        others = f" and {len(where) - 1} more" if len(where) > 1 else ""
+        shown.append(f"{image} ({reason}: pod {first.pod}{node}{others})")
+    rest = len(pods) - len(shown)
+    more = f"; and {rest} more images" if rest > 0 else ""
+    message = (
+        f"{len(failures)} pods of the GPU operator cannot pull their images: "
+        f"{'; '.join(shown)}{more}. Check that the registry holds them: kyma-gpu images "
+        "--check (docs/operations.md#check-the-mirror-before-you-switch)"
+    )
+    return Verdict(cond(ConditionType.COMPONENTS_READY, "False",
+                        ComponentsReason.IMAGE_PULL_FAILED, message, generation))  # fmt: skip
 
 
 def components_ready(

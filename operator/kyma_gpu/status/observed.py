@@ -288,3 +288,36 @@ def asks_for_gpu(body: Mapping[str, Any]) -> bool:
             if any(is_gpu_resource(str(k)) and v not in (None, "0", 0) for k, v in asked.items()):
                 return True
     return False
+
+
+PULL_REASONS = frozenset(
+    {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
+     "RegistryUnavailable"}
+)  # fmt: skip
+"""Waiting reasons of a container whose image the kubelet cannot pull."""
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class PullFailure:
+    """A pending pod of the GPU operator's namespace that cannot pull an image: what the
+    status names (the images), not the pod's whole status."""
+
+    pod: str
+    node: str
+    images: tuple[tuple[str, str], ...]
+    """(image, waiting reason) of each container that cannot pull."""
+
+
+def pull_failure(body: Mapping[str, Any]) -> PullFailure | None:
+    """None for a pod whose containers are not waiting for an image they cannot pull."""
+    status = body.get("status") or {}
+    found = []
+    for container in [*(status.get("initContainerStatuses") or ()),
+                      *(status.get("containerStatuses") or ())]:  # fmt: skip
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in PULL_REASONS:
+            found.append((str(container.get("image", "")), str(waiting["reason"])))
+    if not found:
+        return None
+    meta, spec = body.get("metadata") or {}, body.get("spec") or {}
+    return PullFailure(str(meta.get("name")), str(spec.get("nodeName") or ""), tuple(found))
