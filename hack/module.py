@@ -335,8 +335,11 @@ def component_step(release: Release, constructor: Path) -> Path:
     run([str(OCM), "add", "componentversions", "--create", "--file", str(ctf),
          "--skip-digest-generation", str(constructor)], cwd=release.out)  # fmt: skip
     if release.component_repository:
-        run([str(OCM), "transfer", "ctf", "--overwrite", "--no-update", str(ctf),
-             release.component_repository])  # fmt: skip
+        # No https:// before the host: the ocm CLI names what it uploads (the charts) with the
+        # scheme it was given, and KLM cannot parse an image reference with one (https is
+        # the default anyway). A plain-http registry keeps its http://.
+        target = release.component_repository.removeprefix("https://")
+        run([str(OCM), "transfer", "ctf", "--overwrite", "--no-update", str(ctf), target])
         say(f"pushed the component version to {release.component_repository}")
     return ctf
 
