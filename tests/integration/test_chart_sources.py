@@ -48,6 +48,22 @@ CONFIG_MAP_WRITER: dict[str, Any] = {
     "rules": [{"apiGroups": [""], "resources": ["configmaps"],
                "verbs": ["create", "delete", "deletecollection", "patch", "update", "get"]}],
 }  # fmt: skip
+NAMESPACE_OWNER = "gpu-namespace-owner"
+"""A user whose RoleBinding in kyma-system grants `*` on `*` (a common "namespace owner"
+set-up): every right there, none cluster-wide (issue 32, finding 3)."""
+OWNER_ROLE: dict[str, Any] = {
+    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+    "metadata": {"name": "test-namespace-owner"},
+    "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}],
+}  # fmt: skip
+OWNER_BINDING: dict[str, Any] = {
+    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+    "metadata": {"name": "test-namespace-owner", "namespace": MODULE_NAMESPACE},
+    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                "name": "test-namespace-owner"},
+    "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                  "name": NAMESPACE_OWNER}],
+}  # fmt: skip
 MIRROR = "https://charts.mirror.example/nvidia"
 FLUX_KINDS = ("helmreleases.helm.toolkit.fluxcd.io", "helmrepositories.source.toolkit.fluxcd.io",
               "ocirepositories.source.toolkit.fluxcd.io")  # fmt: skip
@@ -69,7 +85,8 @@ def manager(local_cluster: LocalCluster) -> Iterator[OperatorProcess]:
     local_cluster.kubectl("delete", "configmap", CONFIG_MAP_NAME, "-n", MODULE_NAMESPACE,
                           "--ignore-not-found")  # fmt: skip
     local_cluster.apply(CONFIG_MAP_WRITER, _binding(EDITOR, "kyma-gpu-edit"),
-                        _binding(STOCK_EDITOR, CONFIG_MAP_WRITER["metadata"]["name"]))  # fmt: skip
+                        _binding(STOCK_EDITOR, CONFIG_MAP_WRITER["metadata"]["name"]),
+                        OWNER_ROLE, OWNER_BINDING)  # fmt: skip
     with module_on(local_cluster, name="operator-sources",
                    kubeconfig=service_account_kubeconfig(local_cluster)) as process:  # fmt: skip
         yield process
@@ -78,6 +95,8 @@ def manager(local_cluster: LocalCluster) -> Iterator[OperatorProcess]:
     for user in (EDITOR, STOCK_EDITOR):
         local_cluster.kubectl("delete", "clusterrolebinding", f"test-{user}", "--ignore-not-found")
     local_cluster.kubectl("delete", "clusterrole", CONFIG_MAP_WRITER["metadata"]["name"])
+    local_cluster.kubectl("delete", "rolebinding", "test-namespace-owner", "-n", MODULE_NAMESPACE)
+    local_cluster.kubectl("delete", "clusterrole", "test-namespace-owner")
 
 
 def _as_editor(cluster: LocalCluster, spec: dict[str, Any]) -> None:
@@ -145,17 +164,18 @@ def test_the_same_words_offline(local_cluster: LocalCluster, manager: OperatorPr
     assert {"severity": "error", "reason": "ChartSourceNotAllowed", "message": message} in findings
 
 
-@pytest.mark.parametrize("user", [EDITOR, STOCK_EDITOR])
+@pytest.mark.parametrize("user", [EDITOR, STOCK_EDITOR, NAMESPACE_OWNER])
 def test_editors_cannot_write_the_allowed_sources(
     local_cluster: LocalCluster, manager: OperatorProcess, user: str
 ) -> None:
     """The module's edit role has no ConfigMap rights; `edit` bound cluster-wide has them in
-    kyma-system, and the policy kyma-gpu-chart-sources refuses it there: create, change and
-    delete of the one ConfigMap (an administrator's copy stands in between)."""
+    kyma-system, and a namespace owner holds `*` there; the policy kyma-gpu-chart-sources asks
+    for a cluster-scoped right and refuses both: create, change and delete of the one ConfigMap
+    (an administrator's copy stands in between)."""
     may = local_cluster.kubectl("auth", "can-i", "create", "configmaps", "-n", MODULE_NAMESPACE,
                                 f"--as={user}", check=False).stdout.strip()  # fmt: skip
-    assert may == ("yes" if user == STOCK_EDITOR else "no"), may
-    words = "only a cluster administrator can change it" if user == STOCK_EDITOR else "forbidden"
+    assert may == ("no" if user == EDITOR else "yes"), may
+    words = "forbidden" if user == EDITOR else "only a cluster administrator can change it"
     body = json.dumps(chart_sources_config_map({"kind": "HelmRepository", "url": MIRROR}))
     said = local_cluster.kubectl("create", "-f", "-", f"--as={user}", input=body, check=False)
     assert said.returncode != 0, said.stdout
