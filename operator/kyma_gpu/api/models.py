@@ -43,6 +43,9 @@ PLURAL = "gpus"
 SINGLETON_NAME = "gpu"
 STATUS_NODES_LIMIT = 100
 """status.nodes lists at most this many GPU nodes."""
+STATUS_COMPONENTS_LIMIT = 64
+"""status.components lists at most this many DaemonSets: whoever may create DaemonSets in the
+GPU operator's namespace must not grow the Gpu without bound (a chart renders about 15)."""
 SINGLETON_MESSAGE = f"the Gpu resource is a singleton: metadata.name must be '{SINGLETON_NAME}'"
 """Said by the CEL rule on the Gpu and by `kyma-gpu plan`."""
 
@@ -464,8 +467,14 @@ class GpuStatus(_Model):
     """The detected GPU nodes, the first 100 by name (gpuNodeCount counts them all): the whole
     Gpu must stay far below the API server's object size limit on clusters of any size."""
 
-    components: list[ComponentStatus] = Field(default_factory=list)
-    """GPU operand DaemonSets and their readiness."""
+    components: list[ComponentStatus] = Field(
+        default_factory=list, max_length=STATUS_COMPONENTS_LIMIT
+    )
+    """GPU operand DaemonSets and their readiness, the first 64 by name (componentCount counts
+    them all): every DaemonSet of the GPU operator's namespace is one."""
+
+    component_count: int = 0
+    """GPU operand DaemonSets observed, all of them."""
 
     driver_mode: str | None = None
     """Cluster driver mode: Precompiled, Preinstalled, Upstream, or PerPool for mixed fleets."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from kyma_gpu.api.conditions import ConditionType, ReadyReason
 from kyma_gpu.api.models import (
     DRIVER_VERSION_PATTERN,
+    STATUS_COMPONENTS_LIMIT,
     STATUS_NODES_LIMIT,
     ComponentStatus,
     Condition,
@@ -203,8 +204,9 @@ def _status(
         nodes=list(plan.nodes[:STATUS_NODES_LIMIT]),
         components=[
             ComponentStatus(name=d.name, ready=d.ready, desired=d.desired, available=d.available)
-            for d in sorted(observed.daemonsets, key=lambda d: d.name)
+            for d in sorted(observed.daemonsets, key=lambda d: d.name)[:STATUS_COMPONENTS_LIMIT]
         ],
+        component_count=len(observed.daemonsets),
         driver_mode=plan.driver_mode,
         driver_version=running_driver_version(observed.daemonsets, observed.driver_version_before),
         desired_driver_version=plan.driver_summary or None,

@@ -279,7 +279,9 @@ def source_ready(src: HelmReleaseFacts | None, release: Verdict, generation: int
 
 
 def daemonset_summary(sets: Sequence[DaemonSetFacts]) -> str:
-    return ", ".join(f"{d.name} ({d.available}/{d.desired})" for d in sets)
+    """At most FINDINGS_SHOWN DaemonSets: anyone who may create them in the GPU operator's
+    namespace adds to the list."""
+    return _some([f"{d.name} ({d.available}/{d.desired})" for d in sets])
 
 
 def driver_ready(
