@@ -73,7 +73,6 @@ ALLOWED = [
         None,
     ),
     ("patch", "deployments.apps/gpu-flux-helm-controller", MODULE_NAMESPACE),
-    ("bind", "roles.rbac.authorization.k8s.io/gpu-flux-helm-controller", MODULE_NAMESPACE),
 ]
 DENIED = [
     ("get", "secrets", MODULE_NAMESPACE),
@@ -95,6 +94,15 @@ DENIED = [
     ("patch", "deployments.apps/gpu-manager", MODULE_NAMESPACE),
     ("delete", "deployments.apps", "default"),
     ("escalate", "roles.rbac.authorization.k8s.io/gpu-manager", MODULE_NAMESPACE),
+    # Issue 32: the module's Flux accounts and rights ship with the module (flux/access).
+    ("bind", "roles.rbac.authorization.k8s.io/gpu-flux-helm-controller", MODULE_NAMESPACE),
+    ("escalate", "roles.rbac.authorization.k8s.io/gpu-flux-helm-controller", MODULE_NAMESPACE),
+    ("patch", "roles.rbac.authorization.k8s.io/gpu-flux-helm-controller", MODULE_NAMESPACE),
+    ("create", "roles.rbac.authorization.k8s.io", MODULE_NAMESPACE),
+    ("create", "rolebindings.rbac.authorization.k8s.io", MODULE_NAMESPACE),
+    ("create", "serviceaccounts", MODULE_NAMESPACE),
+    ("create", "services", MODULE_NAMESPACE),
+    ("create", "networkpolicies.networking.k8s.io", MODULE_NAMESPACE),
     ("bind", "clusterroles.rbac.authorization.k8s.io/cluster-admin", None),
     ("create", "rolebindings.rbac.authorization.k8s.io", "default"),
     ("update", "leases.coordination.k8s.io/kube-scheduler", "kube-system"),

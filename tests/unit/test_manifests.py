@@ -593,7 +593,8 @@ def test_flux_crds(crd: str) -> None:
 
 
 def test_flux_source_controller_service() -> None:
-    """helm-controller fetches the chart artifacts through it."""
+    """helm-controller fetches the chart artifacts through it; it ships with the module's
+    manifest (flux/access), not in the manager's bundle."""
     source = flux_deployments().get("source-controller")
     assert source is not None, "no Deployment runs source-controller"
     pod_labels = source["spec"]["template"]["metadata"].get("labels") or {}
@@ -601,8 +602,19 @@ def test_flux_source_controller_service() -> None:
         o.get("kind") == "Service"
         and (o.get("spec") or {}).get("selector")
         and all(pod_labels.get(k) == v for k, v in o["spec"]["selector"].items())
-        for o in render("flux")
+        for o in render("config/default")
     ), "no Service selects source-controller"
+
+
+def test_flux_accounts_ship_with_the_module() -> None:
+    """Issue 32: the ServiceAccounts, Roles and RoleBindings of the module's Flux are in the
+    module's manifest, so the manager holds no right to write ServiceAccounts or RBAC."""
+    idents = set(by_ident(render("config/default")))
+    for name in ("gpu-flux-source-controller", "gpu-flux-helm-controller"):
+        for kind in ("ServiceAccount", "Role", "RoleBinding"):
+            assert f"{kind}/kyma-system/{name}" in idents, (kind, name)
+    assert "NetworkPolicy/kyma-system/gpu-flux-ingress" in idents
+    assert {o["kind"] for o in render("flux")} == {"CustomResourceDefinition", "Deployment"}
 
 
 # --- no Flux in the module manifest -----------------------------------------------------

@@ -11,6 +11,8 @@ from kyma_gpu.plan.provision import (
     BUNDLE_HASH,
     IMAGE_ENV,
     MARKER_CRD,
+    MIRROR_LABEL,
+    MIRROR_VALUE,
     PROVIDED,
     PROVIDED_LABEL,
     REQUIRED_APIS,
@@ -110,8 +112,7 @@ def test_the_bundle_is_the_rendered_flux_base_with_its_hash_and_the_marker_last(
     assert len(bundle_crds()) == 7
     assert set(REQUIRED_APIS) <= set(bundle_crds())
     kinds = sorted({o["kind"] for o in bundle_workloads()})
-    assert kinds == ["Deployment", "NetworkPolicy", "Role", "RoleBinding", "Service",
-                     "ServiceAccount"]  # fmt: skip
+    assert kinds == ["Deployment"]  # the rest ships with the module (flux/access, issue 32)
     namespaces = {o["metadata"].get("namespace") for o in bundle_workloads()}
     assert namespaces == {"kyma-system"}
     assert not [o for o in objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
@@ -146,6 +147,19 @@ def test_localised_flux_images_are_deployed_and_change_the_hash() -> None:
     assert bundle_current(api(ours(HR, digest=bundle_hash(images))), images)
     assert FluxImages.from_env({}) == FluxImages()
     assert bundle(FluxImages.from_env({})) is bundle()
+
+
+def test_a_mirrored_controller_is_labelled_for_the_mirror_policy() -> None:
+    """Issue 32: the admission policy kyma-gpu-manager-mirrors holds a Deployment whose image
+    is not the bundle's to a registry mirror an administrator lists; the label selects it."""
+    mirror = "registry.example.internal/mirror/fluxcd/helm-controller:v1.6.4"
+    images = FluxImages.from_env({IMAGE_ENV["helm-controller"]: mirror})
+    labels = {o["metadata"]["name"]: o["metadata"].get("labels", {}) for o in bundle(images)}
+    assert labels["gpu-flux-helm-controller"][MIRROR_LABEL] == MIRROR_VALUE
+    assert MIRROR_LABEL not in labels["gpu-flux-source-controller"]
+    same = FluxImages.from_env({IMAGE_ENV["helm-controller"]: bundle_images()["helm-controller"]})
+    assert all(MIRROR_LABEL not in o["metadata"].get("labels", {}) for o in bundle(same))
+    assert all(MIRROR_LABEL not in o["metadata"].get("labels", {}) for o in bundle())
 
 
 def test_crd_facts_from_metadata() -> None:

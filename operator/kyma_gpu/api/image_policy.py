@@ -58,7 +58,7 @@ def _message(template: str, placeholder: str, field: str) -> str:
     return f"{_cel(before)} + {field} + {_cel(after)}"
 
 
-_MIRRORS = (
+MIRRORS_EXPRESSION = (
     f"has(params.data) && {_cel(REGISTRIES_KEY)} in params.data ? "
     f"params.data[{_cel(REGISTRIES_KEY)}].split('\\n').map(l, l.trim().split(' ')[0])"
     f".filter(w, w != '' && !w.startsWith('#') && w != {_cel(PUBLIC)}) : []"
@@ -86,7 +86,7 @@ def policy() -> dict[str, Any]:
         "matchConditions": [
             {"name": "names-an-image-registry", "expression": f"{source} || {vgpu}"}
         ],
-        "variables": [{"name": "mirrors", "expression": _MIRRORS}],
+        "variables": [{"name": "mirrors", "expression": MIRRORS_EXPRESSION}],
         "validations": [
             {
                 "expression": f"!({source}) || {_SOURCE} in variables.mirrors",

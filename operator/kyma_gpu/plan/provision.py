@@ -157,6 +157,13 @@ IMAGE_ENV = {
 component, and Kyma's image localisation rewrites them there, for air-gapped clusters."""
 
 
+MIRROR_LABEL = "gpu.kyma-project.io/flux-images"
+MIRROR_VALUE = "mirror"
+"""On a bundle Deployment whose image is not the bundle's own (Kyma's image localisation, or a
+mirror in the manager's environment): the admission policy kyma-gpu-manager-mirrors then holds
+the image to a registry mirror an administrator lists (plan/manager_policy.py)."""
+
+
 @dataclass(frozen=True, slots=True)
 class FluxImages:
     """Images for the bundle's controllers, by controller; a controller not named keeps the
@@ -182,8 +189,9 @@ def _set_images(objects: Sequence[dict[str, Any]], images: FluxImages) -> None:
             continue
         for container in obj["spec"]["template"]["spec"]["containers"]:
             controller = _controller(container["image"])
-            if controller in wanted:
+            if controller in wanted and wanted[controller] != container["image"]:
                 container["image"] = wanted[controller]
+                obj["metadata"].setdefault("labels", {})[MIRROR_LABEL] = MIRROR_VALUE
 
 
 def bundle(images: FluxImages = FluxImages()) -> tuple[Mapping[str, Any], ...]:

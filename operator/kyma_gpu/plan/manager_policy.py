@@ -1,0 +1,329 @@
+"""The ValidatingAdmissionPolicies that hold the manager's own account to what its code writes.
+
+RBAC cannot limit `create` by name, and the manager must create its Flux (two Deployments and
+seven CRDs, on a cluster without Flux), its Lease and the Flux objects of the release. A
+compromised manager could otherwise create any Deployment in kyma-system, under any
+ServiceAccount there, privileged and with the host's root mounted (issue 32, finding 1). So:
+
+- kyma-gpu-manager (no parameter) matches every write of
+  system:serviceaccount:kyma-system:gpu-manager and allows only:
+  - namespaced objects in kyma-system (Events anywhere: kopf posts them next to their object);
+  - cluster-scoped: the Gpu and the bundle's CRDs by name;
+  - Deployments by the bundle's names only, each as the bundle renders it where it matters:
+    its own ServiceAccount, one container `manager` with the bundle's arguments, no command,
+    only the bundle's environment names, no host namespaces, only emptyDir volumes, no init or
+    ephemeral containers, the bundle's security contexts; the image is the bundle's (by tag, or
+    by tag and digest), unless the Deployment carries MIRROR_LABEL, then any registry but the
+    same path end, tag and optional digest (`.../fluxcd/helm-controller:v1.6.4@sha256:...`);
+  - its Lease by name;
+  - HelmReleases that install as the release account into the chart's namespace only.
+- kyma-gpu-manager-mirrors (the ConfigMap kyma-system/kyma-gpu-chart-sources as parameter,
+  Deny when it is missing) matches only the Deployments with MIRROR_LABEL: their images must lie
+  below a registry mirror the administrator lists (key `registries`). The label is in the match
+  (objectSelector), which the API server evaluates before it looks the parameter up, so a
+  cluster without the ConfigMap refuses mirrored images and is not otherwise affected.
+
+Both are generated from the bundle (operator/kyma_gpu/data/flux.yaml) by `make manifests`; a
+unit test fails when config/admission/manager_policy.yaml differs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kyma_gpu.api.image_policy import MIRRORS_EXPRESSION
+from kyma_gpu.api.models import API_GROUP, PLURAL
+from kyma_gpu.api.resources import module_labels
+from kyma_gpu.api.sources import CONFIG_MAP_NAME
+from kyma_gpu.plan.provision import MIRROR_LABEL, MIRROR_VALUE, bundle, bundle_crds
+from kyma_gpu.yamlio import dump
+
+NAME = "kyma-gpu-manager"
+MIRRORS_NAME = "kyma-gpu-manager-mirrors"
+NAMESPACE = "kyma-system"
+ACCOUNT = f"system:serviceaccount:{NAMESPACE}:gpu-manager"
+RELEASE_ACCOUNT = "gpu-operator-release"
+TARGET_NAMESPACE = "gpu-operator"
+LEASE = "kyma-gpu-manager"
+WHO = "the manager's account gpu-manager (kyma-system)"
+NAMESPACED_KINDS = (
+    "helm.toolkit.fluxcd.io/helmreleases",
+    "source.toolkit.fluxcd.io/helmrepositories",
+    "source.toolkit.fluxcd.io/ocirepositories",
+    "apps/deployments",
+    "coordination.k8s.io/leases",
+    "/events",
+    "events.k8s.io/events",
+)
+CLUSTER_KINDS = (f"{API_GROUP}/{PLURAL}", "apiextensions.k8s.io/customresourcedefinitions")
+EVENTS = ("/events", "events.k8s.io/events")
+_SPEC = "object.spec.template.spec"
+_CONTAINER = f"{_SPEC}.containers[0]"
+_DIGEST = "(@sha256:[0-9a-f]{64})?$"
+
+
+def _cel(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _list(items: Sequence[str]) -> str:
+    return "[" + ", ".join(_cel(i) for i in items) + "]"
+
+
+def _rule(expression: str, message: str) -> dict[str, str]:
+    return {"expression": expression, "messageExpression": message, "reason": "Forbidden"}
+
+
+def _refused(words: str) -> str:
+    return f"{_cel(f'{WHO} {words}; refused: ')} + variables.what"
+
+
+def _deployments() -> dict[str, Mapping[str, Any]]:
+    return {o["metadata"]["name"]: o for o in bundle() if o["kind"] == "Deployment"}
+
+
+def _image_pattern(image: str, mirrored: bool) -> str:
+    """The bundle's image, or (mirrored) any registry with the same last two path segments and
+    tag; a digest may follow either."""
+    name, tag = image.rsplit(":", 1)
+    if mirrored:
+        tail = "/".join(name.split("/")[-2:])
+        return f"^[^@:]+(:[0-9]+)?/([^@]+/)?{re.escape(tail)}:{re.escape(tag)}{_DIGEST}"
+    return f"^{re.escape(name)}:{re.escape(tag)}{_DIGEST}"
+
+
+def _by_name(values: Mapping[str, str], otherwise: str = "false") -> str:
+    """A CEL expression choosing by variables.target."""
+    out = otherwise
+    for name, value in sorted(values.items(), reverse=True):
+        out = f"(variables.target == {_cel(name)} ? {value} : {out})"
+    return out
+
+
+def _container_rules(deployments: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    args, envs, images, mirrored = {}, {}, {}, {}
+    for name, obj in deployments.items():
+        container = obj["spec"]["template"]["spec"]["containers"][0]
+        args[name] = _list(container.get("args", []))
+        envs[name] = _list([e["name"] for e in container.get("env", [])])
+        images[name] = _cel(_image_pattern(container["image"], False))
+        mirrored[name] = _cel(_image_pattern(container["image"], True))
+    c = _CONTAINER
+    label = f"object.metadata.labels[{_cel(MIRROR_LABEL)}]"
+    mirror = f"{_cel(MIRROR_LABEL)} in object.metadata.labels && {label} == {_cel(MIRROR_VALUE)}"
+    return [
+        f"{_SPEC}.containers.size() == 1 && {c}.name == 'manager'",
+        f"has({c}.args) && {c}.args == {_by_name(args, '[]')}",
+        f"!has({c}.command) && !has({c}.envFrom)",
+        f"!has({c}.env) || {c}.env.all(e, e.name in {_by_name(envs, '[]')})",
+        f"{c}.image.matches(has(object.metadata.labels) && {mirror} ? "
+        f"{_by_name(mirrored, _cel('^$'))} : {_by_name(images, _cel('^$'))})",
+        f"has({c}.securityContext) && {c}.securityContext.allowPrivilegeEscalation == false"
+        f" && {c}.securityContext.readOnlyRootFilesystem == true"
+        f" && (!has({c}.securityContext.privileged) || {c}.securityContext.privileged == false)"
+        f" && has({c}.securityContext.capabilities)"
+        f" && {c}.securityContext.capabilities.drop == ['ALL']"
+        f" && !has({c}.securityContext.capabilities.add)",
+    ]
+
+
+def _pod_rules() -> list[str]:
+    s = _SPEC
+    return [
+        f"{s}.serviceAccountName == variables.target",
+        f"!has({s}.hostNetwork) || !{s}.hostNetwork",
+        f"!has({s}.hostPID) || !{s}.hostPID",
+        f"!has({s}.hostIPC) || !{s}.hostIPC",
+        f"!has({s}.initContainers) && !has({s}.ephemeralContainers)",
+        f"!has({s}.volumes) || {s}.volumes.all(v, has(v.emptyDir))",
+        f"has({s}.securityContext) && has({s}.securityContext.runAsNonRoot)"
+        f" && {s}.securityContext.runAsNonRoot",
+    ]
+
+
+def _deployment_validation(deployments: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    checks = " && ".join(f"({r})" for r in _pod_rules() + _container_rules(deployments))
+    shape = (
+        "creates and changes only the Deployments of its Flux bundle as the bundle renders "
+        "them (their own ServiceAccount, the bundle's image, arguments, environment and "
+        "security contexts, no host namespaces, only emptyDir volumes)"
+    )
+    return _rule(f"!variables.deployment || ({checks})", _refused(shape))
+
+
+def _helm_release_validation() -> dict[str, str]:
+    spec = "object.spec"
+    checks = (
+        f"has({spec}.serviceAccountName) && {spec}.serviceAccountName == {_cel(RELEASE_ACCOUNT)}"
+        f" && has({spec}.targetNamespace) && {spec}.targetNamespace == {_cel(TARGET_NAMESPACE)}"
+        f" && (!has({spec}.storageNamespace)"
+        f" || {spec}.storageNamespace == {_cel(TARGET_NAMESPACE)})"
+        f" && !has({spec}.kubeConfig)"
+    )
+    words = (
+        f"writes HelmReleases that install only as {RELEASE_ACCOUNT} into {TARGET_NAMESPACE}, "
+        "with the API server's own credentials (no kubeConfig)"
+    )
+    return _rule(f"!variables.helmRelease || ({checks})", _refused(words))
+
+
+def _variables() -> list[dict[str, str]]:
+    writes = "request.operation in ['CREATE', 'UPDATE']"
+    return [
+        {"name": "ns", "expression": "has(request.namespace) ? request.namespace : ''"},
+        {"name": "target", "expression": "has(request.name) ? request.name : ''"},
+        {
+            "name": "subresource",
+            "expression": "has(request.subResource) ? request.subResource : ''",
+        },
+        {"name": "kind", "expression": "request.resource.group + '/' + request.resource.resource"},
+        {
+            "name": "what",
+            "expression": "request.operation + ' ' + request.resource.resource + "
+            "(variables.subresource != '' ? '/' + variables.subresource : '') + "
+            "(variables.target != '' ? ' ' + variables.target : '') + "
+            "(variables.ns != '' ? ' in namespace ' + variables.ns : '')",
+        },
+        {
+            "name": "deployment",
+            "expression": f"{writes} && variables.kind == 'apps/deployments' "
+            "&& variables.subresource == ''",
+        },
+        {
+            "name": "helmRelease",
+            "expression": f"{writes} && variables.kind == 'helm.toolkit.fluxcd.io/helmreleases' "
+            "&& variables.subresource == ''",
+        },
+    ]
+
+
+def _validations() -> list[dict[str, str]]:
+    deployments = _deployments()
+    crds = bundle_crds()
+    return [
+        _rule(
+            f"variables.ns == '' || variables.kind in {_list(EVENTS)} || "
+            f"(variables.ns == {_cel(NAMESPACE)} && variables.kind in {_list(NAMESPACED_KINDS)})",
+            _refused(f"writes only the module's kinds in namespace {NAMESPACE}"),
+        ),
+        _rule(
+            f"variables.ns != '' || variables.kind in {_list(CLUSTER_KINDS)}",
+            _refused("writes only the Gpu and the Flux CRDs among cluster-scoped objects"),
+        ),
+        _rule(
+            "variables.kind != 'apiextensions.k8s.io/customresourcedefinitions' || "
+            f"variables.target in {_list(crds)}",
+            _refused("writes only the CRDs of its Flux bundle, by name"),
+        ),
+        _rule(
+            "variables.kind != 'apps/deployments' || "
+            f"variables.target in {_list(sorted(deployments))}",
+            _refused("writes only the Deployments of its Flux bundle, by name"),
+        ),
+        _rule(
+            f"variables.kind != 'coordination.k8s.io/leases' || variables.target == {_cel(LEASE)}",
+            _refused(f"writes only its own Lease {LEASE}"),
+        ),
+        _deployment_validation(deployments),
+        _helm_release_validation(),
+    ]
+
+
+def _meta(name: str) -> dict[str, Any]:
+    return {"name": name, "labels": module_labels("gpu-manager")}
+
+
+def policy() -> dict[str, Any]:
+    spec = {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "resourceRules": [
+                {
+                    "apiGroups": ["*"],
+                    "apiVersions": ["*"],
+                    "operations": ["CREATE", "UPDATE", "DELETE", "CONNECT"],
+                    "resources": ["*/*"],
+                    "scope": "*",
+                }
+            ]
+        },
+        "matchConditions": [
+            {
+                "name": "the-manager-account",
+                "expression": f"request.userInfo.username == {_cel(ACCOUNT)}",
+            }
+        ],
+        "variables": _variables(),
+        "validations": _validations(),
+    }
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": _meta(NAME),
+        "spec": spec,
+    }
+
+
+def mirrors_policy() -> dict[str, Any]:
+    images = f"{_SPEC}.containers.all(c, variables.mirrors.exists(m, c.image.startsWith(m + '/')))"
+    words = (
+        "runs its Flux controllers from a registry mirror only if a cluster administrator "
+        "lists it (ConfigMap kyma-system/kyma-gpu-chart-sources, key registries); refused: "
+    )
+    spec = {
+        "failurePolicy": "Fail",
+        "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+        "matchConstraints": {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}},
+            "objectSelector": {"matchLabels": {MIRROR_LABEL: MIRROR_VALUE}},
+            "resourceRules": [
+                {
+                    "apiGroups": ["apps"],
+                    "apiVersions": ["v1"],
+                    "operations": ["CREATE", "UPDATE"],
+                    "resources": ["deployments"],
+                    "resourceNames": sorted(_deployments()),
+                }
+            ],
+        },
+        "matchConditions": [
+            {
+                "name": "the-manager-account",
+                "expression": f"request.userInfo.username == {_cel(ACCOUNT)}",
+            }
+        ],
+        "variables": [{"name": "mirrors", "expression": MIRRORS_EXPRESSION}],
+        "validations": [
+            _rule(images, f"{_cel(WHO + ' ' + words)} + {_CONTAINER}.image"),
+        ],
+    }
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": _meta(MIRRORS_NAME),
+        "spec": spec,
+    }
+
+
+def _binding(name: str, param_ref: Mapping[str, str] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"policyName": name, "validationActions": ["Deny"]}
+    if param_ref is not None:
+        spec["paramRef"] = dict(param_ref)
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": _meta(name),
+        "spec": spec,
+    }
+
+
+def manager_policy_yaml() -> str:
+    header = (
+        "# Generated by `make manifests` from the Flux bundle (operator/kyma_gpu/data/flux.yaml)\n"
+        "# by operator/kyma_gpu/plan/manager_policy.py. Do not edit.\n"
+    )
+    param_ref = {"name": CONFIG_MAP_NAME, "namespace": NAMESPACE, "parameterNotFoundAction": "Deny"}
+    docs = [policy(), _binding(NAME), mirrors_policy(), _binding(MIRRORS_NAME, param_ref)]
+    return header + "---\n".join(dump(d) for d in docs)
