@@ -81,6 +81,7 @@ manifests: setup ## regenerate the Gpu CRD, its admission policies and docs/crd-
 	$(BIN)/kyma-gpu crd --policy > config/admission/gpu_values_policy.yaml
 	$(BIN)/kyma-gpu crd --images-policy > config/admission/gpu_images_policy.yaml
 	$(BIN)/kyma-gpu crd --manager-policy > config/admission/manager_policy.yaml
+	$(BIN)/kyma-gpu crd --flux-policy > config/admission/flux_policy.yaml
 
 .PHONY: rules-schema
 rules-schema: setup ## regenerate values-rules/schema/*.json, values-rules/context.md and the YAML files' schema lines

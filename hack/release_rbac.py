@@ -85,6 +85,11 @@ BUILTIN: dict[tuple[str, str], tuple[str, bool]] = {
     (RBAC, "RoleBinding"): ("rolebindings", True),
     (CRD_GROUP, "CustomResourceDefinition"): ("customresourcedefinitions", False),
 }
+WORKLOADS = {("apps", "deployments"), ("apps", "daemonsets"), ("apps", "statefulsets"),
+             ("batch", "jobs")}  # fmt: skip
+"""The kinds with a pod template: their pods run as the account the template names."""
+HELM_STORAGE = "helm.sh/release.v1"
+"""The type of the Secrets Helm keeps a release's history in (the target namespace)."""
 STATUS_READS = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["apps"], "resources": ["replicasets"], "verbs": ["get", "list", "watch"]},
@@ -124,6 +129,10 @@ class Rendered:
     """The rules of the chart's Roles: held in the target namespace."""
     subjects: set[str] = field(default_factory=set)
     """The ServiceAccounts (in the target namespace) the chart's bindings name."""
+    workloads: dict[str, set[str]] = field(default_factory=dict)
+    """"<group>/<resource>/<name>" of every workload -> the ServiceAccounts its pods run as."""
+    secret_types: set[str] = field(default_factory=set)
+    """The types of the Secrets the charts render."""
 
 
 def _group(api_version: str) -> str:
@@ -157,6 +166,12 @@ def _add(rendered: Rendered, docs: list[dict[str, Any]], label: str) -> None:
             _add_role(rendered, doc, label)
         if kind in ("RoleBinding", "ClusterRoleBinding"):
             _add_binding(rendered, doc, label)
+        if (group, resource) in WORKLOADS:
+            key = f"{group}/{resource}/{doc['metadata']['name']}"
+            account = doc["spec"]["template"]["spec"].get("serviceAccountName") or "default"
+            rendered.workloads.setdefault(key, set()).add(account)
+        if kind == "Secret":
+            rendered.secret_types.add(doc.get("type") or "Opaque")
 
 
 def _add_role(rendered: Rendered, doc: dict[str, Any], label: str) -> None:
@@ -401,6 +416,12 @@ def _names_map(rendered: Rendered) -> str:
     return "{" + ", ".join(f"'{k}': {_cel_list(v)}" for k, v in sorted(named.items())) + "}"
 
 
+def _accounts_map(rendered: Rendered) -> str:
+    """CEL: "<group>/<resource>/<name>" of each workload -> the accounts its pods run as."""
+    return "{" + ", ".join(f"'{k}': {_cel_list(v)}" for k, v in
+                           sorted(rendered.workloads.items())) + "}"  # fmt: skip
+
+
 def _policy_validations(rendered: Rendered) -> list[dict[str, str]]:
     """What the release account may write, in CEL: the chart's objects and nothing else."""
     cluster_kinds = sorted(_kind_key(g, r) for g, r in rendered.cluster if r != "namespaces")
@@ -430,10 +451,42 @@ def _policy_validations(rendered: Rendered) -> list[dict[str, str]]:
                               f"{TARGET_NAMESPACE} ({', '.join(sorted(rendered.subjects))}); "
                               "refused: ' + variables.what + ' naming ' + object.subjects"
                               f".filter(s, !({good_subject})).map(s, {subject})[0]"},
+        *_workload_validations(rendered, who),
         {"expression": f"!variables.binding || {role_ref}",
          "messageExpression": f"'{who} binds only the roles of the chart; refused: ' + "
                               "variables.what + ' to ' + object.roleRef.kind + ' ' + "
                               "object.roleRef.name"},
+    ]  # fmt: skip
+
+
+def _workload_validations(rendered: Rendered, who: str) -> list[dict[str, str]]:
+    """Issue 32, finding 2: nothing the release account writes runs as another account than
+    the chart's own workload does, and it mints no token: only the namespaced kinds the charts
+    render, no subresource, no Secret of a type the charts do not render (Helm's release
+    history aside), every workload by the chart's name and with its ServiceAccount."""
+    kinds = sorted({_kind_key(g, r) for g, r in rendered.namespaced} | {"/secrets"})
+    types = sorted(rendered.secret_types | {HELM_STORAGE})
+    workload = (f"variables.writes && variables.kind in "
+                f"{_cel_list(_kind_key(g, r) for g, r in WORKLOADS)}")  # fmt: skip
+    key = "variables.kind + '/' + variables.target"
+    runs_as = ("(has(object.spec.template.spec.serviceAccountName) ? "
+               "object.spec.template.spec.serviceAccountName : 'default')")  # fmt: skip
+    return [
+        {"expression": "variables.subresource == ''",
+         "messageExpression": f"'{who} writes no subresource; refused: ' + variables.what"},
+        {"expression": f"variables.ns == '' || variables.kind in {_cel_list(kinds)}",
+         "messageExpression": f"'{who} writes only the namespaced kinds the supported charts "
+                              f"render ({', '.join(kinds)}); refused: ' + variables.what"},
+        {"expression": "!variables.writes || variables.kind != '/secrets' || "
+                       f"(has(object.type) ? object.type : 'Opaque') in {_cel_list(types)}",
+         "messageExpression": f"'{who} writes only Secrets of the types the charts render and "
+                              f"Helm keeps ({', '.join(types)}); refused: ' + variables.what + "
+                              "' of type ' + object.type"},
+        {"expression": f"!({workload}) || ({key} in variables.accounts && "
+                       f"{runs_as} in variables.accounts[{key}])",
+         "messageExpression": f"'{who} writes only the workloads of the chart, each running as "
+                              "the chart\\'s ServiceAccount for it; refused: ' + variables.what"
+                              f" + ' running as ' + {runs_as}"},
     ]  # fmt: skip
 
 
@@ -452,6 +505,8 @@ def admission_policy(rendered: Rendered, labels: dict[str, str]) -> list[dict[st
          "expression": "request.operation + ' ' + request.resource.resource + "
                        "(variables.subresource != '' ? '/' + variables.subresource : '') + "
                        "(variables.target != '' ? ' ' + variables.target : '')"},
+        {"name": "accounts", "expression": _accounts_map(rendered)},
+        {"name": "writes", "expression": "request.operation in ['CREATE', 'UPDATE']"},
         {"name": "binding",
          "expression": "request.operation != 'DELETE' && request.operation != 'CONNECT' && "
                        f"request.resource.group == '{RBAC}' && variables.subresource == '' && "

@@ -2,7 +2,7 @@
 
 kyma-gpu plan -f gpu.yaml --nodes nodes.yaml   print the plan for a Gpu and a node list;
          [--sources chart-sources.yaml]        exit 0: ok or warning, 1: error, 2: bad input
-kyma-gpu crd [--reference|--policy|--images-policy|--manager-policy]
+kyma-gpu crd [--reference|--policy|--images-policy|--manager-policy|--flux-policy]
                                               print the generated CRD (reference, policies)
 kyma-gpu chart-facts CHART.tgz                 print the facts values-rules/charts/ keeps
 kyma-gpu images [--chart-version V] [--installer-release T]   images to mirror
@@ -33,6 +33,7 @@ from kyma_gpu.api.sources import CONFIG_MAP_NAME
 from kyma_gpu.api.values import MAX_DEPTH
 from kyma_gpu.facts import NodeError, cluster_facts, node_facts
 from kyma_gpu.plan import Origins, Owner, Plan, Severity, Verdict, make_plan, origins_of
+from kyma_gpu.plan.flux_policy import flux_policy_yaml
 from kyma_gpu.plan.inventory import Image, plan_images, release_images
 from kyma_gpu.plan.manager_policy import manager_policy_yaml
 from kyma_gpu.plan.mirror import replace_registry
@@ -150,6 +151,9 @@ def cmd_crd(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
         return 0
     if args.manager_policy:
         stdout.write(manager_policy_yaml())
+        return 0
+    if args.flux_policy:
+        stdout.write(flux_policy_yaml())
         return 0
     stdout.write(reference_markdown() if args.reference else crd_yaml())
     return 0
@@ -317,6 +321,8 @@ def parser() -> argparse.ArgumentParser:
                    help="the ValidatingAdmissionPolicy for image registries instead")  # fmt: skip
     c.add_argument("--manager-policy", action="store_true",
                    help="the admission policies of the manager's account")  # fmt: skip
+    c.add_argument("--flux-policy", action="store_true",
+                   help="the admission policies of the module's Flux objects")  # fmt: skip
     c.set_defaults(func=cmd_crd)
     cf = sub.add_parser("chart-facts", help="print the facts of a packaged chart")
     cf.add_argument("chart", help="path to gpu-operator-<version>.tgz")

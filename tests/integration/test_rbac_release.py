@@ -225,3 +225,75 @@ def test_it_cannot_widen_the_narrowed_rule_back(cluster: LocalCluster) -> None:
     )
     assert code != 0, out
     assert "is attempting to grant RBAC permissions not currently held" in out, out
+
+
+# -- issue 32, finding 2: the release account does not reach the chart's account --
+
+
+def _create(cluster: LocalCluster, body: dict[str, object]) -> tuple[int, str]:
+    result = cluster.kubectl("create", "-f", "-", *AS_RELEASE, input=json.dumps(body), check=False)
+    return result.returncode, result.stdout + result.stderr
+
+
+def _deployment(name: str, account: str | None) -> dict[str, object]:
+    pod: dict[str, object] = {"containers": [{"name": "c", "image": "nvcr.io/nvidia/x:1"}]}
+    if account is not None:
+        pod["serviceAccountName"] = account
+    labels = {"app": name}
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": TARGET},
+            "spec": {"selector": {"matchLabels": labels},
+                     "template": {"metadata": {"labels": labels}, "spec": pod}}}  # fmt: skip
+
+
+def test_it_creates_no_bare_pod_as_the_charts_account(cluster: LocalCluster) -> None:
+    """The chart renders no Pod: a Pod with serviceAccountName gpu-operator (whose ClusterRole
+    can bind itself to anyone) is refused, though RBAC lets the account create pods there."""
+    may = cluster.kubectl("auth", "can-i", "create", "pods", "-n", TARGET, f"--as={RELEASE}",
+                          check=False)  # fmt: skip
+    assert may.stdout.strip() == "yes", may.stdout  # the chart's Role grants it: held, not used
+    account = {"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": TARGET, "namespace": TARGET}}  # fmt: skip
+    cluster.apply(account)  # as the chart installs it (the API server checks it exists)
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x", "namespace": TARGET},
+           "spec": {"serviceAccountName": TARGET,
+                    "containers": [{"name": "c", "image": "evil.example/x"}]}}  # fmt: skip
+    code, out = _create(cluster, pod)
+    assert code != 0, out
+    assert f"{POLICY_WORDS} writes only the namespaced kinds the supported charts render" in out
+
+
+def test_it_mints_no_token_for_the_charts_account(cluster: LocalCluster) -> None:
+    annotations = {"kubernetes.io/service-account.name": TARGET}
+    secret = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+              "metadata": {"name": "t", "namespace": TARGET,
+                           "annotations": annotations}}  # fmt: skip
+    code, out = _create(cluster, secret)
+    assert code != 0, out
+    assert f"{POLICY_WORDS} writes only Secrets of the types" in out, out
+    history = {"name": "sh.helm.release.v1.gpu-operator.v9", "namespace": TARGET}
+    helm = {"apiVersion": "v1", "kind": "Secret", "type": "helm.sh/release.v1",
+            "metadata": history}  # fmt: skip
+    code, out = _create(cluster, helm)
+    assert code == 0, out  # Helm's release history
+
+
+@pytest.mark.parametrize(
+    ("name", "account", "allowed"),
+    [
+        ("gpu-operator", "gpu-operator", True),
+        ("gpu-operator", "node-feature-discovery", False),
+        ("gpu-operator", None, False),
+        ("gpu-operator-node-feature-discovery-master", "gpu-operator", False),
+        ("mallory", "gpu-operator", False),
+    ],
+)
+def test_its_workloads_run_as_the_charts_account_for_them(
+    cluster: LocalCluster, name: str, account: str | None, allowed: bool
+) -> None:
+    code, out = _create(cluster, _deployment(name, account))
+    if allowed:
+        assert code == 0, out
+        return
+    assert code != 0, out
+    assert f"{POLICY_WORDS} writes only the workloads of the chart" in out, out

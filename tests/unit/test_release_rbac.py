@@ -38,7 +38,8 @@ BINDING = {
 NFD_ROLE = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
             "metadata": {"name": "nfd-worker", "namespace": "gpu-operator"},
             "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}  # fmt: skip
-DEPLOYMENT = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "op"}}
+DEPLOYMENT = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "op"},
+              "spec": {"template": {"spec": {"serviceAccountName": "op-sa"}}}}  # fmt: skip
 
 
 def _rules(docs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -99,6 +100,10 @@ def test_the_admission_policy_names_the_charts_objects_and_accounts() -> None:
     assert "'nfd-worker'" in text  # the bound Role, by name
     assert "s.name in ['nfd']" in text  # the one ServiceAccount the chart binds
     assert "variables.ns == 'gpu-operator'" in text
+    # issue 32: each workload by name, with the account the chart gives it; no token Secrets
+    assert "'apps/deployments/op': ['op-sa']" in text
+    assert "['helm.sh/release.v1']" in text
+    assert "variables.subresource == ''" in text
     binding = objects[("ValidatingAdmissionPolicyBinding", "kyma-gpu-release")]["spec"]
     assert binding == {"policyName": "kyma-gpu-release", "validationActions": ["Deny"]}
 

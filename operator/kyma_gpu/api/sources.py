@@ -107,6 +107,74 @@ class ChartSources(_Model):
     sources: tuple[AllowedSource, ...] = Field(max_length=32)
 
 
+@dataclass(frozen=True, slots=True)
+class ListedLines:
+    """What the admission policy kyma-gpu-flux-sources reads of sources.yaml, line by line (CEL
+    cannot read YAML): `url:`, `chartName:` and `insecure: true` lines, list items (`- x`) and
+    the items of a `secretRefs: [a, b]` line, each trimmed, a leading `- ` and quotes taken off,
+    a URL's trailing slash too. The plan holds the ConfigMap to it (`unreadable_lines`), so that
+    both read the same list."""
+
+    urls: frozenset[str]
+    chart_names: frozenset[str]
+    items: frozenset[str]
+    insecure: bool
+
+
+def _unquoted(value: str) -> str:
+    if len(value) > 1 and value[0] in "'\"" and value[-1] == value[0]:
+        return value[1:-1]
+    return value
+
+
+def _flow_items(value: str) -> list[str]:
+    """`[a, b]` -> a, b (a flow list on one line)."""
+    if not (value.startswith("[") and value.endswith("]")):
+        return []
+    return [_unquoted(v.strip()) for v in value[1:-1].split(",")]
+
+
+def listed_lines(text: str) -> ListedLines:
+    urls, names, items, insecure = set(), set(), set(), False
+    for raw in text.split("\n"):
+        line = raw.strip()
+        if line.startswith("- "):
+            items.add(_unquoted(line[2:].strip()))
+            line = line[2:].strip()
+        if line.startswith("url:"):
+            url = _unquoted(line[4:].strip())
+            urls.add(url[:-1] if url.endswith("/") else url)
+        elif line.startswith("chartName:"):
+            names.add(_unquoted(line[10:].strip()))
+        elif line.startswith("secretRefs:"):
+            items.update(_flow_items(line[11:].strip()))
+        insecure = insecure or line == "insecure: true"
+    return ListedLines(frozenset(urls), frozenset(names), frozenset(items), insecure)
+
+
+def unreadable_lines(text: str, sources: ChartSources) -> str | None:
+    """Why the admission policy would not find a source of the parsed list, or None."""
+    lines = listed_lines(text)
+    for source in sources.sources:
+        url = source.url.rstrip("/")
+        if url not in lines.urls:
+            return f"write the url {source.url} on a line of its own (url: {source.url})"
+        if source.chart_name != NVIDIA_CHART and source.chart_name not in lines.chart_names:
+            return f"write chartName: {source.chart_name} on a line of its own"
+        missing = [s for s in source.secret_refs if s not in lines.items]
+        if missing:
+            return f"list the secretRefs on one line ([{missing[0]}]) or one per line"
+        if source.insecure and not lines.insecure:
+            return "write insecure: true on a line of its own"
+    return None
+
+
+LINES_NOTE = (
+    "the admission policy kyma-gpu-flux-sources reads sources.yaml line by line: block style, "
+    "one key per line"
+)
+
+
 DEFAULT_SOURCES = ChartSources(
     sources=(AllowedSource(kind=SourceKind.HELM_REPOSITORY, url=NVIDIA_REPOSITORY),)
 )

@@ -13,6 +13,7 @@ from typing import Any
 
 from kyma_gpu.api.models import API_GROUP, API_VERSION, KIND, SINGLETON_NAME
 from kyma_gpu.api.resources import HELM_RELEASE, HELM_REPOSITORY, OCI_REPOSITORY, module_labels
+from kyma_gpu.api.sources import NVIDIA_REPOSITORY
 from kyma_gpu.rules.catalog import Defaults
 
 HELM_CHART_LAYER = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
@@ -21,6 +22,10 @@ SPEC_HASH = "gpu.kyma-project.io/spec-hash"
 changes the hash, so the object is applied again and server-side apply drops the field."""
 
 LABELS = module_labels("gpu-operator", managed_by="kyma-gpu")
+CHART_SOURCE_LABEL = "gpu.kyma-project.io/chart-source"
+CHART_SOURCE_VALUE = "administrator"
+"""On the source and HelmRelease of a chart source other than NVIDIA's public repository: the
+admission policy kyma-gpu-flux-sources (plan/flux_policy.py) selects them by it."""
 
 # Fields of release objects that something other than Helm legitimately changes; drift detection
 # must not fight over them. Each entry says who writes the field.
@@ -125,6 +130,13 @@ class ChartSource:
     def oci(self) -> bool:
         return self.repository.startswith("oci://")
 
+    @property
+    def administrators(self) -> bool:
+        """Anything but NVIDIA's public repository as it is: then the admission policy
+        kyma-gpu-flux-sources holds the objects to the administrator's ConfigMap."""
+        nvidia = self.repository.rstrip("/") == NVIDIA_REPOSITORY
+        return not nvidia or self.insecure or self.secret_ref is not None
+
 
 def flux_objects(
     settings: FluxSettings,
@@ -146,12 +158,15 @@ def flux_objects(
     spec = {**_chart_ref(chart, settings), **_release_spec(settings, values)}
     if post_renderers:
         spec["postRenderers"] = copy.deepcopy([dict(p) for p in post_renderers])
-    release = {
+    release: dict[str, Any] = {
         "apiVersion": HELM_RELEASE.api_version,
         "kind": HELM_RELEASE.kind,
         "metadata": _metadata(settings.release_name, settings, owner),
         "spec": spec,
     }
+    if chart.administrators:
+        for obj in (source, release):
+            obj["metadata"]["labels"][CHART_SOURCE_LABEL] = CHART_SOURCE_VALUE
     return _with_hash(source), _with_hash(release)
 
 

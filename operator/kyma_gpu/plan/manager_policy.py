@@ -16,7 +16,9 @@ ServiceAccount there, privileged and with the host's root mounted (issue 32, fin
     by tag and digest), unless the Deployment carries MIRROR_LABEL, then any registry but the
     same path end, tag and optional digest (`.../fluxcd/helm-controller:v1.6.4@sha256:...`);
   - its Lease by name;
-  - HelmReleases that install as the release account into the chart's namespace only.
+  - its HelmRelease and chart source by name (a HelmRelease of another name could be reconciled
+    by a cluster's own Flux as cluster-admin), the HelmRelease installing as the release account
+    into the chart's namespace only (what it installs: plan/flux_policy.py).
 - kyma-gpu-manager-mirrors (the ConfigMap kyma-system/kyma-gpu-chart-sources as parameter,
   Deny when it is missing) matches only the Deployments with MIRROR_LABEL: their images must lie
   below a registry mirror the administrator lists (key `registries`). The label is in the match
@@ -45,13 +47,19 @@ MIRRORS_NAME = "kyma-gpu-manager-mirrors"
 NAMESPACE = "kyma-system"
 ACCOUNT = f"system:serviceaccount:{NAMESPACE}:gpu-manager"
 RELEASE_ACCOUNT = "gpu-operator-release"
+RELEASE = "gpu-operator"
+"""The name of the module's HelmRelease and its source (values-rules/defaults.yaml): a
+HelmRelease of another name could be reconciled by a cluster's own Flux, as cluster-admin."""
+FLUX_KINDS = (
+    "helm.toolkit.fluxcd.io/helmreleases",
+    "source.toolkit.fluxcd.io/helmrepositories",
+    "source.toolkit.fluxcd.io/ocirepositories",
+)
 TARGET_NAMESPACE = "gpu-operator"
 LEASE = "kyma-gpu-manager"
 WHO = "the manager's account gpu-manager (kyma-system)"
 NAMESPACED_KINDS = (
-    "helm.toolkit.fluxcd.io/helmreleases",
-    "source.toolkit.fluxcd.io/helmrepositories",
-    "source.toolkit.fluxcd.io/ocirepositories",
+    *FLUX_KINDS,
     "apps/deployments",
     "coordination.k8s.io/leases",
     "/events",
@@ -221,6 +229,10 @@ def _validations() -> list[dict[str, str]]:
             "variables.kind != 'apps/deployments' || "
             f"variables.target in {_list(sorted(deployments))}",
             _refused("writes only the Deployments of its Flux bundle, by name"),
+        ),
+        _rule(
+            f"!(variables.kind in {_list(FLUX_KINDS)}) || variables.target == {_cel(RELEASE)}",
+            _refused(f"writes only its own HelmRelease and chart source, {RELEASE}"),
         ),
         _rule(
             f"variables.kind != 'coordination.k8s.io/leases' || variables.target == {_cel(LEASE)}",

@@ -27,6 +27,7 @@ from kyma_gpu.api.sources import (
     CONFIG_MAP_KEY,
     CONFIG_MAP_NAME,
     DEFAULT_SOURCES,
+    LINES_NOTE,
     NVIDIA_REPOSITORY,
     REGISTRIES_KEY,
     REGISTRY_NOT_ALLOWED,
@@ -36,6 +37,7 @@ from kyma_gpu.api.sources import (
     ChartSources,
     Registries,
     parse_registries,
+    unreadable_lines,
 )
 from kyma_gpu.plan.findings import Finding, Severity
 
@@ -86,12 +88,16 @@ def _sources(text: Any) -> tuple[ChartSources, str | None]:
     except (yaml.YAMLError, RecursionError):
         return DEFAULT_SOURCES, f"its key {CONFIG_MAP_KEY} is not valid YAML"
     try:
-        return ChartSources.model_validate(data), None
+        sources = ChartSources.model_validate(data)
     except ValidationError as err:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in err.errors()
         )
         return DEFAULT_SOURCES, f"its key {CONFIG_MAP_KEY} is invalid: {problems}"
+    unreadable = unreadable_lines(text, sources)
+    if unreadable is not None:
+        return DEFAULT_SOURCES, f"its key {CONFIG_MAP_KEY} is invalid: {unreadable} ({LINES_NOTE})"
+    return sources, None
 
 
 def _registries(text: Any) -> tuple[Registries, str | None]:
