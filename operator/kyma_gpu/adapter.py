@@ -347,14 +347,16 @@ class KubeAdapter:
                                  body=body, timeout=_LEASE_TIMEOUT)  # fmt: skip
 
     async def post_event(self, namespace: str, gpu: GpuRef, event: GpuEvent) -> None:
-        """A core/v1 Event about the Gpu (status/events.py says in which namespace)."""
+        """A core/v1 Event about the Gpu in `namespace` (status/events.py says which). The
+        involvedObject names it too: the API server keeps an Event about an object without a
+        namespace only in `default`."""
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"generateName": f"{gpu.name}.", "namespace": namespace},
             "involvedObject": {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": KIND,
-                               "name": gpu.name, "uid": gpu.uid},
+                               "name": gpu.name, "uid": gpu.uid, "namespace": namespace},
             "type": str(event.type),
             "reason": event.reason,
             "message": event.message,

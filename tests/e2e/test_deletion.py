@@ -120,14 +120,19 @@ def test_deletion_waits_only_for_users_gpu_pods_and_says_so(
     assert _state(local_cluster) == "Warning"
     assert helm_release(local_cluster) is not None  # nothing uninstalled yet
 
+    waits = "deletion waits for 1 pods"
     events = wait_until(
-        lambda: [e for e in _gpu_events(local_cluster) if f"{USERS}/train" in e["message"]],
-        30, "an Event naming the pod",
+        lambda: [e for e in _gpu_events(local_cluster) if waits in e["message"]],
+        30, "an Event on the wait",
     )  # fmt: skip
     assert events[0]["reason"] == "Deleting"
     assert events[0]["type"] == "Warning"
-    described = local_cluster.kubectl("describe", "gpus.gpu.kyma-project.io", "gpu").stdout
-    assert f"{USERS}/train" in described.split("Events:")[-1]
+    # In the module's namespace, counting users' pods without naming them (issue 32).
+    assert events[0]["metadata"]["namespace"] == MODULE_NAMESPACE
+    assert f"{USERS}/train" not in events[0]["message"]
+    listed = local_cluster.kubectl("events", "-n", MODULE_NAMESPACE,
+                                   "--for", "gpus.gpu.kyma-project.io/gpu").stdout  # fmt: skip
+    assert waits in listed, listed
 
     _delete_pod(local_cluster, USERS, "train")
     wait_until(lambda: gpu(local_cluster) is None, 180, "the Gpu gone after the pod went")

@@ -142,6 +142,6 @@ def test_removing_the_module_keeps_flux_crds_a_user_relies_on(
     runner = no_flux.provided
     assert runner is not None
     wait_until(lambda: not runner.running(), 30, "the module's controllers stopped")
-    events = local_cluster.kubectl("get", "events", "-n", "default", "-o", "json").stdout
+    events = local_cluster.kubectl("get", "events", "-n", MODULE_NAMESPACE, "-o", "json").stdout
     assert "FluxHandedOver" in events
     assert f"HelmRelease {USERS}/app" in events

@@ -1,7 +1,8 @@
 """What operators of the cluster see, end to end with real Flux and the real NVIDIA GPU Operator
 controller: a GPU pool scaled to zero is Ready (and says so), `kubectl get gpu` shows the GPU
 nodes ready out of all and the driver version the driver DaemonSets run, and preflight findings
-and Flux failures are Events on the Gpu, posted once, that `kubectl describe gpu gpu` shows.
+and Flux failures are Events on the Gpu, posted once, that `kubectl events -n kyma-system --for
+gpu/gpu` shows.
 Tests run in file order: the second builds on the release the first installed.
 """
 
@@ -24,6 +25,7 @@ from tests.harness.chart_sources import allow_chart_sources, local_source
 from tests.harness.cluster import LocalCluster
 from tests.harness.flux import FluxStack
 from tests.harness.module import (
+    MODULE_NAMESPACE,
     ROOT,
     OperatorProcess,
     condition,
@@ -202,10 +204,11 @@ def test_findings_and_flux_failures_are_events_posted_once(
     assert all(e.get("count", 1) == 1 for e in events)
     assert len(events) <= EVENT_BUDGET
 
-    described = local_cluster.kubectl("describe", GPUS, "gpu").stdout.split("Events:")[-1]
-    assert "NoDriverImage" in described, described
-    assert failed[0]["reason"] in described, described
-    assert "v99.0.0" in described, described
+    assert {e["metadata"]["namespace"] for e in events} == {MODULE_NAMESPACE}
+    listed = local_cluster.kubectl("events", "-n", MODULE_NAMESPACE, "--for", f"{GPUS}/gpu").stdout
+    assert "NoDriverImage" in listed, listed
+    assert failed[0]["reason"] in listed, listed
+    assert "v99.0.0" in listed, listed
 
     _patch_spec(local_cluster, {"operatorVersion": None})
     flux_stack.allow_chart_sources()

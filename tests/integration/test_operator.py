@@ -457,6 +457,29 @@ def test_removing_a_value_removes_it_from_the_release(
                "the value gone from the HelmRelease once gone from the spec")  # fmt: skip
 
 
+def _events_in_the_module_namespace_name_no_pods(cluster: LocalCluster) -> None:
+    """The Gpu's Events are in kyma-system, not `default`, and say how many pods, not which
+    (issue 32, finding 5); `kubectl events --for` finds them there."""
+    selector = "involvedObject.kind=Gpu,involvedObject.name=gpu"
+
+    def events() -> list[dict[str, Any]]:
+        out = cluster.kubectl("get", "events", "-A", "-o", "json", "--field-selector", selector)
+        return list(json.loads(out.stdout)["items"])
+
+    waiting = wait_until(
+        lambda: [e for e in events() if "deletion waits for 2 pods" in e["message"]],
+        20, "an Event on the deletion's wait",
+    )  # fmt: skip
+    assert waiting[0]["metadata"]["namespace"] == MODULE_NAMESPACE
+    assert waiting[0]["involvedObject"]["namespace"] == MODULE_NAMESPACE
+    every = events()
+    assert {e["metadata"]["namespace"] for e in every} == {MODULE_NAMESPACE}, every
+    assert not [e["message"] for e in every if "ml/" in e["message"]]
+    listed = cluster.kubectl("events", "-n", MODULE_NAMESPACE,
+                             "--for", "gpus.gpu.kyma-project.io/gpu").stdout  # fmt: skip
+    assert "deletion waits for 2 pods" in listed, listed
+
+
 def test_deletion_waits_for_gpu_workloads(
     local_cluster: LocalCluster, operator: OperatorProcess, show_operator_log: None
 ) -> None:
@@ -476,6 +499,7 @@ def test_deletion_waits_for_gpu_workloads(
     assert protected["status"] == "False"
     assert "ml/batch, ml/trainer" in protected["message"]
     assert helm_release(local_cluster) is not None
+    _events_in_the_module_namespace_name_no_pods(local_cluster)
 
     local_cluster.kubectl("delete", "pod", "trainer", "-n", "ml", "--wait=true")
     wait_until(lambda: "ml/trainer" not in (condition(gpu(local_cluster), "WorkloadsProtected")

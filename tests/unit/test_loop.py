@@ -207,7 +207,8 @@ def test_deletion_waits_for_gpu_pods_then_uninstalls_then_releases(world: World)
     assert world.run() is Phase.UNINSTALLING
     assert world.api.calls == ["delete HelmRelease", "delete HelmRepository", "status"]
     waits = [e.message for e in world.api.events if e.reason == "Deleting"]
-    assert "ml/train" in waits[0]  # the wait began ...
+    assert "deletion waits for 1 pods" in waits[0]  # the wait began ...
+    assert "ml/train" not in waits[0]  # (the status names users' pods, an Event does not)
     assert waits[1].startswith("Flux is uninstalling the GPU stack")  # ... and changed
     for plural in FLUX:
         world.store.replace(plural, {}, version_of(world.api.next_version()))

@@ -159,7 +159,7 @@ class Loop:
     may_write: Callable[[], bool] = lambda: True
     """False while another replica leads (reconcile/election.py): then nothing is written."""
     module_namespace: str = "kyma-system"
-    """Where the module's Flux objects (and its own Flux) live."""
+    """Where the module's Flux objects (and its own Flux) live, and the Gpu's Events."""
     origins: Callable[[], Origins] = Origins
     """The chart sources a cluster administrator allows (handlers.py: the watched ConfigMap)."""
     required: tuple[str, ...] = REQUIRED
@@ -187,7 +187,7 @@ class Loop:
 
     def __post_init__(self) -> None:
         self.write_back = WriteBack(self.store)
-        self.recorder = Recorder(self.writer)
+        self.recorder = Recorder(self.writer, self.module_namespace)
         self.retries = Retries(self.settings)
         self.status = StatusWriter(self.writer, self.write_back, self.recorder, self._error,
                                    self.settings)  # fmt: skip

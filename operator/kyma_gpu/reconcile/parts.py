@@ -34,7 +34,6 @@ from kyma_gpu.reconcile.machine import Failure, GpuObject, gpu_object
 from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.status.events import (
     EVENT_WINDOW_SECONDS,
-    EVENTS_NAMESPACE,
     GpuEvent,
     GpuRef,
     News,
@@ -176,6 +175,8 @@ class Recorder:
     """The Events on a Gpu; losing one is logged, never retried (the status has it all)."""
 
     writer: Writer
+    namespace: str = "kyma-system"
+    """The module's namespace, where the Events go (status/events.py says why)."""
     sent: dict[str, tuple[Sent, ...]] = field(default_factory=dict)
     """Each Gpu's recent Events by its uid (a new Gpu of the same name starts afresh), for
     their budget and deduplication (events.to_post)."""
@@ -196,7 +197,7 @@ class Recorder:
                      gpu.name, offered - len(events), offered)  # fmt: skip
         for event in events:
             try:
-                await self.writer.post_event(EVENTS_NAMESPACE, GpuRef(gpu.name, gpu.uid), event)
+                await self.writer.post_event(self.namespace, GpuRef(gpu.name, gpu.uid), event)
             except ApiError as err:
                 log.warning("posting an Event on Gpu %s failed: %s", gpu.name, err)
 

@@ -6,7 +6,14 @@ False) and Flux failures (ReleaseReady or SourceReady False for a failure, not f
 post a Warning with their own reason when they appear or their reason or message changes.
 Messages and counts that merely move do not post, and what stays as it is never posts again,
 so a rollout makes no Event storm; `admit` bounds the rest and drops a Warning said lately.
-`kubectl describe gpu gpu` shows them.
+
+Where: the Gpu is cluster-scoped, and the API server keeps an Event about an object without a
+namespace only in `default`, where anyone with a RoleBinding there reads it. The Events go to
+the module's namespace (kyma-system) instead, with that namespace in their involvedObject, as
+kopf posts its own about cluster-scoped objects; so `kubectl describe gpu gpu` (which looks for
+an involvedObject without a namespace) does not list them, and `kubectl events -n kyma-system
+--for gpu/gpu` does. They name no user's pod (deletion.without_pod_names): a reader of
+kyma-system's Events need not be one who may list pods everywhere.
 """
 
 from __future__ import annotations
@@ -19,10 +26,8 @@ from typing import Any
 from kyma_gpu.api.conditions import ReadyReason, ReleaseReason
 from kyma_gpu.api.models import GpuState
 from kyma_gpu.status.aggregate import ConditionType, flux_failed
+from kyma_gpu.status.deletion import without_pod_names
 
-EVENTS_NAMESPACE = "default"
-"""The API server keeps Events about cluster-scoped objects (the Gpu, like a Node) in
-`default`; `kubectl describe gpu gpu` finds them there."""
 MESSAGE_LIMIT = 1024
 """The API server refuses longer Event messages."""
 EVENT_BUDGET = 30
@@ -68,11 +73,16 @@ def _cut(message: str) -> str:
     return message[: MESSAGE_LIMIT - 3] + "..." if len(message) > MESSAGE_LIMIT else message
 
 
+def _message(status: Mapping[str, Any]) -> str:
+    """The status message as an Event may say it: without users' pod names."""
+    return without_pod_names(str(status.get("message") or f"state {status.get('state')}"))
+
+
 def _key(status: Mapping[str, Any]) -> tuple[Any, ...]:
     ready = _ready(status)
     reason = ready.get("reason")
     deleting = status.get("state") == GpuState.DELETING or reason == ReadyReason.DELETING
-    return (status.get("state"), reason, status.get("message") if deleting else None)
+    return (status.get("state"), reason, _message(status) if deleting else None)
 
 
 def event_for(before: Mapping[str, Any], after: Mapping[str, Any]) -> GpuEvent | None:
@@ -82,8 +92,7 @@ def event_for(before: Mapping[str, Any], after: Mapping[str, Any]) -> GpuEvent |
     state = after.get("state")
     warn = state in (GpuState.ERROR, GpuState.WARNING)
     reason = str(_ready(after).get("reason") or state or "StatusChanged")
-    message = _cut(str(after.get("message") or f"state {state}"))
-    return GpuEvent(EventType.WARNING if warn else EventType.NORMAL, reason, message)
+    return GpuEvent(EventType.WARNING if warn else EventType.NORMAL, reason, _cut(_message(after)))
 
 
 def _failure(status: Mapping[str, Any], type_: ConditionType) -> tuple[str, str] | None:
