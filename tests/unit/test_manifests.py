@@ -543,6 +543,13 @@ def test_policies_admit_the_scrapers() -> None:
         )
     ]
     assert scrape, f"no policy admits {METRICS_PORT} to pods with {SCRAPER_LABEL}"
+    # Issue 32: a pod label anyone can set is not enough; each peer also names the namespace
+    # by the label only the API server sets.
+    peers = [peer for rule in scrape for peer in rule.get("from") or []]
+    for peer in peers:
+        namespaces = (peer.get("namespaceSelector") or {}).get("matchLabels") or {}
+        assert namespaces == {"kubernetes.io/metadata.name": NS}, peer
+        assert (peer.get("podSelector") or {}).get("matchLabels"), peer
 
 
 # --- optional parts ---------------------------------------------------------------------
