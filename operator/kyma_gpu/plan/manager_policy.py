@@ -7,7 +7,7 @@ ServiceAccount there, privileged and with the host's root mounted (issue 32, fin
 
 - kyma-gpu-manager (no parameter) matches every write of
   system:serviceaccount:kyma-system:gpu-manager and allows only:
-  - namespaced objects in kyma-system (Events anywhere: kopf posts them next to their object);
+  - namespaced objects in kyma-system only (its Events too: they are about the Gpu);
   - cluster-scoped: the Gpu and the bundle's CRDs by name;
   - Deployments by the bundle's names only, each as the bundle renders it where it matters:
     its own ServiceAccount, one container `manager` with the bundle's arguments, no command,
@@ -66,7 +66,6 @@ NAMESPACED_KINDS = (
     "events.k8s.io/events",
 )
 CLUSTER_KINDS = (f"{API_GROUP}/{PLURAL}", "apiextensions.k8s.io/customresourcedefinitions")
-EVENTS = ("/events", "events.k8s.io/events")
 _SPEC = "object.spec.template.spec"
 _CONTAINER = f"{_SPEC}.containers[0]"
 _DIGEST = "(@sha256:[0-9a-f]{64})?$"
@@ -212,7 +211,7 @@ def _validations() -> list[dict[str, str]]:
     crds = bundle_crds()
     return [
         _rule(
-            f"variables.ns == '' || variables.kind in {_list(EVENTS)} || "
+            f"variables.ns == '' || "
             f"(variables.ns == {_cel(NAMESPACE)} && variables.kind in {_list(NAMESPACED_KINDS)})",
             _refused(f"writes only the module's kinds in namespace {NAMESPACE}"),
         ),
