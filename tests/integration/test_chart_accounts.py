@@ -145,11 +145,12 @@ def test_a4_it_patches_no_crd(cluster: LocalCluster, user: str) -> None:
     version = {"name": "v1alpha1", "served": True, "storage": True,
                "schema": {"openAPIV3Schema": {"type": "object"}}}
     names = {"plural": "nodefeatures", "singular": "nodefeature", "kind": "NodeFeature"}
-    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    body: dict[str, Any] = {
+           "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
            "metadata": {"name": "nodefeatures.nfd.k8s-sigs.io"},
            "spec": {"group": "nfd.k8s-sigs.io", "scope": "Namespaced", "names": names,
                     "versions": [version]}}  # fmt: skip
-    ok, said = _as(cluster, HOOK, "create", "-f", "-", body=crd)
+    ok, said = _as(cluster, HOOK, "create", "-f", "-", body=body)
     assert ok, said  # the hook's own job: the chart's CRDs
 
 
