@@ -142,8 +142,12 @@ def test_a4_it_patches_no_crd(cluster: LocalCluster, user: str) -> None:
         ok, said = _as(cluster, user, "patch", "crd", crd, "-p", patch)
         assert not ok, said
         assert "ValidatingAdmissionPolicy 'kyma-gpu-chart-accounts'" in said, said
-    version = {"name": "v1alpha1", "served": True, "storage": True,
-               "schema": {"openAPIV3Schema": {"type": "object"}}}
+    version = {
+        "name": "v1alpha1",
+        "served": True,
+        "storage": True,
+        "schema": {"openAPIV3Schema": {"type": "object"}},
+    }
     names = {"plural": "nodefeatures", "singular": "nodefeature", "kind": "NodeFeature"}
     body: dict[str, Any] = {
            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",

@@ -12,7 +12,7 @@ and names, and its bindings to the chart's roles and ServiceAccounts. Every requ
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import pytest
 import yaml
@@ -230,7 +230,7 @@ def test_it_cannot_widen_the_narrowed_rule_back(cluster: LocalCluster) -> None:
 # -- issue 32, finding 2: the release account does not reach the chart's account --
 
 
-def _create(cluster: LocalCluster, body: dict[str, object]) -> tuple[int, str]:
+def _create(cluster: LocalCluster, body: Mapping[str, object]) -> tuple[int, str]:
     result = cluster.kubectl("create", "-f", "-", *AS_RELEASE, input=json.dumps(body), check=False)
     return result.returncode, result.stdout + result.stderr
 
