@@ -16,6 +16,7 @@ from kyma_gpu.plan.manager_policy import (
     ACCOUNT,
     MIRRORS_NAME,
     NAME,
+    WRITABLE,
     _image_pattern,
     manager_policy_yaml,
 )
@@ -82,3 +83,40 @@ BUNDLE_IMAGE = f"{KYMA}/fluxcd/helm-controller:v1.6.4"
 def test_image_patterns(image: str, mirrored: bool, matches: bool) -> None:
     pattern = _image_pattern(BUNDLE_IMAGE, mirrored)
     assert bool(re.search(pattern, image)) is matches, (pattern, image)
+
+
+def test_only_lease_renewals_are_left_to_rbac() -> None:
+    """Every kubelet renews its Lease every 10 s: the policies matching every kind leave Lease
+    updates out (RBAC names the Leases these accounts may update), and nothing else."""
+    release = ROOT / "config" / "rbac" / "release_rbac.yaml"
+    chart = ROOT / "config" / "admission" / "chart_accounts_policy.yaml"
+    policies = [d for d in _docs() if d["kind"] == "ValidatingAdmissionPolicy"
+                and d["metadata"]["name"] == NAME]  # type: ignore[index]  # fmt: skip
+    for path in (release, chart):
+        policies += [d for d in yaml.safe_load_all(path.read_text()) if d
+                     and d["kind"] == "ValidatingAdmissionPolicy"]  # fmt: skip
+    assert len(policies) == 3
+    for policy in policies:
+        constraints = policy["spec"]["matchConstraints"]  # type: ignore[index]
+        assert constraints["excludeResourceRules"] == [
+            {"apiGroups": ["coordination.k8s.io"], "apiVersions": ["*"],
+             "operations": ["UPDATE"], "resources": ["leases"]}
+        ]  # fmt: skip
+
+
+WRITES = {"create", "update", "patch", "delete", "deletecollection", "escalate", "bind", "*"}
+
+
+def test_the_policy_matches_every_kind_the_managers_rbac_lets_it_write() -> None:
+    """The policy matches the WRITABLE kinds only (Node and pod updates of the cluster never
+    meet it); RBAC must not let the manager write a kind outside them."""
+    rules = []
+    for name in ("cluster_role.yaml", "role_kyma_system.yaml", "role_gpu_operator.yaml"):
+        for doc in yaml.safe_load_all((ROOT / "config" / "rbac" / name).read_text()):
+            if doc and doc["kind"] in ("Role", "ClusterRole"):
+                rules += doc["rules"]
+    written = {(g, r.split("/")[0]) for rule in rules if WRITES & set(rule["verbs"])
+               for g in rule["apiGroups"] for r in rule["resources"]}  # fmt: skip
+    matched = {(g, r) for g, resources in WRITABLE.items() for r in resources}
+    assert written, "no write rule found: the RBAC files moved?"
+    assert written <= matched, written - matched

@@ -6,7 +6,8 @@ compromised manager could otherwise create any Deployment in kyma-system, under 
 ServiceAccount there, privileged and with the host's root mounted (issue 32, finding 1). So:
 
 - kyma-gpu-manager (no parameter) matches every write of
-  system:serviceaccount:kyma-system:gpu-manager and allows only:
+  system:serviceaccount:kyma-system:gpu-manager to a kind its RBAC lets it write (WRITABLE; the
+  rest RBAC refuses) and allows only:
   - namespaced objects in kyma-system only (its Events too: they are about the Gpu);
   - cluster-scoped: the Gpu and the bundle's CRDs by name;
   - Deployments by the bundle's names only, each as the bundle renders it where it matters:
@@ -57,6 +58,28 @@ FLUX_KINDS = (
 )
 TARGET_NAMESPACE = "gpu-operator"
 LEASE = "kyma-gpu-manager"
+WRITABLE = {
+    API_GROUP: (PLURAL,),
+    "helm.toolkit.fluxcd.io": ("helmreleases",),
+    "source.toolkit.fluxcd.io": ("helmrepositories", "ocirepositories"),
+    "apps": ("deployments",),
+    "coordination.k8s.io": ("leases",),
+    "": ("events",),
+    "events.k8s.io": ("events",),
+    "apiextensions.k8s.io": ("customresourcedefinitions",),
+}
+"""The kinds the manager's RBAC lets it write (config/rbac; a unit test holds the two together):
+the policy matches these only, so the rest of the cluster's requests (Node and pod updates,
+above all) never meet it. RBAC refuses the manager everything else before admission."""
+LEASE_RENEWALS = {
+    "apiGroups": ["coordination.k8s.io"],
+    "apiVersions": ["*"],
+    "operations": ["UPDATE"],
+    "resources": ["leases"],
+}
+"""Not matched: every kubelet renews its Lease every 10 s (2,000 updates/s at 20,000 Nodes), so
+a match there costs every cluster; RBAC already limits the manager's Lease updates to its own
+name (benchmarks/admission_cost.py measures it)."""
 WHO = "the manager's account gpu-manager (kyma-system)"
 NAMESPACED_KINDS = (
     *FLUX_KINDS,
@@ -252,13 +275,15 @@ def policy() -> dict[str, Any]:
         "matchConstraints": {
             "resourceRules": [
                 {
-                    "apiGroups": ["*"],
+                    "apiGroups": [group],
                     "apiVersions": ["*"],
                     "operations": ["CREATE", "UPDATE", "DELETE", "CONNECT"],
-                    "resources": ["*/*"],
+                    "resources": [r for resource in resources for r in (resource, f"{resource}/*")],
                     "scope": "*",
                 }
-            ]
+                for group, resources in WRITABLE.items()
+            ],
+            "excludeResourceRules": [LEASE_RENEWALS],
         },
         "matchConditions": [
             {
