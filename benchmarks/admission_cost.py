@@ -10,7 +10,7 @@ them, and with them as the NVIDIA operator's account (where kyma-gpu-chart-accou
 its validations). Wall time on the client, sequential requests over one connection, so the
 figures are API server latency per request.
 
-    python benchmarks/admission_cost.py [--nodes 1000 5000] [--rounds 3]
+    python benchmarks/admission_cost.py [--nodes 1000 5000] [--rounds 4]
 """
 
 from __future__ import annotations
@@ -130,14 +130,16 @@ def measure(count: int, rounds: int) -> list[str]:
         without: list[float] = []
         with_policies: list[float] = []
         as_controller: list[float] = []
-        for r in range(rounds):  # alternating, so that drift of the machine hits both sides
-            _policies(cluster, apply=False)
-            without += _patch_all(admin, names, f"a{r}")
-            renew_without += _renew_all(coordination, names)
-            _policies(cluster, apply=True)
-            renew_with += _renew_all(coordination, names)
-            with_policies += _patch_all(admin, names, f"b{r}")
-            as_controller += _patch_all(controller, names, f"nvidia.com/c{r}")
+        for r in range(rounds):  # ABBA: each side goes first in half the rounds (drift, warmth)
+            for apply in (False, True) if r % 2 == 0 else (True, False):
+                _policies(cluster, apply=apply)
+                if apply:
+                    with_policies += _patch_all(admin, names, f"b{r}")
+                    renew_with += _renew_all(coordination, names)
+                    as_controller += _patch_all(controller, names, f"nvidia.com/c{r}")
+                else:
+                    without += _patch_all(admin, names, f"a{r}")
+                    renew_without += _renew_all(coordination, names)
         return [
             _row(f"{count} Nodes x {rounds}, no module policy, admin", without),
             _row(f"{count} Nodes x {rounds}, the module's policies, admin", with_policies),
@@ -153,7 +155,7 @@ def measure(count: int, rounds: int) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000])
-    parser.add_argument("--rounds", type=int, default=3, help="alternations per size")
+    parser.add_argument("--rounds", type=int, default=4, help="alternations per size (ABBA)")
     args = parser.parse_args()
     print("| requests | n | median ms | p99 ms | total s |")
     print("|---|--:|--:|--:|--:|")
