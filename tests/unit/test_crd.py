@@ -68,7 +68,7 @@ def test_crd_shape() -> None:
     assert version["name"] == "v1beta1"
     assert version["subresources"] == {"status": {}}
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert columns[:5] == ["State", "Ready Nodes", "Driver", "Driver Version", "Chart"]
+    assert columns[:6] == ["State", "Ready Nodes", "GPUs", "Driver", "Driver Version", "Chart"]
     schema = version["schema"]["openAPIV3Schema"]
     assert "self.metadata.name == 'gpu'" in schema["x-kubernetes-validations"][0]["rule"]
     props = schema["properties"]["spec"]["properties"]

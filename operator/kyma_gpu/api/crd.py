@@ -162,6 +162,7 @@ def _printer_columns() -> list[dict[str, Any]]:
     return [
         {"name": "State", "type": "string", "jsonPath": ".status.state"},
         {"name": "Ready Nodes", "type": "string", "jsonPath": ".status.readyNodes"},
+        {"name": "GPUs", "type": "string", "jsonPath": ".status.gpus"},
         {"name": "Driver", "type": "string", "jsonPath": ".status.driverMode"},
         {"name": "Driver Version", "type": "string", "jsonPath": ".status.driverVersion"},
         {"name": "Chart", "type": "string", "jsonPath": ".status.chartVersion"},

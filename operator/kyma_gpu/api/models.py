@@ -43,6 +43,10 @@ PLURAL = "gpus"
 SINGLETON_NAME = "gpu"
 STATUS_NODES_LIMIT = 100
 """status.nodes lists at most this many GPU nodes."""
+STATUS_UNHEALTHY_LIMIT = 20
+"""status.unhealthyNodes lists at most this many nodes (unhealthyNodeCount counts them all)."""
+STATUS_POOLS_LIMIT = 64
+"""status.pools lists at most this many worker pools."""
 STATUS_COMPONENTS_LIMIT = 64
 """status.components lists at most this many DaemonSets: whoever may create DaemonSets in the
 GPU operator's namespace must not grow the Gpu without bound (a chart renders about 15)."""
@@ -276,6 +280,30 @@ class ComponentsSpec(_Model):
         return self
 
 
+class Remediation(StrEnum):
+    """What the manager does to a GPU node whose GPUs are unhealthy (spec.health)."""
+
+    OFF = "Off"
+    """Report only (Gpu.status, Events, metrics)."""
+    MARK_NODES = "MarkNodes"
+    """Also set the Node condition KymaGpuUnhealthy (True, reason: the finding); Gardener's
+    machine-controller-manager replaces the machine when the worker pool lists the condition
+    in machineControllerManager.nodeConditions."""
+    MARK_AND_CORDON = "MarkAndCordon"
+    """Also cordon the node, so no new pod lands there (it uncordons only what it cordoned)."""
+
+
+class HealthSpec(_Model):
+    """GPU health: what the manager does beyond reporting unhealthy GPUs."""
+
+    remediation: Remediation = Remediation.OFF
+    """Off (the default), MarkNodes or MarkAndCordon."""
+
+    max_marked_percent: int = Field(default=20, ge=1, le=100)
+    """At most this share of a worker pool's nodes is marked at once (at least one node): a
+    fault that hits a whole pool (a bad driver) must not have every machine replaced."""
+
+
 class GpuSpec(_Model):
     """Desired state. The empty spec is valid and does the right thing."""
 
@@ -293,6 +321,9 @@ class GpuSpec(_Model):
 
     sharing: SharingSpec = Field(default_factory=SharingSpec)
     """GPU sharing through the device plugin: time-slicing or MPS, per node pool."""
+
+    health: HealthSpec = Field(default_factory=HealthSpec)
+    """GPU health remediation: marking (and cordoning) nodes whose GPUs are unhealthy."""
 
     stack: GpuStack = GpuStack.DEVICE_PLUGIN
     """DevicePlugin (the ClusterPolicy) or DRA (the GPUCluster with the NVIDIA DRA driver; chart
@@ -413,6 +444,44 @@ class ComponentStatus(_Model):
     """Pods available."""
 
 
+class PoolHealth(_Model):
+    """The GPUs of one Gardener worker pool."""
+
+    name: str
+    """Worker pool (worker.gardener.cloud/pool), or "(none)"."""
+
+    nodes: int = 0
+    """GPU nodes in the pool."""
+
+    gpus_healthy: int = 0
+    """GPUs that pods can use: present, advertised and not withdrawn by the device plugin."""
+
+    gpu_total: int = 0
+    """GPUs the pool's nodes must have (their machine types'), else as seen."""
+
+    unhealthy_nodes: int = 0
+    """Nodes with a health finding."""
+
+
+class UnhealthyNode(_Model):
+    """A GPU node with a health finding."""
+
+    name: str
+    """Node name."""
+
+    pool: str
+    """Worker pool."""
+
+    reason: str
+    """DriverFailed, GpusMissing, GpusUnhealthy or WrongGpuModel."""
+
+    message: str = ""
+    """What was seen, e.g. "1 of 2 GPUs withdrawn by the device plugin"."""
+
+    marked: bool = False
+    """The node carries the condition KymaGpuUnhealthy (spec.health.remediation)."""
+
+
 class SharingStatus(_Model):
     """GPU sharing as the device plugin is told it."""
 
@@ -462,6 +531,26 @@ class GpuStatus(_Model):
 
     ready_nodes: str | None = None
     """gpuNodesReady/gpuNodeCount, e.g. "2/3": the READY NODES column of `kubectl get gpu`."""
+
+    gpus: str | None = None
+    """gpusHealthy/gpuTotal, e.g. "7/8": the GPUS column of `kubectl get gpu`."""
+
+    gpus_healthy: int = 0
+    """GPUs that pods can use, on all GPU nodes."""
+
+    gpu_total: int = 0
+    """GPUs the GPU nodes must have."""
+
+    pools: list[PoolHealth] = Field(default_factory=list, max_length=STATUS_POOLS_LIMIT)
+    """GPU health per worker pool, the first 64 by name."""
+
+    unhealthy_nodes: list[UnhealthyNode] = Field(
+        default_factory=list, max_length=STATUS_UNHEALTHY_LIMIT
+    )
+    """GPU nodes with a health finding, the first 20 by name (unhealthyNodeCount counts all)."""
+
+    unhealthy_node_count: int = 0
+    """GPU nodes with a health finding, all of them."""
 
     nodes: list[GpuNodeStatus] = Field(default_factory=list, max_length=STATUS_NODES_LIMIT)
     """The detected GPU nodes, the first 100 by name (gpuNodeCount counts them all): the whole

@@ -26,6 +26,8 @@ NFD_LABELS_NEEDED = (LABEL_NFD_OS_ID, LABEL_NFD_KERNEL)
 LABEL_GPU_PRESENT = "nvidia.com/gpu.present"
 LABEL_GFD_PRODUCT = "nvidia.com/gpu.product"
 LABEL_GFD_COUNT = "nvidia.com/gpu.count"
+LABEL_GFD_REPLICAS = "nvidia.com/gpu.replicas"
+"""GPU feature discovery: each GPU is advertised as this many (time-slicing or MPS sharing)."""
 LABEL_OPT_IN = "gpu.kyma-project.io/gpu"
 LABEL_MODEL = "gpu.kyma-project.io/gpu-model"
 LABEL_COUNT = "gpu.kyma-project.io/gpu-count"
@@ -44,6 +46,10 @@ LABEL_MIG_CAPABLE = "nvidia.com/mig.capable"
 LABEL_SHARING_PROFILE = "nvidia.com/device-plugin.config"
 """The sharing profile the device plugin's config manager picks for the node."""
 RESOURCE_GPU = "nvidia.com/gpu"
+NODE_CONDITION = "KymaGpuUnhealthy"
+"""The Node condition the manager sets on nodes whose GPUs are unhealthy (spec.health)."""
+CORDON_ANNOTATION = "gpu.kyma-project.io/cordoned"
+"""Set by the manager on a node it cordoned; it uncordons only nodes that carry it."""
 
 
 class NodeError(ValueError):
@@ -138,6 +144,48 @@ def parse_provider(provider_id: str | None) -> str:
     return _PROVIDERS.get(scheme, scheme or "unknown")
 
 
+def is_gpu_resource(name: str) -> bool:
+    """nvidia.com/gpu, a renamed shared GPU (nvidia.com/gpu.shared) or a MIG instance of the
+    Mixed strategy (nvidia.com/mig-1g.10gb)."""
+    return name == RESOURCE_GPU or name.startswith((f"{RESOURCE_GPU}.", "nvidia.com/mig-"))
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDevices:
+    """A GPU node's devices as the kubelet and GPU feature discovery report them. Changes only
+    when a device plugin registers, withdraws or returns a device, or GFD relabels: never with
+    a heartbeat."""
+
+    expected: int | None = None
+    """GPUs it must have: its machine type's (registry), else its gpu-count label."""
+    capacity: int | None = None
+    """nvidia.com/gpu (and .shared, mig-*) the kubelet reports; None: no device plugin yet."""
+    allocatable: int | None = None
+    """Of those, the ones the device plugin calls healthy."""
+    gfd_count: int | None = None
+    """GPUs GPU feature discovery saw (LABEL_GFD_COUNT)."""
+    gfd_product: str | None = None
+    """The model GPU feature discovery saw (LABEL_GFD_PRODUCT), e.g. NVIDIA-L4."""
+    replicas: int | None = None
+    """Replicas per GPU GFD reports with sharing (LABEL_GFD_REPLICAS)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeMarkFacts:
+    """The manager's mark on a node: its condition NODE_CONDITION, and its cordon."""
+
+    unhealthy: bool = False
+    """NODE_CONDITION is True."""
+    reason: str = ""
+    """Its reason while True."""
+    unschedulable: bool = False
+    """spec.unschedulable, by anyone."""
+    cordoned: bool = False
+    """The manager cordoned it (CORDON_ANNOTATION)."""
+    condition: bool = False
+    """NODE_CONDITION is there at all (True or False)."""
+
+
 @dataclass(frozen=True, slots=True)
 class NodeFacts:
     """What the module knows about one Node. Immutable and small."""
@@ -171,6 +219,10 @@ class NodeFacts:
     """Its GPUs have MIG: from the registry, else GFD's label; None when unknown."""
     sharing_profile: str | None = None
     """The sharing profile it picks (LABEL_SHARING_PROFILE); None: the default."""
+    devices: GpuDevices | None = None
+    """What the kubelet and GPU feature discovery say of its GPUs (GPU health)."""
+    mark: NodeMarkFacts | None = None
+    """The manager's own mark and cordon on it (GPU health remediation); None: neither."""
 
     @property
     def is_gpu(self) -> bool:
@@ -226,6 +278,9 @@ class _NodeParts:
     spec: Mapping[str, Any]
     info: Mapping[str, Any]
     capacity: Mapping[str, Any]
+    allocatable: Mapping[str, Any]
+    status: Mapping[str, Any]
+    annotations: Mapping[str, Any]
 
 
 def _parts(node: Mapping[str, Any]) -> _NodeParts:
@@ -249,7 +304,47 @@ def _parts(node: Mapping[str, Any]) -> _NodeParts:
     status = _mapping(node.get("status"), f"{where}: status")
     info = _mapping(status.get("nodeInfo"), f"{where}: status.nodeInfo")
     capacity = _mapping(status.get("capacity"), f"{where}: status.capacity")
-    return _NodeParts(name, labels, spec, info, capacity)
+    allocatable = _mapping(status.get("allocatable"), f"{where}: status.allocatable")
+    annotations = _mapping(meta.get("annotations"), f"{where}: metadata.annotations")
+    return _NodeParts(name, labels, spec, info, capacity, allocatable, status, annotations)
+
+
+def _gpu_resources(resources: Mapping[str, Any]) -> int | None:
+    """The GPU resources of a capacity or allocatable, summed; None when it names none."""
+    found = [_int(v) for k, v in resources.items() if is_gpu_resource(str(k))]
+    return sum(n or 0 for n in found) if found else None
+
+
+def _devices(parts: _NodeParts, known: MachineType | None) -> GpuDevices | None:
+    """None on a node whose labels and status say nothing of GPUs (a CPU node)."""
+    labels = parts.labels
+    devices = GpuDevices(
+        expected=(known.count if known is not None else None) or _int(labels.get(LABEL_COUNT)),
+        capacity=_gpu_resources(parts.capacity),
+        allocatable=_gpu_resources(parts.allocatable),
+        gfd_count=_int(labels.get(LABEL_GFD_COUNT)),
+        gfd_product=_labelled(labels, LABEL_GFD_PRODUCT),
+        replicas=_int(labels.get(LABEL_GFD_REPLICAS)),
+    )
+    return devices if devices != GpuDevices() else None
+
+
+def _mark(parts: _NodeParts) -> NodeMarkFacts | None:
+    """The manager's condition and cordon; None when the node has neither (most nodes)."""
+    conditions = parts.status.get("conditions")
+    ours: Mapping[str, Any] = next(
+        (c for c in conditions if isinstance(c, Mapping) and c.get("type") == NODE_CONDITION),
+        {},
+    ) if isinstance(conditions, list) else {}  # fmt: skip
+    unhealthy = ours.get("status") == "True"
+    mark = NodeMarkFacts(
+        unhealthy=unhealthy,
+        reason=_bounded(ours.get("reason")) if unhealthy else "",
+        unschedulable=parts.spec.get("unschedulable") is True,
+        cordoned=CORDON_ANNOTATION in parts.annotations,
+        condition=bool(ours),
+    )
+    return mark if mark != NodeMarkFacts() else None
 
 
 def _evidence(labels: Mapping[str, str], registered: bool, capacity_gpus: int | None) -> list[str]:
@@ -334,4 +429,6 @@ def node_facts(node: Mapping[str, Any], registry: MachineTypeRegistry) -> NodeFa
         mig_config=_labelled(labels, LABEL_MIG_CONFIG, MIG_DISABLED),
         mig_capable=_mig_capable(labels, known),
         sharing_profile=_labelled(labels, LABEL_SHARING_PROFILE),
+        devices=_devices(parts, known),
+        mark=_mark(parts),
     )

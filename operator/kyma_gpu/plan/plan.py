@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kyma_gpu.api.conditions import PreflightReason
-from kyma_gpu.api.models import ClusterDriverMode, GpuNodeStatus, GpuSpec
+from kyma_gpu.api.models import ClusterDriverMode, GpuNodeStatus, GpuSpec, HealthSpec
 from kyma_gpu.api.operations import GpuStack, SharingMode
 from kyma_gpu.facts.cluster import ClusterFacts
 from kyma_gpu.plan.context import Contexts, rule_context
@@ -86,6 +86,8 @@ class Plan:
     """None unless spec.sharing configures the device plugin."""
     worker_pools: tuple[WorkerPool, ...] = ()
     """The GPU nodes by Gardener worker pool."""
+    health: HealthSpec = field(default_factory=HealthSpec)
+    """spec.health: what the manager does to nodes whose GPUs are unhealthy."""
 
     @property
     def helm_release(self) -> dict[str, Any] | None:
@@ -354,6 +356,7 @@ def _assemble(
         stack=r.spec.stack,
         sharing=_sharing(r.spec),
         worker_pools=r.worker_pools,
+        health=r.spec.health,
     )
 
 

@@ -30,6 +30,13 @@ from kyma_gpu.plan.pools import blocked_nodes
 from kyma_gpu.status import conditions as c
 from kyma_gpu.status.conditions import NO_GPU_NODES_MESSAGE, Verdict, cond, flux_failed
 from kyma_gpu.status.deletion import Uninstall, uninstall_wait, workloads_wait
+from kyma_gpu.status.health import (
+    Health,
+    gpu_health,
+    health_condition,
+    pools_shown,
+    unhealthy_nodes,
+)
 from kyma_gpu.status.observed import (
     ClusterPolicyFacts,
     DaemonSetFacts,
@@ -37,7 +44,9 @@ from kyma_gpu.status.observed import (
     PullFailure,
 )
 
-__all__ = ["ConditionType", "Observed", "aggregate", "flux_failed", "stamp", "summarize"]
+__all__ = [
+    "ConditionType", "Observed", "aggregate", "flux_failed", "plan_health", "stamp", "summarize",
+]
 
 _DRIVER_VERSION = re.compile(DRIVER_VERSION_PATTERN)
 
@@ -86,9 +95,30 @@ def aggregate(
     deletion = _deletion_waits(observed, generation) if observed.deleting else []
     state, summary = summarize(verdicts, deletion, observed.deleting, len(plan.nodes), generation,
                                degraded_message(plan, observed, verdicts))  # fmt: skip
-    conditions = [summary, *(v.condition for v in verdicts), *(w for w, _ in deletion)]
-    return _status(plan, observed, state, summary.message, generation,
-                   stamp(conditions, previous, now))  # fmt: skip
+    health = plan_health(plan)
+    conditions = [summary, *(v.condition for v in verdicts),
+                  health_condition(health, generation), *(w for w, _ in deletion)]  # fmt: skip
+    status = _status(plan, observed, state, summary.message, generation,
+                     stamp(conditions, previous, now))  # fmt: skip
+    return with_health(status, health)
+
+
+def plan_health(plan: Plan) -> Health:
+    """The GPU health of the plan's worker pools (status/health.py)."""
+    return gpu_health(plan.worker_pools, shared=plan.sharing is not None,
+                      device_plugin=plan.stack is GpuStack.DEVICE_PLUGIN)  # fmt: skip
+
+
+def with_health(status: GpuStatus, health: Health) -> GpuStatus:
+    """The status with its GPU health fields."""
+    return status.model_copy(update={
+        "gpus": f"{health.healthy_gpus}/{health.total_gpus}",
+        "gpus_healthy": health.healthy_gpus,
+        "gpu_total": health.total_gpus,
+        "pools": pools_shown(health),
+        "unhealthy_nodes": unhealthy_nodes(health),
+        "unhealthy_node_count": len(health.unhealthy),
+    })  # fmt: skip
 
 
 def conditions_of(plan: Plan, observed: Observed, generation: int | None) -> list[Verdict]:
