@@ -29,6 +29,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kyma_gpu import __version__
 from kyma_gpu.api.models import API_GROUP, API_VERSION, KIND, PLURAL
+from kyma_gpu.api.node_marks import CORDON_ANNOTATION, CORDON_VALUE, NODE_CONDITION
 from kyma_gpu.api.resources import FLUX_CRD_KINDS, FLUX_KINDS
 from kyma_gpu.errors import (
     ApiError,
@@ -39,6 +40,7 @@ from kyma_gpu.errors import (
 )
 from kyma_gpu.metrics import Metrics
 from kyma_gpu.status.events import GpuEvent, GpuRef
+from kyma_gpu.status.remediation import NodeWrite
 
 FIELD_MANAGER = "kyma-gpu"
 USER_AGENT = f"kyma-gpu/{__version__}"
@@ -47,6 +49,7 @@ _LEASE_TIMEOUT = (3.0, 5.0)
 """Connect and read timeouts of Lease requests: a renewal must fail well within the deadline."""
 _APPLY = "application/apply-patch+yaml"
 _MERGE = "application/merge-patch+json"
+_STRATEGIC = "application/strategic-merge-patch+json"
 _METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 _METADATA_ONLY_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 _NO_FLUX = (
@@ -281,6 +284,26 @@ class KubeAdapter:
         except NotFound:
             return None
 
+    async def mark_node(self, write: NodeWrite, now: str) -> dict[str, Any] | None:
+        """Set the Node condition KymaGpuUnhealthy (a strategic merge patch of the status:
+        conditions merge by type, so the kubelet's stay as they are), then cordon or uncordon.
+        Returns the Node as now stored; None when it is gone."""
+        name = write.name
+        answer: dict[str, Any] | None = None
+        try:
+            if write.unhealthy is not None:
+                answer = await self._write(f"mark Node {name}", "PATCH",
+                                           f"/api/v1/nodes/{name}/status",
+                                           body=node_condition_patch(write, now),
+                                           content_type=_STRATEGIC)  # fmt: skip
+            if write.cordon is not None:
+                answer = await self._write(f"cordon Node {name}", "PATCH", f"/api/v1/nodes/{name}",
+                                           body=cordon_patch(write.cordon),
+                                           content_type=_STRATEGIC)  # fmt: skip
+        except NotFound:
+            return None
+        return answer
+
     async def flux_objects(self, per_kind: int) -> list[tuple[str, dict[str, Any]]]:
         """Up to per_kind objects of each Flux kind, in all namespaces, metadata only;
         a kind whose CRD is gone has none."""
@@ -374,6 +397,29 @@ class KubeAdapter:
         self.writes[what.split(" ", 1)[0]] += 1
         self.metrics.api_write(method, path, kwargs.get("content_type"))
         return await asyncio.to_thread(self._json, what, method, path, **kwargs)
+
+
+def node_condition_patch(write: NodeWrite, now: str) -> dict[str, Any]:
+    """The status patch of the manager's Node condition. lastTransitionTime only with a change
+    of its status: a new reason alone keeps the time (strategic merge keeps what is not sent)."""
+    condition: dict[str, Any] = {
+        "type": NODE_CONDITION,
+        "status": "True" if write.unhealthy else "False",
+        "reason": write.reason,
+        "message": write.message[:1024],
+        "lastHeartbeatTime": now,
+    }
+    if write.new_status:
+        condition["lastTransitionTime"] = now
+    return {"status": {"conditions": [condition]}}
+
+
+def cordon_patch(cordon: bool) -> dict[str, Any]:
+    """Cordon and annotate, or drop the annotation and uncordon."""
+    return {
+        "metadata": {"annotations": {CORDON_ANNOTATION: CORDON_VALUE if cordon else None}},
+        "spec": {"unschedulable": cordon},
+    }
 
 
 def _path(ref: ObjectRef) -> str:

@@ -51,6 +51,27 @@ class Scraped:
     """Gpu name -> Gpu.status.state ("" before the first status)."""
     gpu_nodes: int | None = None
     """None until the first list of Nodes."""
+    pools: tuple[PoolGpus, ...] = ()
+    """GPU health per worker pool, as the Gpu's status says it (status.pools)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PoolGpus:
+    """One worker pool's GPUs (Gpu.status.pools)."""
+
+    pool: str
+    healthy: int
+    total: int
+    unhealthy_nodes: int
+
+    @classmethod
+    def of(cls, said: Mapping[str, object]) -> PoolGpus:
+        def number(key: str) -> int:
+            value = said.get(key)
+            return value if isinstance(value, int) else 0
+
+        return cls(str(said.get("name", "")), number("gpusHealthy"), number("gpuTotal"),
+                   number("unhealthyNodes"))  # fmt: skip
 
 
 def write_labels(method: str, path: str, content_type: str | None = None) -> tuple[str, str]:
@@ -97,6 +118,27 @@ class _ObservedCollector:
             )
             nodes.add_metric([], float(now.gpu_nodes))
             yield nodes
+        yield from _health(now.pools)
+
+
+def _health(pools: tuple[PoolGpus, ...]) -> Iterator[Metric]:
+    gpus = GaugeMetricFamily(
+        f"{PREFIX}_gpus",
+        "GPUs per worker pool: healthy (pods can use them) and unhealthy (missing, withdrawn by "
+        "the device plugin, or on a node whose driver failed), as Gpu.status.pools says",
+        labels=["pool", "health"],
+    )
+    nodes = GaugeMetricFamily(
+        f"{PREFIX}_unhealthy_gpu_nodes",
+        "GPU nodes with a health finding per worker pool (Gpu.status.pools[].unhealthyNodes)",
+        labels=["pool"],
+    )
+    for pool in pools:
+        gpus.add_metric([pool.pool, "healthy"], float(pool.healthy))
+        gpus.add_metric([pool.pool, "unhealthy"], float(max(pool.total - pool.healthy, 0)))
+        nodes.add_metric([pool.pool], float(pool.unhealthy_nodes))
+    yield gpus
+    yield nodes
 
 
 class _LastSuccessCollector:

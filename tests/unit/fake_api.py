@@ -13,10 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kyma_gpu.adapter import ObjectRef
+from kyma_gpu.adapter import ObjectRef, cordon_patch, node_condition_patch
 from kyma_gpu.errors import classify
 from kyma_gpu.reconcile.loop import now
 from kyma_gpu.status.events import GpuEvent, GpuRef
+from kyma_gpu.status.remediation import NodeWrite
 
 _VERSIONS = itertools.count(100)
 
@@ -32,6 +33,8 @@ class FakeApi:
     events: list[GpuEvent] = field(default_factory=list)
     others: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     """Flux objects of someone else's, found when the module's own Flux goes."""
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Node bodies by name, for mark_node."""
     drop: tuple[str, ...] = ()
     """spec fields the server drops on apply, as a CRD schema without them does (an older
     Flux)."""
@@ -107,6 +110,31 @@ class FakeApi:
         self.reads.append(f"get {ref.kind}")
         obj = self.objects.get((ref.kind, ref.name))
         return copy.deepcopy(obj) if obj is not None else None
+
+    async def mark_node(self, write: NodeWrite, now: str) -> dict[str, Any] | None:
+        """The manager's condition and cordon on a Node of `nodes`, as the strategic merge
+        patches of the adapter leave it."""
+        self._maybe_fail(f"mark {write.name}")
+        body = self.nodes.get(write.name)
+        if body is None:
+            return None
+        status, meta = body.setdefault("status", {}), body["metadata"]
+        if write.unhealthy is not None:
+            patch = node_condition_patch(write, now)["status"]["conditions"][0]
+            kept = [c for c in status.get("conditions") or [] if c["type"] != patch["type"]]
+            same = [c for c in status.get("conditions") or [] if c["type"] == patch["type"]]
+            old: dict[str, Any] = same[0] if same else {}
+            status["conditions"] = [*kept, {**old, **patch}]
+        if write.cordon is not None:
+            notes = meta.setdefault("annotations", {})
+            for key, value in cordon_patch(write.cordon)["metadata"]["annotations"].items():
+                if value is None:
+                    notes.pop(key, None)
+                else:
+                    notes[key] = value
+            body.setdefault("spec", {})["unschedulable"] = write.cordon
+        meta["resourceVersion"] = str(next(_VERSIONS))
+        return copy.deepcopy(body)
 
     def next_version(self) -> str:
         """The API server's next resourceVersion (one counter for every object)."""

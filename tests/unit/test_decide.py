@@ -47,6 +47,7 @@ from kyma_gpu.reconcile.machine import (
     GpuObject,
     Inputs,
     ListFlux,
+    MarkNodes,
     Phase,
     RemoveFinalizer,
     RemoveFlux,
@@ -185,7 +186,7 @@ def _deletes(objects: tuple[LiveObject, ...]) -> list[str]:
     return [f"delete {o.kind}/{o.namespace}/{o.name}" for o in objects]
 
 
-def said(action: Action | None) -> list[str]:
+def said(action: Action | None) -> list[str]:  # noqa: PLR0911 (one return per action)
     """An action in words: what a row's 'action' column says."""
     match action:
         case None:
@@ -198,6 +199,8 @@ def said(action: Action | None) -> list[str]:
             return _deletes(objects)
         case ListFlux():
             return ["list Flux objects"]
+        case MarkNodes(writes):
+            return [f"mark {w.name} unhealthy={w.unhealthy} cordon={w.cordon}" for w in writes]
         case RemoveFlux(hand_over, announce):
             crds = "hand its CRDs over" if hand_over else "delete its CRDs"
             return [f"remove the module's Flux, {crds}"] + ([announce.reason] if announce else [])

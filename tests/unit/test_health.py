@@ -9,9 +9,10 @@ import pytest
 
 from kyma_gpu.api.conditions import HealthReason
 from kyma_gpu.api.models import STATUS_UNHEALTHY_LIMIT
+from kyma_gpu.api.node_marks import NODE_CONDITION
 from kyma_gpu.facts import MachineTypeRegistry, node_facts
-from kyma_gpu.facts.node import NODE_CONDITION
 from kyma_gpu.plan.pools import worker_pools
+from kyma_gpu.status.events import health_event
 from kyma_gpu.status.health import (
     gpu_health,
     health_condition,
@@ -33,13 +34,14 @@ def body(
     pool: str = "gpu",
 ) -> dict[str, Any]:
     """A g4dn.12xlarge (4 T4) by default, as the kubelet reports it."""
-    found = node(name, instance_type=instance, labels=labels, pool=pool,
-                 capacity={"nvidia.com/gpu": capacity} if capacity is not None else None)  # fmt: skip
+    gpus = {"nvidia.com/gpu": capacity} if capacity is not None else None
+    found = node(name, instance_type=instance, labels=labels, pool=pool, capacity=gpus)
     if allocatable is not None:
         found["status"]["allocatable"] = {"cpu": "4", "nvidia.com/gpu": allocatable}
     return found
 
 
+FAILED = {"nvidia.com/gpu-driver-upgrade-state": "upgrade-failed"}
 GFD4 = {"nvidia.com/gpu.count": "4", "nvidia.com/gpu.product": "Tesla-T4"}
 CASES = [
     # id, body, shared, (reason, healthy, total, advertised)
@@ -127,7 +129,7 @@ def test_the_fleet_condition_and_pools(registry: MachineTypeRegistry) -> None:
     facts = [node_facts(b, registry) for b in (
         body(name="a-1", pool="a"), body(name="a-2", pool="a", allocatable="2"),
         body(name="b-1", pool="b", capacity="3", allocatable="3"),
-        body(name="b-2", pool="b", labels={"nvidia.com/gpu-driver-upgrade-state": "upgrade-failed"}),
+        body(name="b-2", pool="b", labels=FAILED),
     )]  # fmt: skip
     health = gpu_health(worker_pools(facts))
     assert (health.healthy_gpus, health.total_gpus) == (4 + 2 + 3 + 0, 16)
@@ -144,8 +146,11 @@ def test_the_fleet_condition_and_pools(registry: MachineTypeRegistry) -> None:
 
 def test_the_condition_while_healthy_waiting_and_empty(registry: MachineTypeRegistry) -> None:
     healthy = gpu_health(worker_pools([node_facts(body(), registry)]))
-    waiting = gpu_health(worker_pools([node_facts(body(), registry),
-                                       node_facts(body(name="new", capacity=None), registry)]))
+    waiting = gpu_health(
+        worker_pools(
+            [node_facts(body(), registry), node_facts(body(name="new", capacity=None), registry)]
+        )
+    )
     assert (health_condition(healthy, 1).status, health_condition(healthy, 1).reason) == (
         "True", "GpusHealthy")  # fmt: skip
     assert health_condition(healthy, 1).message == "4 of 4 GPUs healthy"
@@ -160,6 +165,41 @@ def test_the_unhealthy_list_is_bounded_and_marks_show(registry: MachineTypeRegis
         {"type": NODE_CONDITION, "status": "True", "reason": "GpusUnhealthy"}]  # fmt: skip
     health = gpu_health(worker_pools([node_facts(b, registry) for b in many]))
     shown = unhealthy_nodes(health)
-    assert len(shown) == STATUS_UNHEALTHY_LIMIT and len(health.unhealthy) == len(many)
-    assert shown[0].marked and not shown[1].marked
+    assert len(shown) == STATUS_UNHEALTHY_LIMIT
+    assert len(health.unhealthy) == len(many)
+    assert (shown[0].marked, shown[1].marked) == (True, False)
     assert "; and 22 more" in health_condition(health, 1).message
+
+
+def _said(status: str, reason: str, *names: str) -> dict[str, object]:
+    """A Gpu.status as the API stores it, with GpusHealthy and the unhealthy nodes."""
+    return {
+        "conditions": [{"type": "GpusHealthy", "status": status, "reason": reason,
+                        "message": f"{len(names)} unhealthy"}],
+        "unhealthyNodes": [{"name": n} for n in names],
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "event"),
+    [
+        (_said("True", "GpusHealthy"), _said("False", "GpusUnhealthy", "a"),
+         ("Warning", "GpusUnhealthy")),
+        (_said("False", "GpusUnhealthy", "a"), _said("False", "GpusUnhealthy", "a", "b"),
+         ("Warning", "GpusUnhealthy")),
+        (_said("False", "GpusUnhealthy", "a"), _said("False", "GpusMissing", "a"),
+         ("Warning", "GpusMissing")),
+        (_said("False", "GpusUnhealthy", "a", "b"), _said("False", "GpusUnhealthy", "a"), None),
+        (_said("False", "GpusUnhealthy", "a"), _said("True", "GpusHealthy"),
+         ("Normal", "GpusHealthy")),
+        (_said("Unknown", "NotAdvertised"), _said("True", "GpusHealthy"), None),
+        (_said("True", "GpusHealthy"), _said("True", "GpusHealthy"), None),
+    ],
+    ids=["turns unhealthy", "another node", "another finding", "one recovers", "all recover",
+         "first advertised", "nothing new"],
+)  # fmt: skip
+def test_health_events_once_per_transition(
+    before: dict[str, object], after: dict[str, object], event: tuple[str, str] | None
+) -> None:
+    found = health_event(before, after)
+    assert (None if found is None else (str(found.type), found.reason)) == event

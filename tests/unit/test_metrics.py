@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kyma_gpu.adapter import KubeAdapter
 from kyma_gpu.cli import main
-from kyma_gpu.metrics import STATES, Metrics, Scraped, parse_address, serve, write_labels
+from kyma_gpu.metrics import STATES, Metrics, PoolGpus, Scraped, parse_address, serve, write_labels
 from kyma_gpu.observe.sources import NODES, REQUIRED
 from kyma_gpu.rules.catalog import Catalog
 from tests.harness.procs import free_port
@@ -110,6 +110,17 @@ def test_observed_state_one_gauge_per_state_leader_and_nodes() -> None:
     assert value(found, "kyma_gpu_leader") == 1
     assert value(found, "kyma_gpu_gpu_nodes") == 3
     assert not any(name == "kyma_gpu_gpu_state" for name, _ in found)
+
+
+def test_gpu_health_per_pool_as_the_gpu_status_says() -> None:
+    metrics = Metrics()
+    said = {"name": "gpu-a", "gpusHealthy": 6, "gpuTotal": 8, "unhealthyNodes": 1, "nodes": 2}
+    metrics.observe(lambda: Scraped(leader=True, pools=(PoolGpus.of(said),)))
+    found = samples(metrics)
+    assert value(found, "kyma_gpu_gpus", pool="gpu-a", health="healthy") == 6
+    assert value(found, "kyma_gpu_gpus", pool="gpu-a", health="unhealthy") == 2
+    assert value(found, "kyma_gpu_unhealthy_gpu_nodes", pool="gpu-a") == 1
+    assert PoolGpus.of({"name": "x", "gpusHealthy": "6"}).healthy == 0  # not a number: 0
 
 
 def test_process_metrics_and_no_created_series() -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from kyma_gpu.api.node_marks import CORDON_ANNOTATION, NODE_CONDITION
 from kyma_gpu.facts.machines import MachineType, MachineTypeRegistry
 
 # Node labels this module reads. Documented in docs/user-guide.md.
@@ -46,10 +47,6 @@ LABEL_MIG_CAPABLE = "nvidia.com/mig.capable"
 LABEL_SHARING_PROFILE = "nvidia.com/device-plugin.config"
 """The sharing profile the device plugin's config manager picks for the node."""
 RESOURCE_GPU = "nvidia.com/gpu"
-NODE_CONDITION = "KymaGpuUnhealthy"
-"""The Node condition the manager sets on nodes whose GPUs are unhealthy (spec.health)."""
-CORDON_ANNOTATION = "gpu.kyma-project.io/cordoned"
-"""Set by the manager on a node it cordoned; it uncordons only nodes that carry it."""
 
 
 class NodeError(ValueError):

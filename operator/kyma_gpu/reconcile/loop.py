@@ -27,7 +27,7 @@ from kyma_gpu.adapter import ObjectRef
 from kyma_gpu.api.models import GpuSpec
 from kyma_gpu.errors import ApiError
 from kyma_gpu.facts import ClusterFacts
-from kyma_gpu.metrics import Metrics, Scraped
+from kyma_gpu.metrics import Metrics, PoolGpus, Scraped
 from kyma_gpu.observe.informer import freeze_heap
 from kyma_gpu.observe.sources import (
     CLUSTER_POLICIES,
@@ -40,6 +40,7 @@ from kyma_gpu.observe.sources import (
     PODS,
     PULLS,
     REQUIRED,
+    node_source,
 )
 from kyma_gpu.observe.store import Store
 from kyma_gpu.plan import Origins, Owner, Plan, make_plan
@@ -65,6 +66,7 @@ from kyma_gpu.reconcile.machine import (
     GpuObject,
     Inputs,
     ListFlux,
+    MarkNodes,
     Phase,
     RemoveFinalizer,
     RemoveFlux,
@@ -85,6 +87,8 @@ from kyma_gpu.reconcile.parts import (
 )
 from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.rules.catalog import Catalog
+from kyma_gpu.status.events import GpuEvent
+from kyma_gpu.status.remediation import NodeWrite
 
 __all__ = ["GPUS", "Done", "Loop", "Writer", "flux_api", "now", "snapshot"]
 """GPUS, Writer and now live in reconcile/parts.py; they are the loop's words too."""
@@ -186,7 +190,7 @@ class Loop:
     retries: Retries = field(init=False)
 
     def __post_init__(self) -> None:
-        self.write_back = WriteBack(self.store)
+        self.write_back = WriteBack(self.store, node_source(self.catalog.machine_types).fold)
         self.recorder = Recorder(self.writer, self.module_namespace)
         self.retries = Retries(self.settings)
         self.status = StatusWriter(self.writer, self.write_back, self.recorder, self._error,
@@ -341,14 +345,26 @@ class Loop:
             case ListFlux():
                 self.flux_leftovers[gpu.name] = await self._list_flux()
                 return 1
+            case MarkNodes(writes):
+                return await self._mark(writes)
             case RemoveFlux(hand_over, announce):
                 done = await self._remove_flux(hand_over)
-                if announce is not None:
-                    log.warning("%s", announce.message)
-                    await self.recorder.announce(gpu, announce)
+                await self._announce(gpu, announce)
                 return done
             case _:
                 assert_never(action)
+
+    async def _announce(self, gpu: GpuObject, announce: GpuEvent | None) -> None:
+        if announce is not None:
+            log.warning("%s", announce.message)
+            await self.recorder.announce(gpu, announce)
+
+    async def _mark(self, writes: tuple[NodeWrite, ...]) -> int:
+        for write in writes:
+            log.info("GPU health: node %s unhealthy=%s cordon=%s %s", write.name,
+                     write.unhealthy, write.cordon, write.reason)  # fmt: skip
+            self.write_back.node(await self.writer.mark_node(write, now()))
+        return len(writes)
 
     async def _apply(self, obj: Mapping[str, Any]) -> None:
         log.info("applying %s", ObjectRef.of(obj))
@@ -408,6 +424,12 @@ class Loop:
             leader=self.may_write(),
             gpu_states={g.name: str(g.status.get("state") or "") for g in self.store.facts(GPUS)},
             gpu_nodes=None if nodes is None else sum(1 for node in nodes if node.is_gpu),
+            pools=tuple(
+                PoolGpus.of(p)
+                for g in self.store.facts(GPUS)
+                for p in g.status.get("pools") or ()
+                if isinstance(p, Mapping)
+            ),
         )
 
 

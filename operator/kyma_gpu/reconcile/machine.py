@@ -46,7 +46,14 @@ from pydantic import ValidationError
 
 from kyma_gpu.api.admission import admission_message
 from kyma_gpu.api.conditions import ConditionType, ReadyReason
-from kyma_gpu.api.models import SINGLETON_NAME, Condition, GpuSpec, GpuState, GpuStatus
+from kyma_gpu.api.models import (
+    SINGLETON_NAME,
+    Condition,
+    GpuSpec,
+    GpuState,
+    GpuStatus,
+    Remediation,
+)
 from kyma_gpu.facts import ClusterFacts, NodeFacts, cluster_facts
 from kyma_gpu.plan import Owner, Plan
 from kyma_gpu.plan.actions import LiveObject, plan_actions
@@ -74,7 +81,7 @@ from kyma_gpu.status import (
     PullFailure,
 )
 from kyma_gpu.status import aggregate as aggregate_status
-from kyma_gpu.status.aggregate import stamp
+from kyma_gpu.status.aggregate import plan_health, stamp
 from kyma_gpu.status.deletion import (
     SKIP_PROTECTION_ANNOTATION,
     Deleting,
@@ -83,6 +90,7 @@ from kyma_gpu.status.deletion import (
 )
 from kyma_gpu.status.events import EventType, GpuEvent
 from kyma_gpu.status.flux import with_flux
+from kyma_gpu.status.remediation import NodeWrite, marks_key, node_writes
 
 FINALIZER = "gpu.kyma-project.io/finalizer"
 TRANSIENT_RETRIES_BEFORE_STATUS = 3
@@ -102,6 +110,7 @@ class Phase(StrEnum):
     UNINSTALLING = "Uninstalling"
     FLUX_INCOMPATIBLE = "FluxIncompatible"
     PROVIDING_FLUX = "ProvidingFlux"
+    MARKING_NODES = "MarkingNodes"
     REMOVING_FLUX = "RemovingFlux"
     RELEASED = "Released"
 
@@ -221,7 +230,14 @@ class RemoveFinalizer:
     """Release the Gpu: nothing of the module is left."""
 
 
-Action = AddFinalizer | Apply | Delete | ListFlux | RemoveFlux | RemoveFinalizer
+@dataclass(frozen=True, slots=True)
+class MarkNodes:
+    """Set or clear the Node condition KymaGpuUnhealthy, cordon or uncordon (spec.health)."""
+
+    writes: tuple[NodeWrite, ...]
+
+
+Action = AddFinalizer | Apply | Delete | ListFlux | RemoveFlux | RemoveFinalizer | MarkNodes
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,7 +354,21 @@ def _running(inputs: Inputs, plan: Plan) -> Step:
         return Step(Phase.APPLYING, Apply(actions.apply, actions.delete), key=key,
                     status_if_failed=status)  # fmt: skip
     status = _status(inputs, plan)
+    marks = _node_writes(inputs, plan)
+    if marks:
+        # the status follows the marks (it shows them): written by the next step
+        return Step(Phase.MARKING_NODES, MarkNodes(marks), key=marks_key(marks),
+                    status_if_failed=status)  # fmt: skip
     return Step(_phase_of(status), status=status)
+
+
+def _node_writes(inputs: Inputs, plan: Plan) -> tuple[NodeWrite, ...]:
+    """GPU health remediation's writes; none (and no work) while it is off and no node carries
+    a mark of the manager's."""
+    nodes = inputs.snap.nodes
+    if plan.health.remediation is Remediation.OFF and not any(n.mark for n in nodes):
+        return ()
+    return node_writes(plan_health(plan), plan.health, nodes)
 
 
 def _loud_status(inputs: Inputs, plan: Plan, key: str) -> GpuStatus | None:

@@ -26,7 +26,7 @@ from kyma_gpu.adapter import ObjectRef
 from kyma_gpu.api.models import GpuStatus
 from kyma_gpu.api.resources import FLUX_KINDS
 from kyma_gpu.errors import ApiError, PermanentError
-from kyma_gpu.observe.sources import CRDS, flux_facts
+from kyma_gpu.observe.sources import CRDS, NODES, flux_facts
 from kyma_gpu.observe.store import Entry, Resource, Store, version_of
 from kyma_gpu.plan.actions import LiveObject, live_object, missing
 from kyma_gpu.plan.provision import crd_facts
@@ -41,6 +41,7 @@ from kyma_gpu.status.events import (
     events_for,
     to_post,
 )
+from kyma_gpu.status.remediation import NodeWrite
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,8 @@ class Writer(Protocol):
 
     async def flux_objects(self, per_kind: int) -> list[tuple[str, dict[str, Any]]]: ...
 
+    async def mark_node(self, write: NodeWrite, now: str) -> dict[str, Any] | None: ...
+
     async def read(self, ref: ObjectRef) -> dict[str, Any] | None: ...
 
 
@@ -98,12 +101,14 @@ def normalized(status: Mapping[str, Any] | GpuStatus) -> dict[str, Any]:
 
 
 def transition(status: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What makes a status change a transition: the state, the generation it speaks of, and
-    each condition's status and reason (not messages, counts or node lists)."""
+    """What makes a status change a transition: the state, the generation it speaks of, each
+    condition's status and reason, and how many GPU nodes are unhealthy (a GPU lost shows at
+    once; other messages, counts and node lists wait for the coalescing)."""
     conditions = tuple(
         (c.get("type"), c.get("status"), c.get("reason")) for c in status.get("conditions") or ()
     )
-    return (status.get("state"), status.get("observedGeneration"), conditions)
+    unhealthy = status.get("unhealthyNodeCount")
+    return (status.get("state"), status.get("observedGeneration"), conditions, unhealthy)
 
 
 @dataclass
@@ -111,6 +116,8 @@ class WriteBack:
     """What the API answered is the new live state: into the store at once."""
 
     store: Store
+    node_fold: Callable[[Mapping[str, Any]], Any] = lambda _: None
+    """A Node body -> its NodeFacts (observe/sources.py node_source)."""
     as_applied: dict[FluxKey, tuple[str | None, int]] = field(default_factory=dict)
     """Flux objects whose apply answer lacked planned fields (the server dropped them): their
     spec hash and generation then. Not applied again while both stay (see LiveObject)."""
@@ -118,6 +125,14 @@ class WriteBack:
     def gpu(self, body: Mapping[str, Any]) -> None:
         obj = gpu_object(body)
         self.store.put(GPUS, obj.name, Entry(version_of(obj.resource_version), obj))
+
+    def node(self, body: Mapping[str, Any] | None) -> None:
+        """A Node as the manager's mark left it: the next step must not mark it again."""
+        meta = (body or {}).get("metadata") or {}
+        facts = self.node_fold(body) if body is not None and body.get("kind") == "Node" else None
+        if facts is not None:
+            self.store.put(NODES, str(meta["name"]), Entry(version_of(meta.get("resourceVersion")),
+                                                           facts))  # fmt: skip
 
     def crd(self, body: Mapping[str, Any] | None) -> None:
         """A Flux CRD as a write answered it: the next step must not apply the bundle again."""

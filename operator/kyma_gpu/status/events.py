@@ -108,6 +108,28 @@ def _failure(status: Mapping[str, Any], type_: ConditionType) -> tuple[str, str]
     return reason, message
 
 
+def _health(status: Mapping[str, Any]) -> tuple[str, str, frozenset[str]]:
+    """GpusHealthy's status and reason, and the unhealthy nodes the status names."""
+    cond = _condition(status, ConditionType.GPUS_HEALTHY)
+    nodes = status.get("unhealthyNodes") or ()
+    names = frozenset(str(n.get("name")) for n in nodes if isinstance(n, Mapping))
+    return str(cond.get("status") or ""), str(cond.get("reason") or ""), names
+
+
+def health_event(before: Mapping[str, Any], after: Mapping[str, Any]) -> GpuEvent | None:
+    """GPU health's transitions: a Warning when GPUs turn unhealthy, when another node joins
+    the unhealthy ones or the main finding changes; a Normal GpusHealthy when all recovered.
+    A node that recovers while others stay unhealthy, and moving counts, post nothing."""
+    was, was_reason, was_bad = _health(before)
+    now, reason, bad = _health(after)
+    message = str(_condition(after, ConditionType.GPUS_HEALTHY).get("message") or "")
+    if now == "False" and (was != "False" or reason != was_reason or not bad <= was_bad):
+        return GpuEvent(EventType.WARNING, reason, _cut(message))
+    if now == "True" and was == "False":
+        return GpuEvent(EventType.NORMAL, reason, _cut(message))
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class News:
     """What a status write has to tell: the transition, and new findings or failures."""
@@ -127,7 +149,8 @@ def events_for(before: Mapping[str, Any], after: Mapping[str, Any]) -> News:
         for type_ in FINDINGS
         if (now := _failure(after, type_)) is not None and now != _failure(before, type_)
     )
-    return News(event_for(before, after), found)
+    health = health_event(before, after)
+    return News(event_for(before, after), (*found, *((health,) if health else ())))
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kyma_gpu.api.conditions import FluxMirrored
+from kyma_gpu.facts.node import is_gpu_resource
 
 RESOURCE_GPU = "nvidia.com/gpu"
 
@@ -270,12 +271,6 @@ def is_gpu_workload(body: Mapping[str, Any], stack_namespaces: Collection[str]) 
     phase = (body.get("status") or {}).get("phase")
     claims = bool((body.get("spec") or {}).get("resourceClaims"))
     return requests_gpu(body) or (claims and phase not in ("Succeeded", "Failed"))
-
-
-def is_gpu_resource(name: str) -> bool:
-    """nvidia.com/gpu, a renamed shared GPU (nvidia.com/gpu.shared, spec.sharing's
-    renameByDefault) or a MIG instance of the Mixed strategy (nvidia.com/mig-1g.10gb)."""
-    return name == RESOURCE_GPU or name.startswith((f"{RESOURCE_GPU}.", "nvidia.com/mig-"))
 
 
 def asks_for_gpu(body: Mapping[str, Any]) -> bool:

@@ -1,0 +1,115 @@
+"""GPU health remediation (spec.health.remediation, off by default): which nodes the manager
+marks with the Node condition KymaGpuUnhealthy, cordons, clears and uncordons. Pure.
+
+- Only a GPU node with a finding a new machine cures (REMEDIABLE: DriverFailed, GpusMissing,
+  GpusUnhealthy) is marked; WrongGpuModel is reported only.
+- At most max(1, maxMarkedPercent of the pool's nodes) of a worker pool carry the mark at once;
+  nodes marked already keep their place, the rest wait by name.
+- A mark comes off when the node recovers, when remediation is turned off, and on any node that
+  is no GPU node any more (clearing its own mark is the one write a node outside the GPU pools
+  gets).
+- MarkAndCordon cordons a marked node that is schedulable, and records that with the
+  annotation gpu.kyma-project.io/cordoned; it uncordons only nodes carrying it. A node someone
+  else cordoned is never uncordoned.
+
+Writes happen when something changes only: the condition's status or reason, the cordon.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from kyma_gpu.api.conditions import REMEDIABLE
+from kyma_gpu.api.models import HealthSpec, Remediation
+from kyma_gpu.facts.node import NodeFacts, NodeMarkFacts
+from kyma_gpu.status.health import Health, NodeHealth
+
+RECOVERED = "GpusHealthy"
+"""The reason of a cleared mark (status False)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeWrite:
+    """What the manager writes to one Node."""
+
+    name: str
+    unhealthy: bool | None = None
+    """True: set KymaGpuUnhealthy True with `reason`; False: set it False; None: leave it."""
+    reason: str = ""
+    message: str = ""
+    cordon: bool | None = None
+    """True: cordon and annotate; False: drop the annotation and uncordon; None: leave it."""
+    new_status: bool = True
+    """The condition's status changes (not only its reason): a new lastTransitionTime."""
+
+
+def allowed(nodes: int, percent: int) -> int:
+    """Marks a pool of `nodes` may carry at once."""
+    return max(1, nodes * percent // 100)
+
+
+def chosen(health: Health, spec: HealthSpec) -> dict[str, NodeHealth]:
+    """The nodes that should carry the mark now, by name."""
+    if spec.remediation is Remediation.OFF:
+        return {}
+    sizes = {p.name: p.nodes for p in health.pools}
+    picked: dict[str, NodeHealth] = {}
+    by_pool: dict[str, list[NodeHealth]] = {}
+    for node in health.unhealthy:
+        if node.reason in REMEDIABLE:
+            by_pool.setdefault(node.pool, []).append(node)
+    for pool, nodes in by_pool.items():
+        ranked = sorted(nodes, key=lambda n: (not n.marked, n.name))
+        for node in ranked[: allowed(sizes.get(pool, len(nodes)), spec.max_marked_percent)]:
+            picked[node.name] = node
+    return picked
+
+
+RECOVERED_MESSAGE = "its GPUs are healthy again, or GPU health remediation is off"
+
+
+def _condition(mark: NodeMarkFacts, want: NodeHealth | None) -> tuple[bool | None, str, str]:
+    if want is not None and want.reason is not None:
+        if mark.unhealthy and mark.reason == want.reason:
+            return None, "", ""
+        return True, str(want.reason), want.message
+    if mark.unhealthy:
+        return False, RECOVERED, RECOVERED_MESSAGE
+    return None, "", ""
+
+
+def _cordon(mark: NodeMarkFacts, wanted: bool) -> bool | None:
+    if wanted and not mark.unschedulable:
+        return True
+    if not wanted and mark.cordoned:
+        return False
+    return None
+
+
+def node_writes(
+    health: Health, spec: HealthSpec, nodes: Iterable[NodeFacts]
+) -> tuple[NodeWrite, ...]:
+    """The writes that bring every node's mark and cordon to what `health` and `spec` want.
+    `nodes`: all Nodes the manager knows (GPU nodes or not)."""
+    picked = chosen(health, spec)
+    cordons = spec.remediation is Remediation.MARK_AND_CORDON
+    writes = []
+    for node in nodes:
+        want = picked.get(node.name) if node.is_gpu else None
+        if node.mark is None and want is None:
+            continue
+        mark = node.mark or NodeMarkFacts()
+        unhealthy, reason, message = _condition(mark, want)
+        cordon = _cordon(mark, cordons and want is not None)
+        if unhealthy is not None or cordon is not None:
+            flips = unhealthy is not None and unhealthy != mark.unhealthy
+            writes.append(NodeWrite(node.name, unhealthy, reason, message, cordon, flips))
+    return tuple(sorted(writes, key=lambda w: w.name))
+
+
+def marks_key(writes: Sequence[NodeWrite]) -> str:
+    """Identifies a set of node writes (a failure's retry matches it), in a few characters."""
+    said = ",".join(f"{w.name}={w.unhealthy}/{w.reason}/{w.cordon}" for w in writes)
+    return "nodes-" + hashlib.sha256(said.encode()).hexdigest()[:16]

@@ -1,0 +1,167 @@
+"""GPU health remediation: which nodes get the manager's mark and cordon (status/remediation.py,
+pure), and the loop writing them once, clearing them, and never writing twice."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from kyma_gpu.api.models import HealthSpec, Remediation
+from kyma_gpu.api.node_marks import CORDON_ANNOTATION, NODE_CONDITION
+from kyma_gpu.facts import MachineTypeRegistry, NodeFacts, node_facts
+from kyma_gpu.observe.sources import NODES
+from kyma_gpu.observe.store import Entry
+from kyma_gpu.plan.pools import worker_pools
+from kyma_gpu.reconcile.machine import Phase
+from kyma_gpu.rules.catalog import Catalog
+from kyma_gpu.status.health import gpu_health
+from kyma_gpu.status.remediation import allowed, node_writes
+from tests.unit.builders import cpu_node, node
+from tests.unit.test_loop import World, installed, new_world
+
+MARK = HealthSpec(remediation=Remediation.MARK_NODES)
+CORDON = HealthSpec(remediation=Remediation.MARK_AND_CORDON)
+
+
+def gpu(name: str, allocatable: str = "1", pool: str = "gpu", **extra: Any) -> dict[str, Any]:
+    """A g6.xlarge (one L4); allocatable 0: the device plugin withdrew it."""
+    body = node(name, pool=pool, capacity={"nvidia.com/gpu": "1"})
+    body["status"]["allocatable"] = {"nvidia.com/gpu": allocatable}
+    for key, value in extra.items():
+        body.setdefault(key, {}).update(copy.deepcopy(value))
+    return body
+
+
+MARKED = {"conditions": [{"type": NODE_CONDITION, "status": "True", "reason": "GpusUnhealthy"}]}
+CLEARED = {"conditions": [{"type": NODE_CONDITION, "status": "False", "reason": "GpusHealthy"}]}
+OURS = {"annotations": {CORDON_ANNOTATION: NODE_CONDITION}}
+
+
+def writes(registry: MachineTypeRegistry, spec: HealthSpec, *bodies: dict[str, Any]) -> list[
+        tuple[str, bool | None, bool | None]]:  # fmt: skip
+    facts = [node_facts(b, registry) for b in bodies]
+    health = gpu_health(worker_pools([f for f in facts if f.is_gpu]))
+    return [(w.name, w.unhealthy, w.cordon) for w in node_writes(health, spec, facts)]
+
+
+def test_off_writes_nothing_to_healthy_or_unhealthy_nodes(registry: MachineTypeRegistry) -> None:
+    assert writes(registry, HealthSpec(), gpu("a", "0"), gpu("b"), cpu_node()) == []
+
+
+def test_mark_an_unhealthy_node_once(registry: MachineTypeRegistry) -> None:
+    assert writes(registry, MARK, gpu("a", "0"), gpu("b")) == [("a", True, None)]
+    assert writes(registry, MARK, gpu("a", "0", status=MARKED), gpu("b")) == []
+
+
+def test_recovery_and_off_clear_the_mark_and_uncordon_only_ours(
+    registry: MachineTypeRegistry,
+) -> None:
+    mine = gpu("a", status=MARKED, metadata=OURS, spec={"unschedulable": True})
+    theirs = gpu("b", spec={"unschedulable": True})
+    assert writes(registry, CORDON, mine, theirs) == [("a", False, False)]
+    assert writes(registry, HealthSpec(), gpu("a", "0", status=MARKED)) == [("a", False, None)]
+    assert writes(registry, HealthSpec(), gpu("a", status=CLEARED)) == []
+
+
+def test_cordon_only_what_is_schedulable(registry: MachineTypeRegistry) -> None:
+    every = HealthSpec(remediation=Remediation.MARK_AND_CORDON, max_marked_percent=100)
+    assert writes(registry, every, gpu("a", "0"), gpu("b", "0", spec={"unschedulable": True}),
+                  gpu("c")) == [("a", True, True), ("b", True, None)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("nodes", "percent", "marks"), [(10, 20, 2), (3, 20, 1), (1, 1, 1),
+                                                         (100, 100, 100), (7, 50, 3)])  # fmt: skip
+def test_the_share_of_a_pool(nodes: int, percent: int, marks: int) -> None:
+    assert allowed(nodes, percent) == marks
+
+
+def test_a_pool_gets_at_most_its_share_marked_ones_keep_their_place(
+    registry: MachineTypeRegistry,
+) -> None:
+    pool = [gpu(f"n-{i}", "0") for i in range(5)] + [gpu(f"n-{i}") for i in range(5, 10)]
+    pool[3] = gpu("n-3", "0", status=MARKED)
+    other = [gpu("o-1", "0", pool="other")]
+    found = writes(registry, MARK, *pool, *other)
+    # 10 nodes at 20 %: 2 marks; n-3 holds one already, n-0 gets the other; o-1 is its own pool
+    assert found == [("n-0", True, None), ("o-1", True, None)]
+
+
+def test_a_wrong_model_is_reported_never_marked(registry: MachineTypeRegistry) -> None:
+    wrong = gpu("a", metadata={"labels": {"nvidia.com/gpu.product": "NVIDIA-A10G"}})
+    assert writes(registry, MARK, wrong) == []
+
+
+def test_a_node_that_left_the_gpu_pools_is_cleared_never_marked(
+    registry: MachineTypeRegistry,
+) -> None:
+    out = gpu("a", "0", status=MARKED, metadata={"labels": {"gpu.kyma-project.io/gpu": "false"}})
+    assert writes(registry, MARK, out) == [("a", False, None)]
+
+
+# -- the loop --
+
+
+def _world(catalog: Catalog, spec: dict[str, Any], *bodies: dict[str, Any]) -> World:
+    world = new_world(catalog, spec=spec)
+    registry = catalog.machine_types
+    world.store.replace(NODES, {b["metadata"]["name"]: Entry(1, node_facts(b, registry))
+                                for b in bodies}, 1)  # fmt: skip
+    world.api.nodes = {b["metadata"]["name"]: copy.deepcopy(b) for b in bodies}
+    return installed(world)
+
+
+def _set(world: World, body: dict[str, Any]) -> None:
+    """The kubelet (or a test) changed a Node."""
+    name = body["metadata"]["name"]
+    world.api.nodes[name] = copy.deepcopy(body)
+    facts = node_facts(body, world.loop.catalog.machine_types)
+    world.store.put(NODES, name, Entry(int(world.api.next_version()), facts))
+
+
+def _facts(world: World, name: str) -> NodeFacts:
+    found = world.store.get(NODES, name)
+    assert found is not None
+    return found
+
+
+def test_the_loop_marks_cordons_then_clears_and_writes_nothing_more(catalog: Catalog) -> None:
+    world = _world(catalog, {"health": {"remediation": "MarkAndCordon"}}, gpu("a"), gpu("b"))
+    world.run()
+    assert world.run() is not Phase.MARKING_NODES
+    assert world.api.writes() == []
+    _set(world, gpu("a", "0"))
+    world.run()
+    assert world.api.writes() == ["mark a", "status"]
+    mark = _facts(world, "a").mark
+    assert mark is not None
+    assert (mark.unhealthy, mark.cordoned, mark.unschedulable) == (True, True, True)
+    assert world.api.nodes["a"]["status"]["conditions"][0]["reason"] == "GpusUnhealthy"
+    status = world.api.gpu["status"]
+    assert status["gpus"] == "1/2"
+    assert status["unhealthyNodes"][0]["marked"] is True
+    world.run()
+    assert world.api.writes() == []  # marked once: the write's answer is in the store
+    _set(
+        world,
+        {
+            **world.api.nodes["a"],
+            "status": {**world.api.nodes["a"]["status"], "allocatable": {"nvidia.com/gpu": "1"}},
+        },
+    )
+    world.run()
+    mark = _facts(world, "a").mark
+    assert mark is not None
+    assert (mark.unhealthy, mark.cordoned, mark.unschedulable) == (False, False, False)
+    assert world.api.gpu["status"]["gpus"] == "2/2"
+
+
+def test_a_failed_mark_is_retried_and_the_status_still_shows_health(catalog: Catalog) -> None:
+    world = _world(catalog, {"health": {"remediation": "MarkNodes"}}, gpu("a"), gpu("b"))
+    world.run()
+    world.api.fail = [503]
+    _set(world, gpu("a", "0"))
+    assert world.run() is Phase.FAILED
+    assert world.api.gpu["status"]["unhealthyNodeCount"] == 1
+    assert world.api.nodes["a"]["status"].get("conditions") is None
