@@ -45,7 +45,13 @@ from kyma_gpu.status.observed import (
 )
 
 __all__ = [
-    "ConditionType", "Observed", "aggregate", "flux_failed", "plan_health", "stamp", "summarize",
+    "ConditionType",
+    "Observed",
+    "aggregate",
+    "flux_failed",
+    "plan_health",
+    "stamp",
+    "summarize",
 ]
 
 _DRIVER_VERSION = re.compile(DRIVER_VERSION_PATTERN)

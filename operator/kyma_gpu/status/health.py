@@ -166,9 +166,7 @@ def node_health(node: NodeFacts, pool: str, *, shared: bool, device_plugin: bool
     seen = _seen(devices, per_gpu, device_plugin)
     found = _finding(node, seen, devices)
     advertised = not device_plugin or devices.capacity is not None
-    if not advertised:
-        healthy = 0
-    elif found is not None and found[0] is HealthReason.DRIVER_FAILED:
+    if not advertised or (found is not None and found[0] is HealthReason.DRIVER_FAILED):
         healthy = 0
     else:
         present = seen.total if seen.present is None else seen.present
@@ -209,7 +207,7 @@ def pools_shown(health: Health) -> list[PoolHealth]:
 
 def _worst(nodes: Iterable[NodeHealth]) -> HealthReason:
     """The most frequent finding; on a tie the worse."""
-    counts = {reason: 0 for reason in NODE_FINDINGS}
+    counts = dict.fromkeys(NODE_FINDINGS, 0)
     for node in nodes:
         if node.reason is not None:
             counts[node.reason] += 1
