@@ -8,14 +8,23 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
+from kyma_gpu.api import node_marks
 from kyma_gpu.plan.manager_policy import (
     ACCOUNT,
     MIRRORS_NAME,
     NAME,
+    NODE_CONDITION_TYPE,
+    NODE_CORDON_ANNOTATION,
+    NODE_METADATA_FIELDS,
+    NODE_SPEC_FIELDS,
+    NODE_STATUS_FIELDS,
+    NODE_WRITABLE,
+    NODES_NAME,
     WRITABLE,
     _image_pattern,
     manager_policy_yaml,
@@ -36,13 +45,15 @@ def test_the_committed_policy_is_the_generated_one() -> None:
     )
 
 
-def test_two_policies_and_their_bindings_for_the_manager_only() -> None:
+def test_three_policies_and_their_bindings_for_the_manager_only() -> None:
     docs = _docs()
     assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [  # type: ignore[index]
         ("ValidatingAdmissionPolicy", NAME),
         ("ValidatingAdmissionPolicyBinding", NAME),
         ("ValidatingAdmissionPolicy", MIRRORS_NAME),
         ("ValidatingAdmissionPolicyBinding", MIRRORS_NAME),
+        ("ValidatingAdmissionPolicy", NODES_NAME),
+        ("ValidatingAdmissionPolicyBinding", NODES_NAME),
     ]
     assert ACCOUNT == "system:serviceaccount:kyma-system:gpu-manager"
     assert all(ACCOUNT in str(d["spec"]) for d in docs if d["kind"] == "ValidatingAdmissionPolicy")
@@ -107,16 +118,86 @@ def test_only_lease_renewals_are_left_to_rbac() -> None:
 WRITES = {"create", "update", "patch", "delete", "deletecollection", "escalate", "bind", "*"}
 
 
-def test_the_policy_matches_every_kind_the_managers_rbac_lets_it_write() -> None:
-    """The policy matches the WRITABLE kinds only (Node and pod updates of the cluster never
-    meet it); RBAC must not let the manager write a kind outside them."""
+def _rbac_rules() -> list[dict[str, Any]]:
     rules = []
     for name in ("cluster_role.yaml", "role_kyma_system.yaml", "role_gpu_operator.yaml"):
         for doc in yaml.safe_load_all((ROOT / "config" / "rbac" / name).read_text()):
             if doc and doc["kind"] in ("Role", "ClusterRole"):
                 rules += doc["rules"]
-    written = {(g, r.split("/")[0]) for rule in rules if WRITES & set(rule["verbs"])
+    return rules
+
+
+def _policy(name: str) -> dict[str, Any]:
+    return next(d for d in _docs() if d["kind"] == "ValidatingAdmissionPolicy"
+                and d["metadata"]["name"] == name)  # type: ignore[index]  # fmt: skip
+
+
+def test_the_policies_match_every_kind_the_managers_rbac_lets_it_write() -> None:
+    """kyma-gpu-manager matches the WRITABLE kinds, kyma-gpu-manager-nodes the Nodes
+    (NODE_WRITABLE); RBAC must not let the manager write a kind outside them."""
+    written = {(g, r.split("/")[0]) for rule in _rbac_rules() if WRITES & set(rule["verbs"])
                for g in rule["apiGroups"] for r in rule["resources"]}  # fmt: skip
-    matched = {(g, r) for g, resources in WRITABLE.items() for r in resources}
+    matched = {(g, r.split("/")[0]) for table in (WRITABLE, NODE_WRITABLE)
+               for g, resources in table.items() for r in resources}  # fmt: skip
     assert written, "no write rule found: the RBAC files moved?"
     assert written <= matched, written - matched
+
+
+def test_kyma_gpu_manager_never_meets_a_node() -> None:
+    """Every kubelet updates its Node's status: the wide policy must not match Nodes, only
+    kyma-gpu-manager-nodes does (one matchCondition for every other account)."""
+    assert "nodes" not in WRITABLE.get("", ())
+    for rule in _policy(NAME)["spec"]["matchConstraints"]["resourceRules"]:
+        assert not ("" in rule["apiGroups"] and {"nodes", "nodes/*", "*"} & set(rule["resources"]))
+
+
+def test_the_managers_node_rights_are_patch_and_held_by_the_nodes_policy() -> None:
+    """RBAC: get/list/watch of nodes and patch of nodes and nodes/status, nothing else (never
+    create, delete, update); every Node write it grants is a resource the policy matches."""
+    verbs: dict[str, set[str]] = {}
+    for rule in _rbac_rules():
+        if "" in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                if resource == "nodes" or resource.startswith("nodes/"):
+                    verbs.setdefault(resource, set()).update(rule["verbs"])
+    assert verbs == {"nodes": {"get", "list", "watch", "patch"}, "nodes/status": {"patch"}}
+    written = {r for r, v in verbs.items() if WRITES & v}
+    constraints = _policy(NODES_NAME)["spec"]["matchConstraints"]
+    assert constraints["resourceRules"] == [
+        {"apiGroups": [""], "apiVersions": ["*"], "operations": ["UPDATE"],
+         "resources": ["nodes", "nodes/status"], "scope": "Cluster"}
+    ]  # fmt: skip
+    assert written <= set(constraints["resourceRules"][0]["resources"])
+    assert set(NODE_WRITABLE[""]) == written
+
+
+def test_the_nodes_policy_shape() -> None:
+    policy = _policy(NODES_NAME)
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    assert "paramKind" not in spec
+    assert spec["matchConditions"] == [
+        {"name": "the-manager-account",
+         "expression": f"request.userInfo.username == '{ACCOUNT}'"}
+    ]  # fmt: skip
+    binding = next(d for d in _docs() if d["kind"] == "ValidatingAdmissionPolicyBinding"
+                   and d["metadata"]["name"] == NODES_NAME)  # type: ignore[index]  # fmt: skip
+    assert binding["spec"] == {"policyName": NODES_NAME, "validationActions": ["Deny"]}
+    # the names the core writes (api/node_marks.py) are the names the policy holds
+    assert NODE_CONDITION_TYPE == node_marks.NODE_CONDITION == "KymaGpuUnhealthy"
+    assert NODE_CORDON_ANNOTATION == node_marks.CORDON_ANNOTATION
+    assert NODE_CORDON_ANNOTATION == "gpu.kyma-project.io/cordoned"
+    text = " ".join(str(v) for v in spec["variables"] + spec["validations"])
+    for name in (NODE_CONDITION_TYPE, NODE_CORDON_ANNOTATION, node_marks.GPU_RESOURCE,
+                 *node_marks.GPU_EVIDENCE_LABELS):  # fmt: skip
+        assert f"'{name}'" in text, name
+    # every named field is compared, between object and oldObject
+    for part, fields in (("metadata", NODE_METADATA_FIELDS), ("spec", NODE_SPEC_FIELDS),
+                         ("status", NODE_STATUS_FIELDS)):  # fmt: skip
+        for field in fields:
+            assert f"object.{part}.{field} == oldObject.{part}.{field}" in text, field
+    assert "unschedulable" not in NODE_SPEC_FIELDS
+    assert "conditions" not in NODE_STATUS_FIELDS
+    for validation in spec["validations"]:
+        assert validation["reason"] == "Forbidden"
+        assert "variables.what" in validation["messageExpression"]

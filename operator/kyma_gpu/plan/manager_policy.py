@@ -26,8 +26,18 @@ ServiceAccount there, privileged and with the host's root mounted (issue 32, fin
   (objectSelector), which the API server evaluates before it looks the parameter up, so a
   cluster without the ConfigMap refuses mirrored images and is not otherwise affected.
 
-Both are generated from the bundle (operator/kyma_gpu/data/flux.yaml) by `make manifests`; a
-unit test fails when config/admission/manager_policy.yaml differs.
+- kyma-gpu-manager-nodes (issue 33) matches only UPDATE of nodes and nodes/status, the two writes
+  of opt-in GPU health remediation (NODE_WRITABLE; RBAC grants `patch` on both and nothing else
+  of Nodes): on nodes/status only the condition NODE_CONDITION may change, and be True only on
+  a node with GPU evidence; on nodes only spec.unschedulable and CORDON_ANNOTATION, the
+  annotation added only with a cordon of a schedulable node with GPU evidence, an uncordon only
+  of a node carrying it, dropping it. Everything else of the Node (NODE_METADATA_FIELDS, the
+  other annotations, NODE_SPEC_FIELDS, NODE_STATUS_FIELDS, the other conditions) stays as it
+  was. Every kubelet's status update meets its matchCondition (a string comparison), which is
+  why kyma-gpu-manager itself never matches Nodes.
+
+All are generated (the first two from the bundle, operator/kyma_gpu/data/flux.yaml) by `make
+manifests`; a unit test fails when config/admission/manager_policy.yaml differs.
 """
 
 from __future__ import annotations
@@ -38,6 +48,12 @@ from typing import Any
 
 from kyma_gpu.api.image_policy import MIRRORS_EXPRESSION
 from kyma_gpu.api.models import API_GROUP, PLURAL
+from kyma_gpu.api.node_marks import (
+    CORDON_ANNOTATION,
+    GPU_EVIDENCE_LABELS,
+    GPU_RESOURCE,
+    NODE_CONDITION,
+)
 from kyma_gpu.api.resources import module_labels
 from kyma_gpu.api.sources import CONFIG_MAP_NAME
 from kyma_gpu.plan.provision import MIRROR_LABEL, MIRROR_VALUE, bundle, bundle_crds
@@ -45,6 +61,7 @@ from kyma_gpu.yamlio import dump
 
 NAME = "kyma-gpu-manager"
 MIRRORS_NAME = "kyma-gpu-manager-mirrors"
+NODES_NAME = "kyma-gpu-manager-nodes"
 NAMESPACE = "kyma-system"
 ACCOUNT = f"system:serviceaccount:{NAMESPACE}:gpu-manager"
 RELEASE_ACCOUNT = "gpu-operator-release"
@@ -71,6 +88,36 @@ WRITABLE = {
 """The kinds the manager's RBAC lets it write (config/rbac; a unit test holds the two together):
 the policy matches these only, so the rest of the cluster's requests (Node and pod updates,
 above all) never meet it. RBAC refuses the manager everything else before admission."""
+NODE_WRITABLE = {"": ("nodes", "nodes/status")}
+"""What the manager's RBAC lets it write of Nodes (patch, for GPU health remediation, issue 33):
+kyma-gpu-manager-nodes matches these, for UPDATE only (a PATCH is an UPDATE at admission), and
+kyma-gpu-manager does not (WRITABLE has no Nodes): the kubelets' status updates meet only the
+one matchCondition of kyma-gpu-manager-nodes."""
+NODE_CONDITION_TYPE = NODE_CONDITION
+"""The one Node condition the manager may write (api/node_marks.py)."""
+NODE_CORDON_ANNOTATION = CORDON_ANNOTATION
+"""The one Node annotation the manager may write, with a cordon (api/node_marks.py)."""
+NODE_METADATA_FIELDS = ("labels", "finalizers", "ownerReferences")
+"""Node metadata the manager never changes (annotations: all but NODE_CORDON_ANNOTATION)."""
+NODE_SPEC_FIELDS = ("taints", "podCIDR", "podCIDRs", "providerID", "configSource", "externalID")
+"""NodeSpec but unschedulable: CEL cannot iterate a native object's fields, so each is named (an
+integration test compares them with the API server's schema)."""
+NODE_STATUS_FIELDS = (
+    "capacity",
+    "allocatable",
+    "addresses",
+    "daemonEndpoints",
+    "nodeInfo",
+    "images",
+    "volumesInUse",
+    "volumesAttached",
+    "config",
+    "phase",
+    "runtimeHandlers",
+    "features",
+    "declaredFeatures",
+)
+"""NodeStatus but conditions, named for the same reason."""
 LEASE_RENEWALS = {
     "apiGroups": ["coordination.k8s.io"],
     "apiVersions": ["*"],
@@ -343,6 +390,151 @@ def mirrors_policy() -> dict[str, Any]:
     }
 
 
+def _same(path: str) -> str:
+    """object.<path> is oldObject.<path>, absent in both or equal."""
+    new, old = f"object.{path}", f"oldObject.{path}"
+    return f"(has({new}) ? has({old}) && {new} == {old} : !has({old}))"
+
+
+def _node_variables() -> list[dict[str, str]]:
+    cordon = _cel(NODE_CORDON_ANNOTATION)
+    kind = _cel(NODE_CONDITION_TYPE)
+    labels = "oldObject.metadata.labels"
+    evidence = " || ".join(
+        f"({_cel(label)} in {labels} && {labels}[{_cel(label)}] == 'true')"
+        for label in GPU_EVIDENCE_LABELS
+    )
+    capacity = "oldObject.status.capacity"
+    conditions = {
+        f"{side}{name}": f"has({obj}.status.conditions) ? "
+        f"{obj}.status.conditions.filter(c, c.type {op} {kind}) : []"
+        for side, obj in (("new", "object"), ("old", "oldObject"))
+        for name, op in (("Marks", "=="), ("Others", "!="))
+    }
+    annotations = {
+        f"{side}Annotations": f"has({obj}.metadata.annotations) ? {obj}.metadata.annotations : {{}}"
+        for side, obj in (("new", "object"), ("old", "oldObject"))
+    }
+    unschedulable = {
+        f"{side}Unschedulable": f"has({obj}.spec.unschedulable) && {obj}.spec.unschedulable"
+        for side, obj in (("new", "object"), ("old", "oldObject"))
+    }
+    plain = {
+        "subresource": "has(request.subResource) ? request.subResource : ''",
+        "status": "variables.subresource == 'status'",
+        "what": "request.operation + ' nodes' + "
+        "(variables.subresource != '' ? '/' + variables.subresource : '') + ' ' + request.name",
+        "gpu": f"(has({labels}) && ({evidence})) || "
+        f"(has({capacity}) && {_cel(GPU_RESOURCE)} in {capacity})",
+        **conditions,
+        **annotations,
+        **unschedulable,
+        "newCordoned": f"{cordon} in variables.newAnnotations",
+        "oldCordoned": f"{cordon} in variables.oldAnnotations",
+        "cordonAdded": "variables.newCordoned && !(variables.oldCordoned && "
+        f"variables.newAnnotations[{cordon}] == variables.oldAnnotations[{cordon}])",
+    }
+    return [{"name": name, "expression": expression} for name, expression in plain.items()]
+
+
+def _node_validations() -> list[dict[str, str]]:
+    cordon = _cel(NODE_CORDON_ANNOTATION)
+    new, old = "variables.newAnnotations", "variables.oldAnnotations"
+    other_annotations = (
+        f"{new}.all(k, k == {cordon} || (k in {old} && {old}[k] == {new}[k]))"
+        f" && {new}.size() - (variables.newCordoned ? 1 : 0)"
+        f" == {old}.size() - (variables.oldCordoned ? 1 : 0)"
+    )
+    metadata = " && ".join(_same(f"metadata.{f}") for f in NODE_METADATA_FIELDS)
+    spec = " && ".join(_same(f"spec.{f}") for f in NODE_SPEC_FIELDS)
+    status = " && ".join(_same(f"status.{f}") for f in NODE_STATUS_FIELDS)
+    condition = NODE_CONDITION_TYPE
+    return [
+        _rule(metadata, _refused("changes no label, finalizer or owner of a Node")),
+        _rule(
+            other_annotations,
+            _refused(f"changes no annotation of a Node but {NODE_CORDON_ANNOTATION}"),
+        ),
+        _rule(spec, _refused("changes nothing of a Node's spec but unschedulable (a cordon)")),
+        _rule(
+            f"{status} && variables.newOthers == variables.oldOthers",
+            _refused(f"changes nothing of a Node's status but its condition {condition}"),
+        ),
+        _rule(
+            "variables.status || variables.newMarks == variables.oldMarks",
+            _refused(f"writes the condition {condition} only through nodes/status"),
+        ),
+        _rule(
+            "!variables.status || (variables.newUnschedulable == variables.oldUnschedulable"
+            " && variables.newCordoned == variables.oldCordoned"
+            f" && (!variables.newCordoned || variables.newAnnotations[{cordon}]"
+            f" == variables.oldAnnotations[{cordon}]))",
+            _refused(f"cordons and writes {NODE_CORDON_ANNOTATION} only through nodes"),
+        ),
+        _rule(
+            "!variables.newMarks.exists(c, c.status == 'True') || variables.gpu",
+            _refused(
+                f"sets the condition {condition} True only on a Node with GPU evidence "
+                f"(label {' or '.join(GPU_EVIDENCE_LABELS)} 'true', or "
+                f"{GPU_RESOURCE} in status.capacity)"
+            ),
+        ),
+        _rule(
+            "!variables.cordonAdded || "
+            "(variables.newUnschedulable && !variables.oldUnschedulable && variables.gpu)",
+            _refused(
+                f"adds {NODE_CORDON_ANNOTATION} only when it cordons a schedulable Node "
+                "with GPU evidence in the same write"
+            ),
+        ),
+        _rule(
+            "!variables.newUnschedulable || variables.oldUnschedulable || "
+            "(variables.newCordoned && variables.gpu)",
+            _refused(f"cordons only a Node with GPU evidence, marking it {NODE_CORDON_ANNOTATION}"),
+        ),
+        _rule(
+            "variables.newUnschedulable || !variables.oldUnschedulable || "
+            "(variables.oldCordoned && !variables.newCordoned)",
+            _refused(
+                f"uncordons only a Node it cordoned ({NODE_CORDON_ANNOTATION}), "
+                "removing the annotation in the same write"
+            ),
+        ),
+    ]
+
+
+def nodes_policy() -> dict[str, Any]:
+    spec = {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "resourceRules": [
+                {
+                    "apiGroups": [group],
+                    "apiVersions": ["*"],
+                    "operations": ["UPDATE"],
+                    "resources": list(resources),
+                    "scope": "Cluster",
+                }
+                for group, resources in NODE_WRITABLE.items()
+            ],
+        },
+        "matchConditions": [
+            {
+                "name": "the-manager-account",
+                "expression": f"request.userInfo.username == {_cel(ACCOUNT)}",
+            }
+        ],
+        "variables": _node_variables(),
+        "validations": _node_validations(),
+    }
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": _meta(NODES_NAME),
+        "spec": spec,
+    }
+
+
 def _binding(name: str, param_ref: Mapping[str, str] | None = None) -> dict[str, Any]:
     spec: dict[str, Any] = {"policyName": name, "validationActions": ["Deny"]}
     if param_ref is not None:
@@ -358,8 +550,15 @@ def _binding(name: str, param_ref: Mapping[str, str] | None = None) -> dict[str,
 def manager_policy_yaml() -> str:
     header = (
         "# Generated by `make manifests` from the Flux bundle (operator/kyma_gpu/data/flux.yaml)\n"
-        "# by operator/kyma_gpu/plan/manager_policy.py. Do not edit.\n"
+        "# and api/node_marks.py by operator/kyma_gpu/plan/manager_policy.py. Do not edit.\n"
     )
     param_ref = {"name": CONFIG_MAP_NAME, "namespace": NAMESPACE, "parameterNotFoundAction": "Deny"}
-    docs = [policy(), _binding(NAME), mirrors_policy(), _binding(MIRRORS_NAME, param_ref)]
+    docs = [
+        policy(),
+        _binding(NAME),
+        mirrors_policy(),
+        _binding(MIRRORS_NAME, param_ref),
+        nodes_policy(),
+        _binding(NODES_NAME),
+    ]
     return header + "---\n".join(dump(d) for d in docs)
