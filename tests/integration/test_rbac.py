@@ -60,6 +60,9 @@ def test_operator_works_with_the_service_account_only(
 
 ALLOWED = [
     ("list", "nodes", None),
+    # GPU health remediation (issue 33), held field by field by kyma-gpu-manager-nodes
+    ("patch", "nodes", None),
+    ("patch", "nodes/status", None),
     ("watch", "pods", None),
     ("patch", "gpus.gpu.kyma-project.io/status", None),
     ("create", "helmreleases.helm.toolkit.fluxcd.io", MODULE_NAMESPACE),
@@ -80,7 +83,9 @@ DENIED = [
     ("get", "configmaps", MODULE_NAMESPACE),
     ("create", "pods", "default"),
     ("delete", "pods", "default"),
-    ("patch", "nodes", None),
+    ("update", "nodes", None),
+    ("update", "nodes/status", None),
+    ("create", "nodes", None),
     ("delete", "nodes", None),
     ("create", "helmreleases.helm.toolkit.fluxcd.io", "default"),
     ("patch", "helmrepositories.source.toolkit.fluxcd.io", "flux-system"),
