@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import subprocess
 import tempfile
 from collections.abc import Iterable
@@ -264,6 +265,17 @@ def _kubectl() -> None:
 @pytest.mark.parametrize("base", [*BASES, "config/samples", SERVICE_MONITOR])
 def test_renders(base: str) -> None:
     assert render(base), f"{base} renders no object"
+
+
+@pytest.mark.parametrize("base", CONFIG_BASES)
+def test_config_readme_counts_the_objects(base: str) -> None:
+    """config/README.md says how many objects each base renders: it says the truth."""
+    name = base.removeprefix("config/")
+    row = next(line for line in (ROOT / "config" / "README.md").read_text().splitlines()
+               if line.startswith(f"| `{name}/` |"))  # fmt: skip
+    said = re.search(r"\| (\d+) objects? \|$", row)
+    assert said, row
+    assert int(said.group(1)) == len(render(base)), f"config/README.md, row {name}/"
 
 
 # --- labels -----------------------------------------------------------------------------
