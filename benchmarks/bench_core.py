@@ -9,6 +9,7 @@ What it measures, on a synthetic fleet of N nodes (a third GPU nodes, Garden Lin
 - status aggregation, and the same while a driver rollout labels every GPU node,
 - make_plan after one node's driver upgrade label moved (the plan's cache key holds the node
   facts, so every label step of a rollout plans again),
+- status aggregation and the GPU health judgement with every GPU node unhealthy (issue 33),
 - memory of the compact facts kept per Node versus the Node bodies.
 """
 
@@ -32,6 +33,7 @@ from kyma_gpu.plan import Owner, make_plan
 from kyma_gpu.reconcile.loop import Loop
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status import Observed, aggregate
+from kyma_gpu.status.health import gpu_health
 
 
 def node(i: int) -> dict[str, Any]:
@@ -62,6 +64,20 @@ def node(i: int) -> dict[str, Any]:
             ],
         },
     }
+
+
+def _unhealthy_rows(bodies: list[dict[str, Any]], catalog: Catalog, spec: GpuSpec,
+                    owner: Owner) -> None:  # fmt: skip
+    """Every GPU node's GPU withdrawn by the device plugin: the health function's worst case."""
+    broken = [dict(b, status={**b["status"], "allocatable": {"nvidia.com/gpu": "0"}})
+              if "nvidia.com/gpu" in b["status"]["capacity"] else b for b in bodies]  # fmt: skip
+    cfacts = cluster_facts(node_facts(b, catalog.machine_types) for b in broken)
+    plan = make_plan(spec, cfacts, catalog, owner)
+    gpus = len(cfacts.gpu_nodes)
+    timed(f"status aggregation, {gpus} GPU nodes unhealthy", 200,
+          lambda: aggregate(plan, Observed(), 1, (), "now"))  # fmt: skip
+    timed(f"GPU health of {gpus} nodes judged (once per plan)", 20,
+          lambda: gpu_health(plan.worker_pools))  # fmt: skip
 
 
 def timed(label: str, repeat: int, fn: Callable[[], object]) -> None:
@@ -128,6 +144,7 @@ def main() -> None:
     plan = make_plan(spec, cfacts, catalog, owner)
     timed("status aggregation", 200, lambda: aggregate(plan, Observed(), 1, (), "now"))
     _rollout_rows(bodies, catalog, spec, owner)
+    _unhealthy_rows(bodies, catalog, spec, owner)
 
     tracemalloc.start()
     snapshot = [node_facts(b, registry) for b in bodies]

@@ -203,3 +203,10 @@ def test_health_events_once_per_transition(
 ) -> None:
     found = health_event(before, after)
     assert (None if found is None else (str(found.type), found.reason)) == event
+
+
+def test_no_allocatable_reported_is_no_withdrawal(registry: MachineTypeRegistry) -> None:
+    """A body without status.allocatable (a dump, a test fleet) says nothing of withdrawn GPUs."""
+    judged = node_health(node_facts(body(allocatable=None), registry), "gpu", shared=False,
+                         device_plugin=True)  # fmt: skip
+    assert (judged.reason, judged.healthy) == (None, 4)

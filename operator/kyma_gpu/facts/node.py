@@ -236,6 +236,10 @@ class NodeFacts:
 
 
 def _int(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 19:
+        return int(value)
     try:
         number = int(str(value))
     except (TypeError, ValueError):
@@ -308,40 +312,52 @@ def _parts(node: Mapping[str, Any]) -> _NodeParts:
 
 def _gpu_resources(resources: Mapping[str, Any]) -> int | None:
     """The GPU resources of a capacity or allocatable, summed; None when it names none."""
-    found = [_int(v) for k, v in resources.items() if is_gpu_resource(str(k))]
+    found = [_int(v) for k, v in resources.items() if k.startswith(_NVIDIA) and is_gpu_resource(k)]
     return sum(n or 0 for n in found) if found else None
 
 
+_NVIDIA = "nvidia.com/"
+
+
 def _devices(parts: _NodeParts, known: MachineType | None) -> GpuDevices | None:
-    """None on a node whose labels and status say nothing of GPUs (a CPU node)."""
+    """None on a node whose labels and status say nothing of GPUs (a CPU node): most nodes,
+    so they cost a few lookups."""
     labels = parts.labels
-    devices = GpuDevices(
-        expected=(known.count if known is not None else None) or _int(labels.get(LABEL_COUNT)),
-        capacity=_gpu_resources(parts.capacity),
+    capacity = _gpu_resources(parts.capacity)
+    gfd = labels.get(LABEL_GFD_COUNT) or labels.get(LABEL_GFD_PRODUCT)
+    expected = (known.count if known is not None else None) or _int(labels.get(LABEL_COUNT))
+    if capacity is None and gfd is None and expected is None:
+        return None
+    return GpuDevices(
+        expected=expected,
+        capacity=capacity,
         allocatable=_gpu_resources(parts.allocatable),
         gfd_count=_int(labels.get(LABEL_GFD_COUNT)),
         gfd_product=_labelled(labels, LABEL_GFD_PRODUCT),
         replicas=_int(labels.get(LABEL_GFD_REPLICAS)),
     )
-    return devices if devices != GpuDevices() else None
 
 
 def _mark(parts: _NodeParts) -> NodeMarkFacts | None:
     """The manager's condition and cordon; None when the node has neither (most nodes)."""
+    unschedulable = parts.spec.get("unschedulable") is True
+    cordoned = CORDON_ANNOTATION in parts.annotations
     conditions = parts.status.get("conditions")
-    ours: Mapping[str, Any] = next(
-        (c for c in conditions if isinstance(c, Mapping) and c.get("type") == NODE_CONDITION),
-        {},
-    ) if isinstance(conditions, list) else {}  # fmt: skip
-    unhealthy = ours.get("status") == "True"
-    mark = NodeMarkFacts(
+    ours: Mapping[str, Any] | None = None
+    if isinstance(conditions, list):
+        for condition in conditions:
+            if isinstance(condition, Mapping) and condition.get("type") == NODE_CONDITION:
+                ours = condition
+    if ours is None and not unschedulable and not cordoned:
+        return None
+    unhealthy = ours is not None and ours.get("status") == "True"
+    return NodeMarkFacts(
         unhealthy=unhealthy,
-        reason=_bounded(ours.get("reason")) if unhealthy else "",
-        unschedulable=parts.spec.get("unschedulable") is True,
-        cordoned=CORDON_ANNOTATION in parts.annotations,
-        condition=bool(ours),
+        reason=_bounded(ours.get("reason")) if ours is not None and unhealthy else "",
+        unschedulable=unschedulable,
+        cordoned=cordoned,
+        condition=ours is not None,
     )
-    return mark if mark != NodeMarkFacts() else None
 
 
 def _evidence(labels: Mapping[str, str], registered: bool, capacity_gpus: int | None) -> list[str]:

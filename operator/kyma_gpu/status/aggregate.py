@@ -109,8 +109,21 @@ def aggregate(
     return with_health(status, health)
 
 
+_LAST_HEALTH: list[tuple[Plan, Health]] = []
+"""The last plan's health: the loop's plans are memoized (one object while the facts hold),
+and judging 20,000 nodes again for each status of an unchanged world took 47 ms of the pass."""
+
+
 def plan_health(plan: Plan) -> Health:
-    """The GPU health of the plan's worker pools (status/health.py)."""
+    """The GPU health of the plan's worker pools (status/health.py), judged once per plan."""
+    if _LAST_HEALTH and _LAST_HEALTH[0][0] is plan:
+        return _LAST_HEALTH[0][1]
+    health = _judge(plan)
+    _LAST_HEALTH[:] = [(plan, health)]
+    return health
+
+
+def _judge(plan: Plan) -> Health:
     return gpu_health(plan.worker_pools, shared=plan.sharing is not None,
                       device_plugin=plan.stack is GpuStack.DEVICE_PLUGIN)  # fmt: skip
 

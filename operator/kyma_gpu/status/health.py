@@ -16,6 +16,7 @@ Ready: Ready says the module installed the stack, GpusHealthy what the hardware 
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -56,27 +57,27 @@ class NodeHealth:
 
 @dataclass(frozen=True, slots=True)
 class Health:
-    """The GPU health of the fleet."""
+    """The GPU health of the fleet; the sums are taken once (`of`), a status reads them often."""
 
     nodes: tuple[NodeHealth, ...] = ()
     """Every GPU node, by pool and name."""
     pools: tuple[PoolHealth, ...] = ()
+    unhealthy: tuple[NodeHealth, ...] = ()
+    """The nodes with a finding."""
+    unadvertised: tuple[NodeHealth, ...] = ()
+    """The nodes that advertise no GPUs yet."""
+    healthy_gpus: int = 0
+    total_gpus: int = 0
 
-    @property
-    def unhealthy(self) -> tuple[NodeHealth, ...]:
-        return tuple(n for n in self.nodes if n.reason is not None)
-
-    @property
-    def healthy_gpus(self) -> int:
-        return sum(n.healthy for n in self.nodes)
-
-    @property
-    def total_gpus(self) -> int:
-        return sum(n.total for n in self.nodes)
-
-    @property
-    def unadvertised(self) -> tuple[NodeHealth, ...]:
-        return tuple(n for n in self.nodes if not n.advertised)
+    @classmethod
+    def of(cls, nodes: tuple[NodeHealth, ...], pools: tuple[PoolHealth, ...]) -> Health:
+        return cls(
+            nodes, pools,
+            unhealthy=tuple(n for n in nodes if n.reason is not None),
+            unadvertised=tuple(n for n in nodes if not n.advertised),
+            healthy_gpus=sum(n.healthy for n in nodes),
+            total_gpus=sum(n.total for n in nodes),
+        )  # fmt: skip
 
 
 def _tokens(model: str) -> set[str]:
@@ -113,7 +114,8 @@ def _seen(devices: GpuDevices, per_gpu: int | None, device_plugin: bool) -> _See
     counted = capacity // per_gpu if capacity is not None and per_gpu else None
     seen = [n for n in (counted, devices.gfd_count) if n is not None]
     total = devices.expected or max(seen, default=0)
-    lost = max((capacity or 0) - (devices.allocatable or 0), 0) if capacity is not None else 0
+    allocatable = devices.allocatable
+    lost = max(capacity - allocatable, 0) if capacity is not None and allocatable is not None else 0
     if lost and per_gpu:
         withdrawn = -(-lost // per_gpu)
     elif lost and capacity:
@@ -191,12 +193,12 @@ def gpu_health(
             gpu_total=sum(n.total for n in judged),
             unhealthy_nodes=sum(1 for n in judged if n.reason is not None),
         ))  # fmt: skip
-    return Health(tuple(nodes), tuple(summary))
+    return Health.of(tuple(nodes), tuple(summary))
 
 
 def unhealthy_nodes(health: Health) -> list[UnhealthyNode]:
     """status.unhealthyNodes: the first STATUS_UNHEALTHY_LIMIT by name."""
-    bad = sorted(health.unhealthy, key=lambda n: n.name)[:STATUS_UNHEALTHY_LIMIT]
+    bad = heapq.nsmallest(STATUS_UNHEALTHY_LIMIT, health.unhealthy, key=lambda n: n.name)
     return [UnhealthyNode(name=n.name, pool=n.pool, reason=str(n.reason), message=n.message,
                           marked=n.marked) for n in bad]  # fmt: skip
 
@@ -227,8 +229,8 @@ def health_condition(health: Health, generation: int | None) -> Condition:
                          message="no GPU nodes", observed_generation=generation)  # fmt: skip
     bad = health.unhealthy
     if bad:
-        named = sorted(bad, key=lambda n: n.name)
-        shown = "; ".join(f"{n.name} ({n.reason}: {n.message})" for n in named[:NAMES_SHOWN])
+        named = heapq.nsmallest(NAMES_SHOWN, bad, key=lambda n: n.name)
+        shown = "; ".join(f"{n.name} ({n.reason}: {n.message})" for n in named)
         more = f"; and {len(bad) - NAMES_SHOWN} more" if len(bad) > NAMES_SHOWN else ""
         message = f"{len(bad)} of {len(health.nodes)} GPU nodes unhealthy, {_gpus(health)}: " \
             f"{shown}{more}"  # fmt: skip
