@@ -11,8 +11,8 @@ import pytest
 from kyma_gpu.api.models import HealthSpec, Remediation
 from kyma_gpu.api.node_marks import CORDON_ANNOTATION, NODE_CONDITION
 from kyma_gpu.facts import MachineTypeRegistry, NodeFacts, node_facts
-from kyma_gpu.observe.sources import NODES
-from kyma_gpu.observe.store import Entry
+from kyma_gpu.observe.sources import FLUX, NODES, PODS
+from kyma_gpu.observe.store import Entry, version_of
 from kyma_gpu.plan.pools import worker_pools
 from kyma_gpu.reconcile.machine import Phase
 from kyma_gpu.rules.catalog import Catalog
@@ -165,3 +165,22 @@ def test_a_failed_mark_is_retried_and_the_status_still_shows_health(catalog: Cat
     assert world.run() is Phase.FAILED
     assert world.api.gpu["status"]["unhealthyNodeCount"] == 1
     assert world.api.nodes["a"]["status"].get("conditions") is None
+
+
+def test_a_deletion_clears_every_mark_before_it_releases_the_gpu(catalog: Catalog) -> None:
+    world = _world(catalog, {"health": {"remediation": "MarkAndCordon"}}, gpu("a"), gpu("b"))
+    _set(world, gpu("a", "0"))
+    world.run()
+    mark = _facts(world, "a").mark
+    assert mark is not None
+    assert (mark.unhealthy, mark.cordoned) == (True, True)
+    world.edit(deletionTimestamp="2026-12-04T00:00:00Z")
+    world.store.replace(PODS, {}, None)
+    assert world.run() is Phase.UNINSTALLING
+    for plural in FLUX:
+        world.store.replace(plural, {}, version_of(world.api.next_version()))
+    assert world.run() is Phase.RELEASED
+    assert world.api.calls[0] == "mark a"
+    mark = _facts(world, "a").mark
+    assert mark is not None
+    assert (mark.unhealthy, mark.cordoned, mark.unschedulable) == (False, False, False)

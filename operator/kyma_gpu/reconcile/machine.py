@@ -52,6 +52,7 @@ from kyma_gpu.api.models import (
     GpuSpec,
     GpuState,
     GpuStatus,
+    HealthSpec,
     Remediation,
 )
 from kyma_gpu.facts import ClusterFacts, NodeFacts, cluster_facts
@@ -90,6 +91,7 @@ from kyma_gpu.status.deletion import (
 )
 from kyma_gpu.status.events import EventType, GpuEvent
 from kyma_gpu.status.flux import with_flux
+from kyma_gpu.status.health import Health
 from kyma_gpu.status.remediation import NodeWrite, marks_key, node_writes
 
 FINALIZER = "gpu.kyma-project.io/finalizer"
@@ -426,9 +428,21 @@ def _deleting(inputs: Inputs, spec: GpuSpec | None) -> Step:
         return Step(Phase.UNINSTALLING, Delete(doomed) if doomed else None, status=status,
                     watch_pods=protect, key=_key((), doomed),
                     requeue_after=uninstall.next_stall_in)  # fmt: skip
+    cleared = _cleared_marks(snap.nodes)
+    if cleared:
+        return Step(Phase.MARKING_NODES, MarkNodes(cleared), watch_pods=protect,
+                    key=marks_key(cleared))  # fmt: skip
     if _own_flux_left(snap.flux_api):
         return replace(_removing_flux(inputs), watch_pods=protect)
     return Step(Phase.RELEASED, RemoveFinalizer(), watch_pods=protect, key="release")
+
+
+def _cleared_marks(nodes: Sequence[NodeFacts]) -> tuple[NodeWrite, ...]:
+    """A deletion leaves no mark of the module's behind: its conditions False, its cordons
+    lifted (with remediation off, node_writes clears every mark)."""
+    if not any(n.mark is not None and (n.mark.unhealthy or n.mark.cordoned) for n in nodes):
+        return ()
+    return node_writes(Health(), HealthSpec(), nodes)
 
 
 def _removing_flux(inputs: Inputs) -> Step:
