@@ -428,11 +428,17 @@ def _deleting(inputs: Inputs, spec: GpuSpec | None) -> Step:
         return Step(Phase.UNINSTALLING, Delete(doomed) if doomed else None, status=status,
                     watch_pods=protect, key=_key((), doomed),
                     requeue_after=uninstall.next_stall_in)  # fmt: skip
-    cleared = _cleared_marks(snap.nodes)
+    return _uninstalled(inputs, protect)
+
+
+def _uninstalled(inputs: Inputs, protect: bool) -> Step:
+    """Flux uninstalled the release: the module's Node marks go, then its own Flux, then the
+    finalizer."""
+    cleared = _cleared_marks(inputs.snap.nodes)
     if cleared:
         return Step(Phase.MARKING_NODES, MarkNodes(cleared), watch_pods=protect,
                     key=marks_key(cleared))  # fmt: skip
-    if _own_flux_left(snap.flux_api):
+    if _own_flux_left(inputs.snap.flux_api):
         return replace(_removing_flux(inputs), watch_pods=protect)
     return Step(Phase.RELEASED, RemoveFinalizer(), watch_pods=protect, key="release")
 
