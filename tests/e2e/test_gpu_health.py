@@ -3,7 +3,8 @@ a GPU that the device plugin withdraws shows in `kubectl get gpu` (GPUS 1/2), in
 status.unhealthyNodes, an Event on the Gpu and the manager's /metrics, without touching Ready;
 with spec.health.remediation MarkAndCordon the node gets the condition KymaGpuUnhealthy and is
 cordoned, at most maxMarkedPercent of a pool at once, and everything is undone when the GPUs
-recover and when remediation is turned off, but a cordon that someone else set.
+recover, when remediation is turned off and when the module goes, but a cordon that someone
+else set.
 
 The manager runs as its own account with config/default in force, so every Node write it makes
 passes the RBAC and the admission policy (kyma-gpu-manager-nodes) a cluster has. kwok plays the
@@ -11,7 +12,7 @@ kubelet: a test breaks a GPU the way the device plugin does on a real node, thro
 status (WITHDRAW_GPU, the line docs/user-guide.md gives); nothing resets it (kwok writes a
 Node's status only until it is Ready, the NVIDIA controller patches its labels, not its
 status). Tests run in file order on the one Gpu the module fixture installs; each leaves both
-GPU nodes healthy, unmarked and schedulable.
+GPU nodes healthy, unmarked and schedulable, the last deletes the Gpu.
 """
 
 from __future__ import annotations
@@ -452,3 +453,28 @@ def test_turning_remediation_off_undoes_the_marks(
         assert _cordoned(node) == (False, None), node
     finally:
         _patch_health(local_cluster, {"remediation": "MarkAndCordon"})
+
+
+def test_uninstalling_lifts_the_modules_marks(
+    local_cluster: LocalCluster, stack: tuple[OperatorProcess, int]
+) -> None:
+    """The last test: the Gpu goes (Kyma disables the module) while it has a node marked and
+    cordoned. Nothing of the module's stays on the Nodes (no one else would ever lift its
+    cordon), and a cordon someone else set stays."""
+    try:
+        local_cluster.kubectl("cordon", SECOND)
+        _run_documented(local_cluster, WITHDRAW_GPU, FIRST)
+        _timed(lambda: _marked(local_cluster, FIRST, "GpusUnhealthy"), "the node marked")
+        assert _cordoned(_node(local_cluster, FIRST)) == (True, NODE_CONDITION)
+
+        local_cluster.kubectl("delete", GPUS, "gpu", "--wait=false")
+        wait_until(lambda: gpu(local_cluster) is None, 240, "the Gpu gone after Flux uninstalled")
+        first = _node(local_cluster, FIRST)
+        assert _mark(first) in (None, "False"), _node_condition(first)
+        assert _cordoned(first) == (False, None), first
+        assert _cordoned(_node(local_cluster, SECOND)) == (True, None)
+        assert _refused(stack[0]) == []  # nothing the module did all along was refused
+    finally:
+        _set_gpus(local_cluster, FIRST, capacity=1, allocatable=1)
+        for name in (FIRST, SECOND):
+            local_cluster.kubectl("uncordon", name)
