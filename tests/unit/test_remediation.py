@@ -184,3 +184,20 @@ def test_a_deletion_clears_every_mark_before_it_releases_the_gpu(catalog: Catalo
     mark = _facts(world, "a").mark
     assert mark is not None
     assert (mark.unhealthy, mark.cordoned, mark.unschedulable) == (False, False, False)
+
+
+def test_a_node_without_gpu_evidence_admission_accepts_is_not_marked(
+    registry: MachineTypeRegistry,
+) -> None:
+    """Known by machine type only: no NFD/GFD label, no GPU resource (the policy refuses)."""
+    bare = node("a", pool="gpu", labels={"nvidia.com/gpu-driver-upgrade-state": "upgrade-failed"})
+    assert writes(registry, MARK, bare) == []
+    labelled = node(
+        "b",
+        pool="gpu",
+        labels={
+            "nvidia.com/gpu-driver-upgrade-state": "upgrade-failed",
+            "feature.node.kubernetes.io/pci-10de.present": "true",
+        },
+    )
+    assert writes(registry, MARK, labelled) == [("b", True, None)]

@@ -88,6 +88,13 @@ def _cordon(mark: NodeMarkFacts, wanted: bool) -> bool | None:
     return None
 
 
+def markable(node: NodeFacts) -> bool:
+    """The node shows GPU evidence the admission policy kyma-gpu-manager-nodes accepts (NFD's
+    or GFD's label, or a GPU resource in its capacity): the manager marks no other node."""
+    seen = node.devices is not None and node.devices.capacity is not None
+    return seen or "nfd-pci" in node.evidence or "gpu-present" in node.evidence
+
+
 def node_writes(
     health: Health, spec: HealthSpec, nodes: Iterable[NodeFacts]
 ) -> tuple[NodeWrite, ...]:
@@ -97,7 +104,7 @@ def node_writes(
     cordons = spec.remediation is Remediation.MARK_AND_CORDON
     writes = []
     for node in nodes:
-        want = picked.get(node.name) if node.is_gpu else None
+        want = picked.get(node.name) if node.is_gpu and markable(node) else None
         if node.mark is None and want is None:
             continue
         mark = node.mark or NodeMarkFacts()
