@@ -14,15 +14,18 @@ kyma-gpu run                                   run the operator (kopf)
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tarfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
 from pydantic import ValidationError
 
+from kyma_gpu import __version__
 from kyma_gpu.api.admission import unknown_fields_message
 from kyma_gpu.api.crd import crd_yaml
 from kyma_gpu.api.image_policy import images_policy_yaml
@@ -47,20 +50,47 @@ from kyma_gpu.yamlio import dump
 EXIT_ERROR_VERDICT = 1
 """`kyma-gpu plan`: the plan's verdict is error (nothing would be written). 0: ok or warning."""
 EXIT_BAD_INPUT = 2
+BAD_INPUT = "2: bad input (a one-line error, no traceback)"
+JSON_HINT = (
+    "Files may be YAML (one document or several, a List) or JSON: `kubectl get nodes -o json` "
+    "reads fastest."
+)
 
 
 class UsageError(Exception):
     """Bad input: printed as one line, exit code 2."""
 
 
-def _read(path: str, stdin: TextIO) -> Any:
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's loader where PyYAML has it (five times faster on a big node list), else PyYAML's."""
+
+
+def _text(path: str, stdin: TextIO) -> str:
+    if path == "-":
+        return stdin.read()
     try:
-        text = stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+        raw = Path(path).read_bytes()
     except OSError as err:
         raise UsageError(f"{path}: cannot read: {err.strerror}") from err
     try:
-        return yaml.safe_load(text)
-    except RecursionError as err:  # PyYAML reads nested nodes recursively
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise UsageError(f"{path}: not UTF-8 text (a binary file?)") from err
+
+
+def _documents(path: str, stdin: TextIO) -> list[Any]:
+    """The documents of a YAML or JSON file (JSON needs no YAML parser: the fastest way to hand
+    over a big node list, `kubectl get nodes -o json`); empty documents (a trailing ---) are
+    dropped."""
+    text = _text(path, stdin)
+    try:
+        if text.lstrip()[:1] in ("{", "["):
+            try:
+                return [json.loads(text)]
+            except ValueError:
+                pass  # YAML's flow style, or not JSON after all: the YAML parser says
+        return [d for d in yaml.load_all(text, Loader=_LOADER) if d is not None]
+    except RecursionError as err:  # both parsers read nested nodes recursively
         raise UsageError(
             f"{path}: nests too deep to read; a Gpu's spec.values may nest at most "
             f"{MAX_DEPTH} levels deep"
@@ -69,18 +99,52 @@ def _read(path: str, stdin: TextIO) -> Any:
         mark = getattr(err, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
         raise UsageError(f"{path}: not valid YAML{where}") from err
+    except (ValueError, TypeError, OverflowError) as err:  # a scalar YAML cannot construct
+        raise UsageError(f"{path}: not valid YAML: {err}") from err
+
+
+def _objects(path: str, stdin: TextIO) -> list[Any]:
+    """The objects of a file: each document, a List's (or NodeList's, GpuList's) items."""
+    found: list[Any] = []
+    for doc in _documents(path, stdin):
+        kind = doc.get("kind") if isinstance(doc, dict) else None
+        items = doc.get("items") if isinstance(doc, dict) else None
+        if isinstance(kind, str) and kind.endswith("List") and isinstance(items, list):
+            found += items
+        else:
+            found.append(doc)
+    return found
+
+
+def _one(path: str, stdin: TextIO, what: str) -> Any:
+    objects = _objects(path, stdin)
+    if len(objects) != 1:
+        said = "is empty" if not objects else f"holds {len(objects)} objects"
+        raise UsageError(f"{path}: {said}; expected one {what}")
+    return objects[0]
+
+
+def _quote_hint(err: ValidationError) -> str:
+    """An unquoted number or boolean where a string belongs: say to quote it."""
+    for error in err.errors():
+        value = error.get("input")
+        if error["type"] == "string_type" and isinstance(value, int | float | bool):
+            field = ".".join(str(part) for part in error["loc"])
+            return (f"; {field}: YAML read {value!r} as a {type(value).__name__}: quote it "
+                    f'("{value}", as you mean it)')  # fmt: skip
+    return ""
 
 
 def _validation_message(source: str, err: ValidationError) -> str:
     """The API server's words for the same error (api/admission.py); every unknown field, each
     with the closest valid name."""
-    return f"{source}: {unknown_fields_message(err, Gpu, root='')}"
+    return f"{source}: {unknown_fields_message(err, Gpu, root='')}{_quote_hint(err)}"
 
 
 def load_gpu(path: str | None, stdin: TextIO) -> tuple[GpuSpec, Owner | None]:
     if path is None:
         return GpuSpec(), None
-    data = _read(path, stdin)
+    data = _one(path, stdin, "Gpu manifest (`kubectl get gpu gpu -o yaml` gives one)")
     if not isinstance(data, dict):
         raise UsageError(f"{path}: expected a Gpu manifest (a mapping), got {type(data).__name__}")
     try:
@@ -94,17 +158,24 @@ def load_gpu(path: str | None, stdin: TextIO) -> tuple[GpuSpec, Owner | None]:
 
 
 def load_nodes(path: str, stdin: TextIO) -> list[dict[str, Any]]:
-    data = _read(path, stdin)
-    if isinstance(data, dict) and data.get("kind") == "Node":
-        return [data]
-    if isinstance(data, dict) and isinstance(data.get("items"), list):
-        return list(data["items"])
-    if data is None:
-        return []
-    raise UsageError(
-        f"{path}: expected the output of `kubectl get nodes -o yaml` (a List with items) "
-        "or one Node"
-    )
+    documents = _documents(path, stdin)
+    if not documents:
+        raise UsageError(
+            f"{path}: empty; expected the output of `kubectl get nodes -o yaml` (did it fail?)"
+        )
+    nodes: list[Any] = []
+    for doc in documents:
+        items = doc.get("items") if isinstance(doc, dict) else None
+        if isinstance(doc, dict) and doc.get("kind") == "Node":
+            nodes.append(doc)
+        elif isinstance(items, list):
+            nodes += items
+        else:
+            raise UsageError(
+                f"{path}: expected the output of `kubectl get nodes -o yaml` (a List with items) "
+                "or Nodes"
+            )
+    return nodes
 
 
 def load_origins(path: str | None, stdin: TextIO) -> Origins:
@@ -112,32 +183,51 @@ def load_origins(path: str | None, stdin: TextIO) -> Origins:
     kyma-gpu-chart-sources -o yaml`); none: the default, NVIDIA's repository only."""
     if path is None:
         return Origins()
-    data = _read(path, stdin)
+    data = _one(path, stdin, f"ConfigMap {CONFIG_MAP_NAME}")
     if not isinstance(data, dict) or data.get("kind") != "ConfigMap":
         raise UsageError(f"{path}: expected the ConfigMap {CONFIG_MAP_NAME} (kind ConfigMap)")
     return origins_of(data)
 
 
-def _plan(args: argparse.Namespace, stdin: TextIO, catalog: Catalog) -> Plan:
-    """The plan of -f, --nodes and --sources (plan and images share them)."""
+@dataclass(frozen=True)
+class _Inputs:
+    """What -f, --nodes and --sources hold, read and checked before the rule data loads: bad
+    input fails fast."""
+
+    spec: GpuSpec
+    owner: Owner | None
+    nodes: list[dict[str, Any]]
+    origins: Origins
+
+
+def _inputs(args: argparse.Namespace, stdin: TextIO) -> _Inputs:
     if [args.file, args.nodes, args.sources].count("-") > 1:
         raise UsageError("only one of -f, --nodes and --sources can read standard input")
     spec, owner = load_gpu(args.file, stdin)
     nodes = load_nodes(args.nodes, stdin) if args.nodes else []
+    return _Inputs(spec, owner, nodes, load_origins(args.sources, stdin))
+
+
+def _plan(args: argparse.Namespace, given: _Inputs, catalog: Catalog) -> Plan:
+    """The plan of -f, --nodes and --sources (plan and images share them)."""
     facts = []
-    for index, node in enumerate(nodes):
+    for index, node in enumerate(given.nodes):
         try:
             facts.append(node_facts(node, catalog.machine_types))
         except NodeError as err:
             raise UsageError(f"{args.nodes}: item {index}: {err}") from err
-    origins = load_origins(args.sources, stdin)
-    return make_plan(spec, cluster_facts(facts), catalog, owner, origins)
+    return make_plan(given.spec, cluster_facts(facts), catalog, given.owner, given.origins)
+
+
+def _catalog(args: argparse.Namespace) -> Catalog:
+    catalog = Catalog(Path(args.rules) if args.rules else None)
+    catalog.check()  # broken rule data: the file and the line, before anything else
+    return catalog
 
 
 def cmd_plan(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
-    catalog = Catalog(Path(args.rules) if args.rules else None)
-    catalog.check()  # broken rule data: the file and the line, before anything else
-    plan = _plan(args, stdin, catalog)
+    given = _inputs(args, stdin)
+    plan = _plan(args, given, _catalog(args))
     stdout.write(dump(plan.document()))
     return EXIT_ERROR_VERDICT if plan.preflight.verdict is Verdict.ERROR else 0
 
@@ -211,9 +301,9 @@ def cmd_chart_facts(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> 
 
 
 def cmd_images(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
-    catalog = Catalog(Path(args.rules) if args.rules else None)
-    catalog.check()  # broken rule data: the file and the line, before anything else
-    images = _plan_images(args, stdin, catalog) if args.file or args.nodes else None
+    given = _inputs(args, stdin) if args.file or args.nodes else None
+    catalog = _catalog(args)
+    images = _plan_images(args, given, catalog) if given is not None else None
     if images is None:
         images = _release_images(args, catalog)
     if args.mirror:
@@ -238,10 +328,10 @@ def _release_images(args: argparse.Namespace, catalog: Catalog) -> list[Image]:
     return release_images(catalog, chart, release)
 
 
-def _plan_images(args: argparse.Namespace, stdin: TextIO, catalog: Catalog) -> list[Image]:
+def _plan_images(args: argparse.Namespace, given: _Inputs, catalog: Catalog) -> list[Image]:
     if args.chart_version or args.installer_release:
         raise UsageError("with -f or --nodes the Gpu names the chart and the installer release")
-    plan = _plan(args, stdin, catalog)
+    plan = _plan(args, given, catalog)
     if plan.preflight.verdict is Verdict.ERROR:
         reasons = ", ".join(sorted({str(f.reason) for f in plan.preflight.findings
                                     if f.severity is Severity.ERROR}))  # fmt: skip
@@ -296,13 +386,17 @@ def cmd_run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="kyma-gpu", description=__doc__.splitlines()[0])
+    epilog = f"Exit code 2 always means bad input. {JSON_HINT}"
+    top = argparse.ArgumentParser(prog="kyma-gpu", description=__doc__.splitlines()[0],
+                                  epilog=epilog)  # fmt: skip
+    top.add_argument("--version", action="version", version=f"kyma-gpu {__version__}")
     sub = top.add_subparsers(dest="command", required=True)
     p = sub.add_parser(
         "plan",
         help="print the plan for a Gpu and a node list (offline)",
         description="Print the plan. Exit code 0: verdict ok or warning (a blocked worker pool "
         "included); 1: verdict error (nothing would be written); 2: bad input.",
+        epilog=JSON_HINT,
     )
     p.add_argument("-f", "--file", help="Gpu manifest (default: the empty spec); - for stdin")
     p.add_argument("--nodes", help="`kubectl get nodes -o yaml` output; - for stdin")
@@ -313,7 +407,9 @@ def parser() -> argparse.ArgumentParser:
         "repository only, as on a cluster without it); - for stdin",
     )
     p.set_defaults(func=cmd_plan)
-    c = sub.add_parser("crd", help="print the generated Gpu CRD")
+    c = sub.add_parser("crd", help="print the generated Gpu CRD",
+                       description="Print the generated Gpu CRD (or its reference, or a policy). "
+                       f"Exit code 0; {BAD_INPUT}.")  # fmt: skip
     c.add_argument("--reference", action="store_true", help="the Markdown reference instead")
     c.add_argument("--policy", action="store_true",
                    help="the ValidatingAdmissionPolicy for spec.values instead")  # fmt: skip
@@ -324,7 +420,9 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--flux-policy", action="store_true",
                    help="the admission policies of the module's Flux objects")  # fmt: skip
     c.set_defaults(func=cmd_crd)
-    cf = sub.add_parser("chart-facts", help="print the facts of a packaged chart")
+    cf = sub.add_parser("chart-facts", help="print the facts of a packaged chart",
+                        description="Print the facts values-rules/charts/ keeps of a packaged "
+                        f"chart. Exit code 0; {BAD_INPUT} (not a chart).")  # fmt: skip
     cf.add_argument("chart", help="path to gpu-operator-<version>.tgz")
     cf.set_defaults(func=cmd_chart_facts)
     im = sub.add_parser(
@@ -332,7 +430,9 @@ def parser() -> argparse.ArgumentParser:
         help="list the images a mirror must hold, or check a registry for them",
         description="Every image the module's release can run (default), or that one Gpu's "
         "plan runs on a fleet (-f, --nodes, --sources). With --check, ask each image's "
-        "registry for its manifest (no pull): exit 1 when any is missing or unreachable.",
+        "registry for its manifest (no pull). Exit code 0: listed, or all present; 1: with "
+        f"--check, an image is missing or its registry unreachable; {BAD_INPUT}.",
+        epilog=JSON_HINT,
     )
     im.add_argument("--chart-version", help="chart version (default: the pinned one)")
     im.add_argument("--installer-release", help="installer release (default: the pinned one)")
@@ -346,12 +446,17 @@ def parser() -> argparse.ArgumentParser:
     im.add_argument("--wide", action="store_true", help="also print what runs each image")
     im.set_defaults(func=cmd_images)
     rs = sub.add_parser(
-        "rules-schema", help="write the JSON Schemas and the rule context docs into values-rules/"
+        "rules-schema",
+        help="write the JSON Schemas and the rule context docs into values-rules/",
+        description="Write the JSON Schemas and the rule context docs into values-rules/. Exit "
+        f"code 0; 1: with --check, a file is stale; {BAD_INPUT}.",
     )
     rs.add_argument("--check", action="store_true", help="only say what is stale (exit code 1)")
     rs.add_argument("--rules", help="values-rules directory (default: the module's)")
     rs.set_defaults(func=cmd_rules_schema)
-    r = sub.add_parser("run", help="run the operator")
+    r = sub.add_parser("run", help="run the operator",
+                       description="Run the operator (kopf) until stopped. Exit code 0: stopped; "
+                       f"{BAD_INPUT} (a flag).")  # fmt: skip
     r.add_argument(
         "--liveness", default=None, help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz"
     )

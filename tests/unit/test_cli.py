@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import io
+import json
+import tempfile
 from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kyma_gpu.api.crd import crd_yaml
-from kyma_gpu.cli import main
+from kyma_gpu.cli import main, parser
 
 GPU = """\
 apiVersion: gpu.kyma-project.io/v1beta1
@@ -84,8 +88,11 @@ def test_plan_defaults(files: Path) -> None:
     code, out, _ = run(["plan", "--nodes", "-"], single)
     assert code == 0
     assert [n["name"] for n in yaml.safe_load(out)["nodes"]] == ["gpu-1"]
-    code, out, _ = run(["plan", "--nodes", "-"], "")
-    assert code == 0
+    code, _, err = run(["plan", "--nodes", "-"], "")
+    assert code == 2  # an empty node list is a failed `kubectl get nodes`, not zero nodes
+    assert "empty" in err
+    code, out, _ = run(["plan", "--nodes", "-"], "apiVersion: v1\nkind: List\nitems: []\n")
+    assert code == 0  # zero nodes said so
 
 
 GPU_HEAD = "apiVersion: gpu.kyma-project.io/v1beta1\nkind: Gpu\nmetadata: {name: gpu}\n"
@@ -258,7 +265,7 @@ def _gpu(tmp_path: Path, spec: str) -> str:
     ("spec", "nodes", "code", "verdict"),
     [
         ("{}", NODES, 0, "ok"),
-        ("{}", "", 0, "warning"),  # no GPU nodes: prepared for them, a warning
+        ("{}", "kind: List\nitems: []\n", 0, "warning"),  # no GPU nodes: prepared, a warning
         ("{driver: {installerRelease: '9.9.9'}}", NODES, 1, "error"),
         ("{components: {gdrcopy: true}}", NODES, 1, "error"),
     ],
@@ -329,3 +336,76 @@ def test_deep_values_are_refused_in_one_line(tmp_path: Path, levels: int) -> Non
     assert len(err.strip().splitlines()) == 1, err
     assert "at most 20 levels deep" in err
     assert "Traceback" not in err
+
+
+BAD_FILES = [
+    ("binary", b"\x7fELF\x02\x01\x01\x00\xd0\xff", "not UTF-8 text"),
+    ("empty", b"", "is empty"),
+    ("two Gpus", (GPU_HEAD + "---\n" + GPU_HEAD).encode(), "holds 2 objects"),
+    ("a bad date", b"a: 2020-13-45\n", "not valid YAML"),
+]
+
+
+@pytest.mark.parametrize(("case", "content", "said"), BAD_FILES, ids=[c[0] for c in BAD_FILES])
+def test_bad_gpu_files_are_one_line_errors(
+    tmp_path: Path, case: str, content: bytes, said: str
+) -> None:
+    path = tmp_path / "gpu.yaml"
+    path.write_bytes(content)
+    code, out, err = run(["plan", "-f", str(path)])
+    assert (code, out) == (2, ""), case
+    assert said in err
+    assert len(err.splitlines()) == 1
+
+
+def test_what_kubectl_prints_is_read_as_kubectl_writes_it(tmp_path: Path) -> None:
+    """A trailing ---, a List of one Gpu (`kubectl get gpu -o yaml`), JSON, Node documents."""
+    listed = "apiVersion: v1\nkind: List\nitems:\n- " + GPU_HEAD.replace("\n", "\n  ").rstrip()
+    for text in (GPU_HEAD + "---\n", listed + "\n", json.dumps(yaml.safe_load(GPU_HEAD))):
+        (tmp_path / "gpu.yaml").write_text(text, encoding="utf-8")
+        assert run(["plan", "-f", str(tmp_path / "gpu.yaml")])[0] == 0, text
+    docs = NODES.split("items:\n- ", 1)[1].replace("\n  ", "\n")
+    (tmp_path / "nodes.yaml").write_text(docs + "---\n" + docs.replace("gpu-1", "gpu-2"))
+    code, out, _ = run(["plan", "--nodes", str(tmp_path / "nodes.yaml")])
+    assert code == 0
+    assert [n["name"] for n in yaml.safe_load(out)["nodes"]] == ["gpu-1", "gpu-2"]
+
+
+def test_an_unquoted_number_says_quote_it(tmp_path: Path) -> None:
+    (tmp_path / "gpu.yaml").write_text(GPU_HEAD + "spec: {operatorVersion: 26.7}\n")
+    code, _, err = run(["plan", "-f", str(tmp_path / "gpu.yaml")])
+    assert code == 2
+    assert 'quote it ("26.7"' in err
+
+
+def test_rules_that_are_no_directory_or_empty(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    assert "is not a directory" in run(["plan", "--rules", str(tmp_path / "file")])[2]
+    (tmp_path / "empty").mkdir()
+    code, _, err = run(["plan", "--rules", str(tmp_path / "empty")])
+    assert code == 2
+    assert "missing data file" in err
+
+
+def test_version_and_exit_codes_in_every_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        parser().parse_args(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.startswith("kyma-gpu ")
+    for command in ("plan", "crd", "chart-facts", "images", "rules-schema", "run"):
+        with pytest.raises(SystemExit):
+            parser().parse_args([command, "--help"])
+        assert "Exit code" in capsys.readouterr().out, command
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(content=st.binary(max_size=400) | st.text(max_size=400).map(str.encode))
+def test_no_input_ends_in_a_traceback(content: bytes) -> None:
+    """Whatever bytes -f or --nodes holds: exit 0, 1 or 2, never an exception."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "in.yaml"
+        path.write_bytes(content)
+        for args in (["plan", "-f", str(path)], ["plan", "--nodes", str(path)]):
+            code, _, err = run(args)
+            assert code in (0, 1, 2)
+            assert "Traceback" not in err

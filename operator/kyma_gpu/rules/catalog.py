@@ -61,6 +61,8 @@ def _load(path: Path) -> Any:
             return yaml.safe_load(handle)
     except FileNotFoundError as err:
         raise RuleError(f"missing data file {path}") from err
+    except (OSError, UnicodeDecodeError) as err:
+        raise RuleError(f"cannot read {path} as UTF-8 text: {err}") from err
     except yaml.YAMLError as err:
         raise RuleError(f"{path} is not valid YAML: {err}") from err
 
@@ -140,8 +142,10 @@ class Catalog:
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or default_rules_dir()
-        if not self.root.is_dir():
+        if not self.root.exists():
             raise RuleError(f"values rules directory {self.root} does not exist")
+        if not self.root.is_dir():
+            raise RuleError(f"values rules directory {self.root} is not a directory")
         self._files: dict[str, Mapping[str, Any]] = {}
         self._charts: dict[str, ChartFacts | None] = {}
         self._installers: dict[str, InstallerRelease | None] = {}
@@ -222,6 +226,8 @@ class Catalog:
 
     def installer_releases(self) -> tuple[str, ...]:
         base = self.root / "installer"
+        if not base.is_dir():
+            return ()
         return tuple(sorted(p.name for p in base.iterdir() if (p / "versions.yaml").is_file()))
 
     def installer(self, tag: str) -> InstallerRelease | None:
