@@ -50,6 +50,28 @@ k8s_ldflags="-s -w \
  -X k8s.io/client-go/pkg/version.gitMajor=$(echo "$KUBERNETES_VERSION" | sed -E 's/^v([0-9]+)\..*/\1/') \
  -X k8s.io/client-go/pkg/version.gitMinor=$(echo "$KUBERNETES_VERSION" | sed -E 's/^v[0-9]+\.([0-9]+)\..*/\1/')"
 
+# need_go: before the first cold build, a Go at least as new as the newest `go` line of the
+# tools' go.mod files (GOTOOLCHAIN=local: Go does not fetch a newer one), or a clear message
+# instead of a compiler error. Cached binaries need no Go at all.
+go_checked=0
+need_go() {
+  [[ $go_checked == 1 ]] && return 0
+  local wanted have
+  wanted=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$here"/*/go.mod | sort -V | tail -1)
+  if ! command -v go >/dev/null; then
+    echo "tools: Go >= $wanted is needed to build the test binaries, and no \`go\` is on PATH" \
+      "(https://go.dev/dl/)" >&2
+    exit 1
+  fi
+  have=$(go env GOVERSION | sed 's/^go//')
+  if [[ $(printf '%s\n%s\n' "$wanted" "$have" | sort -V | head -1) != "$wanted" ]]; then
+    echo "tools: Go >= $wanted is needed to build the test binaries; found go$have" \
+      "($(command -v go)). Install a newer Go (https://go.dev/dl/) first on PATH." >&2
+    exit 1
+  fi
+  go_checked=1
+}
+
 built=0 reused=0
 # build NAME MODULE_DIR VERSION PACKAGE [LDFLAGS]
 build() {
@@ -61,6 +83,7 @@ build() {
     reused=$((reused + 1))
   else
     local start=$SECONDS
+    need_go
     echo "tools: building $name $version (cold build, this takes minutes) ..." >&2
     rm -rf "$dest.tmp" && mkdir -p "$dest.tmp"
     if ! (cd "$here/$dir" && go build -trimpath -ldflags "$ldflags" -o "$dest.tmp/$name" "$pkg"); then
@@ -121,6 +144,7 @@ build_flux() {
     reused=$((reused + 1))
   else
     start=$SECONDS
+    need_go
     echo "tools: building flux $version (cold build, this takes minutes; go mod vendor's" \
       "'pattern manifests/*.yaml: no matching files found' is expected) ..." >&2
     rm -rf "$dest.tmp" && mkdir -p "$dest.tmp/src"
@@ -160,6 +184,7 @@ build_gpu_operator() {
     reused=$((reused + 1))
   else
     start=$SECONDS
+    need_go
     echo "tools: building gpu-operator $version from its vendored sources (about 2-3 minutes) ..." >&2
     rm -rf "$dest.tmp" && mkdir -p "$dest.tmp/src" "$dest.tmp/opt"
     tar -xzf "$tarball" -C "$dest.tmp/src" --strip-components=1
@@ -214,6 +239,7 @@ build_vendored() {
     reused=$((reused + 1))
   else
     start=$SECONDS
+    need_go
     echo "tools: building $name $version from its vendored sources (cold build, minutes) ..." >&2
     unpack_klm
     rm -rf "$dest.tmp" && mkdir -p "$dest.tmp/bin"
