@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kyma_gpu.api.conditions import DeletionReason
+from kyma_gpu.api.conditions import DeletionReason, UninstallReason, WorkloadsReason
 from kyma_gpu.api.models import GpuState
 from kyma_gpu.status.deletion import (
     UNINSTALL_GRACE_SECONDS,
@@ -40,7 +40,7 @@ def test_within_the_bound_the_uninstall_is_in_progress() -> None:
     assert uninstall.next_stall_in == 300 + UNINSTALL_GRACE_SECONDS - 240
     wait = uninstall_wait(uninstall)
     assert wait is not None
-    assert (wait.reason, wait.state) == (DeletionReason.UNINSTALL_IN_PROGRESS, GpuState.DELETING)
+    assert (wait.reason, wait.state) == (UninstallReason.UNINSTALL_IN_PROGRESS, GpuState.DELETING)
     assert HR in wait.message
     assert REPO in wait.message
 
@@ -52,7 +52,7 @@ def test_past_the_bound_the_uninstall_is_stalled_and_says_what_to_do() -> None:
     assert uninstall.next_stall_in is None
     wait = uninstall_wait(uninstall)
     assert wait is not None
-    assert (wait.reason, wait.state) == (DeletionReason.UNINSTALL_STALLED, GpuState.ERROR)
+    assert (wait.reason, wait.state) == (UninstallReason.UNINSTALL_STALLED, GpuState.ERROR)
     assert "within 360s" in wait.message
     assert "flux get helmreleases -A" in wait.message
     assert "A deletion waits for Flux" in wait.message
@@ -68,9 +68,9 @@ def test_the_default_bound_applies_without_a_timeout_and_bad_stamps_count_as_fre
 @pytest.mark.parametrize(
     ("pods", "skipped", "reason", "state"),
     [
-        ((), False, DeletionReason.NO_GPU_WORKLOADS, GpuState.DELETING),
-        (("ml/a",), False, DeletionReason.GPU_WORKLOADS_RUNNING, GpuState.WARNING),
-        (("ml/a",), True, DeletionReason.PROTECTION_SKIPPED, GpuState.DELETING),
+        ((), False, WorkloadsReason.NO_GPU_WORKLOADS, GpuState.DELETING),
+        (("ml/a",), False, WorkloadsReason.GPU_WORKLOADS_RUNNING, GpuState.WARNING),
+        (("ml/a",), True, WorkloadsReason.PROTECTION_SKIPPED, GpuState.DELETING),
     ],
 )
 def test_workload_waits(

@@ -197,14 +197,23 @@ class FluxReason(StrEnum):
     UNKNOWN = "Unknown"
 
 
-class DeletionReason(StrEnum):
-    """WorkloadsProtected and Uninstalled, during a deletion."""
+class WorkloadsReason(StrEnum):
+    """WorkloadsProtected, during a deletion."""
 
     GPU_WORKLOADS_RUNNING = "GpuWorkloadsRunning"
     NO_GPU_WORKLOADS = "NoGpuWorkloads"
     PROTECTION_SKIPPED = "ProtectionSkipped"
+
+
+class UninstallReason(StrEnum):
+    """Uninstalled, during a deletion."""
+
     UNINSTALL_IN_PROGRESS = "UninstallInProgress"
     UNINSTALL_STALLED = "UninstallStalled"
+
+
+DeletionReason = WorkloadsReason | UninstallReason
+"""The reasons of the deletion's two conditions."""
 
 
 FluxMirrored = NewType("FluxMirrored", str)
@@ -221,7 +230,8 @@ Reason = (
     | DriverReason
     | ComponentsReason
     | FluxReason
-    | DeletionReason
+    | WorkloadsReason
+    | UninstallReason
     | HealthReason
     | FluxMirrored
 )
@@ -238,7 +248,7 @@ REASONS: dict[ConditionType, type[StrEnum]] = {
     ConditionType.COMPONENTS_READY: ComponentsReason,
     ConditionType.FLUX_AVAILABLE: FluxReason,
     ConditionType.GPUS_HEALTHY: HealthReason,
-    ConditionType.WORKLOADS_PROTECTED: DeletionReason,
-    ConditionType.UNINSTALLED: DeletionReason,
+    ConditionType.WORKLOADS_PROTECTED: WorkloadsReason,
+    ConditionType.UNINSTALLED: UninstallReason,
 }
 """Each condition and the enum of the reasons the module itself gives it."""

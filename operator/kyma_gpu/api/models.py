@@ -171,8 +171,10 @@ class DriverSpec(_Model):
 
     version: str | None = Field(default=None, pattern=DRIVER_VERSION_PATTERN, max_length=16)
     """Driver branch ("590") or full version ("590.48.01"). Precompiled images are built per
-    branch; Upstream needs a full version and maps a branch to the newest full version the
-    adopted installer release builds. Empty: the installer release's default branch."""
+    branch (a full version counts as its branch); Upstream maps a branch to the newest full
+    version NVIDIA publishes as a driver container for the nodes' OSes (values-rules/
+    nvidia-drivers.yaml). Empty: the installer release's default branch (Precompiled), the
+    chart's default driver (Upstream)."""
 
     installer_release: str | None = Field(
         default=None, pattern=INSTALLER_RELEASE_PATTERN, max_length=32

@@ -16,7 +16,12 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
-from kyma_gpu.api.conditions import ConditionType, DeletionReason
+from kyma_gpu.api.conditions import (
+    ConditionType,
+    DeletionReason,
+    UninstallReason,
+    WorkloadsReason,
+)
 from kyma_gpu.api.models import ConditionStatus, GpuState
 
 SKIP_PROTECTION_ANNOTATION = "gpu.kyma-project.io/skip-workload-protection"
@@ -81,17 +86,17 @@ def parse_time(stamp: str) -> datetime | None:
 def workloads_wait(pods: tuple[str, ...], skipped: bool) -> Wait:
     if skipped:
         return Wait(
-            ConditionType.WORKLOADS_PROTECTED, "False", DeletionReason.PROTECTION_SKIPPED,
+            ConditionType.WORKLOADS_PROTECTED, "False", WorkloadsReason.PROTECTION_SKIPPED,
             f"skipped by the annotation {SKIP_PROTECTION_ANNOTATION}=true: the GPU stack is "
             "removed even while pods use GPUs", GpuState.DELETING,
         )  # fmt: skip
     if not pods:
-        return Wait(ConditionType.WORKLOADS_PROTECTED, "True", DeletionReason.NO_GPU_WORKLOADS,
+        return Wait(ConditionType.WORKLOADS_PROTECTED, "True", WorkloadsReason.NO_GPU_WORKLOADS,
                     "no user pod uses a GPU", GpuState.DELETING)  # fmt: skip
     shown = ", ".join(pods[:PODS_SHOWN])
     more = f" and {len(pods) - PODS_SHOWN} more" if len(pods) > PODS_SHOWN else ""
     return Wait(
-        ConditionType.WORKLOADS_PROTECTED, "False", DeletionReason.GPU_WORKLOADS_RUNNING,
+        ConditionType.WORKLOADS_PROTECTED, "False", WorkloadsReason.GPU_WORKLOADS_RUNNING,
         f"deletion waits for {len(pods)} pods that use GPUs: {shown}{more}. Delete them, or "
         f"annotate the Gpu with {SKIP_PROTECTION_ANNOTATION}=true to go ahead",
         GpuState.WARNING,
@@ -109,7 +114,7 @@ def uninstall_wait(uninstall: Uninstall) -> Wait | None:
     if uninstall.stalled:
         bound = round(uninstall.bound_seconds)
         return Wait(
-            ConditionType.UNINSTALLED, "False", DeletionReason.UNINSTALL_STALLED,
+            ConditionType.UNINSTALLED, "False", UninstallReason.UNINSTALL_STALLED,
             f"Flux has not removed {', '.join(uninstall.stalled)} within {bound}s (deleting "
             f"since {uninstall.since}): helm-controller or source-controller is missing or "
             "failing. Check `flux get helmreleases -A` and the controllers' logs; to give up "
@@ -119,7 +124,7 @@ def uninstall_wait(uninstall: Uninstall) -> Wait | None:
         )  # fmt: skip
     if uninstall.pending:
         return Wait(
-            ConditionType.UNINSTALLED, "False", DeletionReason.UNINSTALL_IN_PROGRESS,
+            ConditionType.UNINSTALLED, "False", UninstallReason.UNINSTALL_IN_PROGRESS,
             f"Flux is uninstalling the GPU stack: waiting for {', '.join(uninstall.pending)}",
             GpuState.DELETING,
         )  # fmt: skip
