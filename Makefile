@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CRD := config/crd/bases/gpu.kyma-project.io_gpus.yaml
-KUBECTL := tools/bin/kubectl
+KUBECTL ?= tools/bin/kubectl
 CHARTS := ../shared/charts
 
 .PHONY: help
@@ -107,7 +107,7 @@ demo-klm: setup tools ## the module as a Kyma admin gets it: released to a local
 	$(BIN)/python -m tests.harness demo --klm
 
 .PHONY: render
-render: ## print the whole install (module; Flux comes at run time) with tools/bin/kubectl, else kubectl on PATH
+render: ## print the whole install (module; Flux comes at run time) with $KUBECTL (default tools/bin/kubectl, else kubectl on PATH)
 	@$(if $(wildcard $(KUBECTL)),$(KUBECTL),kubectl) kustomize config/install
 
 .PHONY: module
@@ -137,7 +137,7 @@ bench: setup ## benchmarks: print numbers (planning, status, node facts)
 	$(BIN)/python benchmarks/bench_core.py
 
 .PHONY: bench-scale
-bench-scale: setup tools ## scale benchmark on the local cluster: 1,000 and 5,000 nodes (~1 h)
+bench-scale: setup tools ## scale benchmark on the local cluster: 1,000, 5,000 and 20,000 nodes (BENCH_SCALE_ARGS="--nodes 5000": one size, ~7 min)
 	$(BIN)/python benchmarks/bench_scale.py $(BENCH_SCALE_ARGS)
 
 .PHONY: bench-faults

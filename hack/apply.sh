@@ -6,8 +6,9 @@
 #
 #   hack/apply.sh [DIR] [-- extra kubectl apply flags]
 #
-#   DIR   a kustomize directory, default config/install (module + Flux for a
-#         cluster without Flux); config/default on a cluster that has Flux.
+#   DIR   a kustomize directory, default config/install (the kyma-system namespace and the
+#         module; no Flux: the manager uses the cluster's, or installs its own at run time);
+#         config/default where the namespace exists already.
 #
 # Uses $KUBECTL (default: tools/bin/kubectl when it was built, else kubectl on PATH) and the
 # usual KUBECONFIG.

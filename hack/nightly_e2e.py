@@ -3,7 +3,8 @@
     KUBECONFIG=... python hack/nightly_e2e.py [--install] [--gpu FILE] [--timeout 1800]
 
 Steps, each timed and printed:
-  1. (--install) apply the module and Flux (`kubectl kustomize config/install`, CRDs first);
+  1. (--install) apply the module (`kubectl kustomize config/install`, CRDs first; the manager
+     installs its own Flux at run time where the cluster has none);
   2. apply the Gpu (config/samples/gpu.yaml by default) and wait for state Ready;
   3. run the cuda-vectoradd smoke Job (one nvidia.com/gpu) and wait until it completes;
   4. check its log says "Test PASSED" (--expect-log '' skips this, e.g. without real GPUs);
