@@ -23,12 +23,25 @@ $(STAMP): pyproject.toml requirements-dev.lock
 	@touch $@
 
 .PHONY: setup
-setup: $(STAMP) ## .venv with the pinned Python dependencies; buildah/podman/mmdebstrap, containerd/runc/CNI plugins (apt-get)
+setup: $(STAMP) ## .venv with the pinned Python dependencies (no root)
+
+.PHONY: host
+host: ## root: buildah/podman/mmdebstrap (the image), containerd/runc/CNI plugins (the real node), with apt-get
 	@bash hack/host-packages.sh
 
 .PHONY: tools
 tools: ## build the Go test binaries (etcd, kube-*, kubelet, kwok, NFD, Flux, NVIDIA, KLM, modulectl, ocm, registry) into ~/.cache, once
 	bash tools/build.sh
+
+# What `make demo` runs: the control plane, kwok, Flux and the NVIDIA controller of the
+# default chart (values-rules/defaults.yaml). No kubelet, NFD, helm, KLM or registry.
+DEMO_CHART := $(shell awk '/^chart:/{c=1} c && /^  version: /{print $$2; exit}' values-rules/defaults.yaml)
+DEMO_TOOLS := etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok \
+  source-controller helm-controller flux gpu-operator-$(DEMO_CHART)
+
+.PHONY: tools-demo
+tools-demo: ## build only what `make demo` runs: control plane, kwok, Flux, the default chart's NVIDIA controller
+	ONLY="$(DEMO_TOOLS)" bash tools/build.sh
 
 # Test files run on TEST_WORKERS pytest-xdist workers, each with a local cluster of its own,
 # longest first (tests/harness/scheduling.py, tests/durations.json).
@@ -36,11 +49,11 @@ TEST_WORKERS ?= 5
 PYTEST_ARGS ?=
 
 .PHONY: test
-test: setup tools ## all tests: unit, golden, integration (local cluster), Flux and KLM end-to-end
+test: setup host tools ## all tests: unit, golden, integration (local cluster), Flux and KLM end-to-end
 	$(BIN)/pytest -n $(TEST_WORKERS) --durations=15 $(PYTEST_ARGS)
 
 .PHONY: test-durations
-test-durations: setup tools ## make test, then record the seconds per test file in tests/durations.json
+test-durations: setup host tools ## make test, then record the seconds per test file in tests/durations.json
 	$(BIN)/pytest -n $(TEST_WORKERS) --durations=15 --record-durations $(PYTEST_ARGS)
 
 .PHONY: test-unit
@@ -99,11 +112,11 @@ golden: setup ## regenerate the golden plans on purpose (review the diff!)
 	UPDATE_GOLDEN=1 $(BIN)/pytest tests/golden -q
 
 .PHONY: demo
-demo: setup tools ## local cluster + Flux + operator + sample Gpu; Ctrl-C stops everything
+demo: setup tools-demo ## local cluster + Flux + operator + sample Gpu; Ctrl-C stops everything
 	$(BIN)/python -m tests.harness demo
 
 .PHONY: demo-klm
-demo-klm: setup tools ## the module as a Kyma admin gets it: released to a local registry, installed by the real KLM
+demo-klm: setup host tools ## the module as a Kyma admin gets it: released to a local registry, installed by the real KLM
 	$(BIN)/python -m tests.harness demo --klm
 
 .PHONY: render
@@ -118,7 +131,7 @@ VERSION ?= $(shell awk -F'"' '/^version = /{print $$2; exit}' pyproject.toml)
 IMAGE_REPOSITORY ?= europe-docker.pkg.dev/kyma-project/prod
 COMPONENT_REPOSITORY ?=
 MODULE_TEAM ?=
-module: setup tools ## a release: image, manifest, OCM component (CTF, pushed if COMPONENT_REPOSITORY), ModuleTemplate in dist/module/
+module: setup host tools ## a release: image, manifest, OCM component (CTF, pushed if COMPONENT_REPOSITORY), ModuleTemplate in dist/module/
 	$(BIN)/python hack/module.py release --version $(VERSION) --image-repository $(IMAGE_REPOSITORY) \
 	  $(if $(COMPONENT_REPOSITORY),--component-repository $(COMPONENT_REPOSITORY)) \
 	  $(if $(MODULE_TEAM),--team $(MODULE_TEAM))
@@ -128,7 +141,7 @@ module-render: setup tools ## config/module/: the manifest, and the ModuleTempla
 	$(BIN)/python hack/module.py render
 
 .PHONY: image
-image: setup ## build the manager image from the Dockerfile with buildah: localhost/gpu-manager:VERSION
+image: setup host ## build the manager image from the Dockerfile with buildah: localhost/gpu-manager:VERSION
 	bash hack/check-dockerfile.sh
 	bash hack/image.sh build $(VERSION)
 

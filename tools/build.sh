@@ -14,9 +14,12 @@
 #
 #   tools/build.sh            build whatever is missing
 #   tools/build.sh --print    print the cache directory and exit
+#   tools/build.sh --list     print the names it would build (with ONLY: of those)
 #
 # Environment: KYMA_GPU_TOOLS_CACHE overrides the cache root
-# (default ${XDG_CACHE_HOME:-$HOME/.cache}/kyma-gpu/tools).
+# (default ${XDG_CACHE_HOME:-$HOME/.cache}/kyma-gpu/tools). ONLY="name ..." builds only
+# those (the Makefile's tools-demo and tools-klm sets); gpu-operator means every version in
+# GPU_OPERATOR_VERSIONS, gpu-operator-vX.Y.Z one of them.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -27,11 +30,16 @@ bin_dir="$here/bin"
 mkdir -p "$cache_root" "$bin_dir"
 
 if [[ "${1:-}" == "--print" ]]; then echo "$cache_root"; exit 0; fi
+# --list: the names of what a build without ONLY makes (one per line), and nothing else.
+listing=0
+[[ "${1:-}" == "--list" ]] && listing=1
+# listed NAME: under --list, print NAME and say "skip the build".
+listed() { [[ $listing == 1 ]] && echo "$1"; }
 
-# One build at a time per cache: a second `make tools` (another checkout, a parallel job)
+# One build at a time per cache (not for --list, which builds nothing): a second `make tools` (another checkout, a parallel job)
 # waits here and then reuses what the first one built instead of building it again.
-exec 9>"$cache_root/.build.lock"
-if ! flock -n 9; then
+[[ $listing == 1 ]] || exec 9>"$cache_root/.build.lock"
+if [[ $listing == 0 ]] && ! flock -n 9; then
   echo "tools: another build holds $cache_root/.build.lock; waiting for it ..." >&2
   flock 9
 fi
@@ -77,6 +85,7 @@ built=0 reused=0
 build() {
   local name=$1 dir=$2 version=$3 pkg=$4 ldflags=${5:--s -w}
   local key dest
+  listed "$name" && return 0
   key=$(cat "$here/$dir/go.mod" "$here/$dir/go.sum" | sha256sum | cut -c1-12)
   dest="$cache_root/$name-$version-$key"
   if [[ -x "$dest/$name" ]]; then
@@ -138,6 +147,7 @@ want kubeconform && build kubeconform kubeconform "$KUBECONFORM_VERSION" github.
 # vendor tree is deleted after the build.
 build_flux() {
   local version=$FLUX_CLI_VERSION key dest start pkg=github.com/fluxcd/flux2/v2/cmd/flux
+  listed flux && return 0
   key=$(cat "$here/flux/go.mod" "$here/flux/go.sum" | sha256sum | cut -c1-12)
   dest="$cache_root/flux-$version-$key"
   if [[ -x "$dest/flux" ]]; then
@@ -173,6 +183,7 @@ GPU_OPERATOR_SOURCES=${GPU_OPERATOR_SOURCES:-$(cd "$here/../.." && pwd)/shared/v
 # build_gpu_operator VERSION: cmd/gpu-operator from the vendored source tarball.
 build_gpu_operator() {
   local version=$1 tarball key dest src start
+  listed "gpu-operator-$version" && return 0
   tarball="$GPU_OPERATOR_SOURCES/gpu-operator-$version-src.tar.gz"
   if [[ ! -f "$tarball" ]]; then
     echo "tools: $tarball is missing; the NVIDIA controller cannot be built" >&2
@@ -207,7 +218,7 @@ build_gpu_operator() {
   ln -sfn "$dest" "$bin_dir/gpu-operator-$version"
 }
 for v in $GPU_OPERATOR_VERSIONS; do
-  want "gpu-operator" && build_gpu_operator "$v"
+  { want gpu-operator || want "gpu-operator-$v"; } && build_gpu_operator "$v"
 done
 # Kyma's delivery tools, from the source tarballs (with vendor/) in ../shared/vendor/klm
 # (the Go proxy serves none of them): Lifecycle Manager, modulectl and the OCM CLI. The
@@ -233,6 +244,7 @@ unpack_klm() {
 # build_vendored NAME VERSION KEY_TARBALLS DIR PACKAGE LDFLAGS: a binary from an unpacked tree.
 build_vendored() {
   local name=$1 version=$2 tarballs=$3 dir=$4 pkg=$5 ldflags=$6 key dest start t
+  listed "$name" && return 0
   key=$(for t in $tarballs; do sha256sum <"$KLM_SOURCES/$t.tar.xz"; done | sha256sum | cut -c1-12)
   dest="$cache_root/$name-$version-$key"
   if [[ -x "$dest/bin/$name" ]]; then
@@ -276,4 +288,5 @@ want lifecycle-manager && build_vendored lifecycle-manager "$KLM_VERSION" \
 want registry && build registry registry "$REGISTRY_VERSION" github.com/distribution/distribution/v3/cmd/registry \
   "-s -w -X github.com/distribution/distribution/v3/version.version=$REGISTRY_VERSION"
 
+[[ $listing == 1 ]] && exit 0
 echo "tools: $built built, $reused reused from $cache_root" >&2
