@@ -135,8 +135,7 @@ class PortClaims:
         with self._lock:
             if key in self._held:
                 return True
-            self.directory.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.directory / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+            fd = self._open(key)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
@@ -144,6 +143,27 @@ class PortClaims:
                 return False
             self._held[key] = fd
             return True
+
+    def _open(self, key: str) -> int:
+        """The claim file of ``key``, read-only (enough for flock), created if need be.
+
+        The directory is shared by every user of the host, like /tmp itself: whoever creates
+        it (or owns it) makes it world-writable with the sticky bit, so a user's harness can
+        claim ports next to root's test runs, and a claim file of another user is opened
+        read-only.
+        """
+        self.directory.mkdir(parents=True, exist_ok=True)
+        info = self.directory.stat()
+        if info.st_uid == os.geteuid() and info.st_mode & 0o1777 != 0o1777:
+            self.directory.chmod(0o1777)
+        try:
+            return os.open(self.directory / f"{key}.lock", os.O_RDONLY | os.O_CREAT, 0o644)
+        except PermissionError as err:
+            raise PermissionError(
+                f"cannot claim port {key} in {self.directory} (owned by another user, not "
+                "world-writable): ask its owner to `chmod 1777` it, or set KYMA_GPU_PORT_CLAIMS "
+                "to a directory of your own"
+            ) from err
 
     @property
     def held(self) -> frozenset[int]:

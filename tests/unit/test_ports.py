@@ -7,9 +7,12 @@ hand out a port twice and must stay clear of the kernel's ephemeral ports.
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -92,6 +95,7 @@ def test_port_range_avoids_the_ephemeral_range(tmp_path: Path) -> None:
 
 _HOLD_CLAIM = """
 import sys
+import tempfile
 from pathlib import Path
 from tests.harness.procs import PortClaims
 claims = PortClaims(Path(sys.argv[1]))
@@ -129,3 +133,47 @@ def test_a_claim_is_held_once_per_process(tmp_path: Path) -> None:
     assert claims.claim(50000)
     assert claims.claim(50000)
     assert claims.held == frozenset({50000})
+
+
+def _claim_three_as(directory: Path, uid: int | None) -> list[bool]:
+    """Claims 41000-41002 in a forked child, as ``uid`` when given (so needs root)."""
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            os.close(read)
+            if uid is not None:
+                os.setgid(uid)
+                os.setuid(uid)
+            claims = PortClaims(directory)
+            got = "".join("1" if claims.claim(port) else "0" for port in (41000, 41001, 41002))
+            os.write(write, got.encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as answer:
+        got = answer.read()
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the claiming child failed"
+    return [c == "1" for c in got]
+
+
+def test_another_user_claims_ports_next_to_ours() -> None:
+    """The claims directory is shared by the host's users, like /tmp: a user's `make demo`
+    next to root's test run (found by running the demo as a newcomer without root: the
+    directory root had made was 0755 and its files 0644, so the demo died at its first port).
+    As root the other user is `nobody`; otherwise the same user with a read-only claim file."""
+    base = Path(tempfile.mkdtemp(prefix="claims-"))
+    try:
+        base.chmod(0o755)
+        directory = base / "ports"
+        ours = PortClaims(directory)
+        assert ours.claim(41000)
+        assert directory.stat().st_mode & 0o7777 == 0o1777
+        (directory / "41001.lock").touch(mode=0o444)
+        other = 65534 if os.geteuid() == 0 else None
+        assert _claim_three_as(directory, other) == [False, True, True]
+    finally:
+        shutil.rmtree(base)
