@@ -5,10 +5,9 @@
 1. serves the chart tarballs of ``../shared/charts`` as a local Helm
    repository (helm_repo.LocalHelmRepository, a thread of this process);
 2. installs the Flux CRDs of the pinned controller versions (tools/versions.env)
-   from the Go module cache (``go mod download -json <module>@<version>``
-   gives the module directory; the CRDs are in config/crd/bases/) and waits
-   until they are Established; all source CRDs go in before helm-controller
-   starts;
+   from flux/crds/ (hack/flux-crds.sh copies them from the controllers' Go
+   modules; `make check` holds them to the pins) and waits until they are
+   Established; all source CRDs go in before helm-controller starts;
 3. starts source-controller (artifact storage in the workdir, served on
    127.0.0.1:<port>) and helm-controller as local processes that reach the
    API server through KUBECONFIG, each with its own metrics and health port
@@ -28,17 +27,13 @@ kwok, the scheduler and the controller manager of the LocalCluster provide.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, cast
 
-from .binaries import FLUX_BINARIES, MissingBinaryError, host_tool, require, tool_versions
+from .binaries import FLUX_BINARIES, MissingBinaryError, require
 from .chart_sources import allow_chart_sources, local_source
 from .cluster import LocalCluster
 from .helm_repo import LocalHelmRepository
@@ -46,8 +41,6 @@ from .nvidia import NvidiaOperator
 from .procs import ManagedProcess, free_port, http_ok, stop_all
 from .provided_flux import ProvidedFluxRunner
 
-HELM_CONTROLLER_MODULE = "github.com/fluxcd/helm-controller"
-SOURCE_CONTROLLER_MODULE = "github.com/fluxcd/source-controller"
 SOURCE_CRDS = (
     "buckets",
     "externalartifacts",
@@ -79,41 +72,18 @@ SOURCE_GROUP, SOURCE_VERSION = "source.toolkit.fluxcd.io", "v1"
 HELM_GROUP, HELM_VERSION = "helm.toolkit.fluxcd.io", "v2"
 
 
-def go_module_dir(module: str, version: str) -> Path:
-    """The module cache directory of ``module@version`` (downloaded if needed)."""
-    go = host_tool("go")
-    env = {**os.environ, "GOFLAGS": "", "GOTOOLCHAIN": "local", "GO111MODULE": "on"}
-    with tempfile.TemporaryDirectory(prefix="kyma-gpu-gomod-") as scratch:
-        result = subprocess.run(
-            [str(go), "mod", "download", "-json", f"{module}@{version}"],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=scratch,
-            timeout=300,
-            check=False,
-        )
-    try:
-        info = json.loads(result.stdout)
-    except json.JSONDecodeError:
-        info = {}
-    if result.returncode != 0 or not info.get("Dir"):
-        error = info.get("Error") or result.stderr.strip() or result.stdout.strip()
-        raise MissingBinaryError(
-            f"cannot locate Go module {module}@{version} for its CRDs: {error}"
-        )
-    return Path(info["Dir"])
+FLUX_CRDS_DIR = Path(__file__).resolve().parents[2] / "flux" / "crds"
+"""The Flux CRDs the module installs, copied from the pinned controllers' Go modules by
+hack/flux-crds.sh; `make check` fails if they differ from the versions in tools/versions.env."""
 
 
-def flux_crd_files(versions: Mapping[str, str] | None = None) -> list[Path]:
-    """The CRD files of the pinned source-controller and helm-controller (sources first)."""
-    versions = versions or tool_versions()
-    source_dir = go_module_dir(SOURCE_CONTROLLER_MODULE, versions["SOURCE_CONTROLLER_VERSION"])
-    helm_dir = go_module_dir(HELM_CONTROLLER_MODULE, versions["HELM_CONTROLLER_VERSION"])
-    files = [
-        source_dir / "config" / "crd" / "bases" / f"{SOURCE_GROUP}_{name}.yaml"
-        for name in SOURCE_CRDS
-    ] + [helm_dir / "config" / "crd" / "bases" / f"{HELM_GROUP}_{name}.yaml" for name in HELM_CRDS]
+def flux_crd_files() -> list[Path]:
+    """The CRD files of the pinned source-controller and helm-controller (sources first).
+
+    Read from flux/crds/, so the harness needs no Go at run time (`make demo` on cached
+    binaries runs without it)."""
+    files = [FLUX_CRDS_DIR / f"{SOURCE_GROUP}_{name}.yaml" for name in SOURCE_CRDS]
+    files += [FLUX_CRDS_DIR / f"{HELM_GROUP}_{name}.yaml" for name in HELM_CRDS]
     missing = [str(path) for path in files if not path.is_file()]
     if missing:
         raise MissingBinaryError(f"Flux CRD files missing: {', '.join(missing)}")
