@@ -68,7 +68,8 @@ lint: setup ## ruff, ruff format, mypy --strict, import layering
 	$(BIN)/lint-imports
 
 .PHONY: check
-check: lint tools ## lint + locks + generated files up to date + manifests (kubeconform, policy tests) + Dockerfile
+check: lint tools ## lint + docs against the code + locks + generated files up to date + manifests (kubeconform, policy tests) + Dockerfile
+	$(BIN)/pytest -q -p no:cacheprovider tests/unit/test_docs.py tests/unit/test_docs_facts.py
 	bash hack/write-locks.sh --check
 	bash hack/validate-manifests.sh
 	$(BIN)/pytest -q tests/unit/test_manifests.py
@@ -141,7 +142,8 @@ module-render: setup tools ## config/module/: the manifest, and the ModuleTempla
 	$(BIN)/python hack/module.py render
 
 .PHONY: image
-image: setup host ## build the manager image from the Dockerfile with buildah: localhost/gpu-manager:VERSION
+image: setup ## build the manager image from the Dockerfile with buildah: localhost/gpu-manager:VERSION
+	@bash hack/host-packages.sh image
 	bash hack/check-dockerfile.sh
 	bash hack/image.sh build $(VERSION)
 

@@ -6,11 +6,16 @@
 # loopback), iptables and util-linux's unshare/nsenter for the real node the manager's pods
 # run on (tests/harness/realnode.py, with the kubelet that `make tools` builds).
 #
-#   hack/host-packages.sh           install what is missing (apt-get, as root), else say what
-#   hack/host-packages.sh --check   only say what is missing; exit 1 if anything is
+#   hack/host-packages.sh [image]           install what is missing (apt-get, as root), else
+#                                           say what; `image`: only what the image build needs
+#   hack/host-packages.sh [image] --check   only say what is missing; exit 1 if anything is
 set -euo pipefail
 tools=(buildah podman runc mmdebstrap newuidmap containerd /usr/lib/cni/bridge iptables nsenter)
 packages=(buildah podman runc mmdebstrap uidmap containerd containernetworking-plugins iptables util-linux)
+if [[ "${1:-}" == "image" ]]; then
+  shift
+  tools=("${tools[@]:0:5}") packages=("${packages[@]:0:5}")
+fi
 missing=()
 for i in "${!tools[@]}"; do
   if [[ ${tools[$i]} == /* ]]; then
