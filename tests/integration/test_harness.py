@@ -20,6 +20,10 @@ from tests.harness.procs import (
     wait_for,
 )
 
+FAIL_FAST = 60.0
+"""A start that fails must fail at once, not after its 120 s timeout: a bound at half of it
+tells the two apart on a busy machine too (correctness, not speed; they take 1 to 5 s)."""
+
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 GPU_LABEL = "feature.node.kubernetes.io/pci-10de.present"
 GPU_OPERATOR_VERSION = "v26.3.3"
@@ -302,7 +306,7 @@ def test_a_flux_port_clash_fails_the_start_with_the_log(
                 timeout=120,
                 what="ready",
             )
-        assert time.monotonic() - began < 60
+        assert time.monotonic() - began < FAIL_FAST  # not the 120 s timeout
     finally:
         process.stop()
 
@@ -327,7 +331,7 @@ def test_a_failed_cluster_start_reports_every_log(
     began = time.monotonic()
     with pytest.raises(ProcessFailedError, match="kube-scheduler exited with code 1") as failure:
         cluster.start()
-    assert time.monotonic() - began < 60
+    assert time.monotonic() - began < FAIL_FAST  # not the 120 s timeout
     report = "\n".join(failure.value.__notes__)
     assert "kube-scheduler: EXITED on its own with code 1" in report
     assert "etcd: stopped by the harness" not in report  # the note is written before the stop
@@ -357,7 +361,7 @@ def test_a_process_that_exits_during_startup_fails_at_once(tmp_path: Path) -> No
     began = time.monotonic()
     with pytest.raises(ProcessFailedError, match=r"(?s)quitter exited with code 3.*already in use"):
         process.wait_healthy(lambda: False, timeout=120)
-    assert time.monotonic() - began < 10
+    assert time.monotonic() - began < FAIL_FAST  # not the 120 s timeout
     assert process.status() == "EXITED on its own with code 3"
 
 
@@ -368,7 +372,7 @@ def test_a_fatal_log_line_fails_at_once_while_the_process_runs(tmp_path: Path) -
         began = time.monotonic()
         with pytest.raises(ProcessFailedError, match=r"stuck logged a fatal error: .*artifact"):
             process.wait_healthy(lambda: False, timeout=120)
-        assert time.monotonic() - began < 10
+        assert time.monotonic() - began < FAIL_FAST  # not the 120 s timeout
         assert process.running()
         with pytest.raises(ProcessFailedError):  # later checks (wait_for alive=) fail too
             wait_for(lambda: False, 120, "never", alive=[process])
