@@ -14,8 +14,10 @@ statement, wherever it is written:
 - `kyma-gpu <command> --flag` is a flag of that command;
 - `spec.*` / `status.*` below a field of the Gpu is a field of the Gpu's schema, and the roots
   of other objects' fields are listed in docs_external.yaml;
-- a component with a version (source-controller v1.9.3) is the version tools/versions.env or
-  the module's Flux bundle pins;
+- a component with a version (source-controller v1.9.3) is the version tools/versions.env
+  pins;
+- a tagged image is one `kyma-gpu images` lists, the manager's or the module's Flux images, or
+  a listed one (in an example mirror: by its name and tag);
 - the README holds no measured figures: times and counts that vary from run to run live in
   docs/performance.md, dated, and the README points there.
 
@@ -490,6 +492,59 @@ def test_the_leader_election_figures_are_the_settings() -> None:
     assert not missing, f"operations.md no longer says the ElectionSettings: {missing}"
 
 
+# -- images ----------------------------------------------------------------------------------
+
+IMAGE = re.compile(r"\b((?:[a-z0-9-]+\.)+[a-z]{2,}(?::\d+)?/[a-z0-9._/-]+:[A-Za-z0-9._-]+)")
+
+
+@cache
+def module_images() -> frozenset[str]:
+    """What `kyma-gpu images` lists, the manager's release image and the Flux images."""
+    import io
+
+    from kyma_gpu.cli import main
+
+    out = io.StringIO()
+    assert main(["images"], stdout=out) == 0
+    images = set(out.getvalue().split())
+    version = re.search(r'^version = "([^"]+)"', (REPO / "pyproject.toml").read_text(), re.M)
+    assert version is not None
+    images.add(f"europe-docker.pkg.dev/kyma-project/prod/gpu-manager:{version.group(1)}")
+    flux = (REPO / "flux" / "kustomization.yaml").read_text(encoding="utf-8")
+    for entry in yaml.safe_load(flux)["images"]:
+        images.add(f"{entry['newName']}:{entry['newTag']}")
+    return frozenset(images)
+
+
+def _image_known(image: str, known: frozenset[str]) -> bool:
+    """Known as such; in an example mirror (*.example) by its last path segment and tag."""
+    host = image.split("/", 1)[0]
+    if host.endswith(".example") or host.endswith(".example.com"):
+        return any(k.rsplit("/", 1)[-1] == image.rsplit("/", 1)[-1] for k in known)
+    return image in known
+
+
+def _images(line: str) -> Iterator[str]:
+    """Tagged image references, without placeholders (`:590-<kernel>`) and OCM components."""
+    for match in IMAGE.finditer(line):
+        rest = line[match.end() : match.end() + 1]
+        if rest not in ("<", "…", "/") and "kyma-project.io/module/" not in match.group(1):
+            yield match.group(1)
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_every_image_is_one_the_module_runs_or_a_listed_one(doc: str) -> None:
+    known = module_images() | set(external()["images"])
+    problems = [
+        f"{doc}:{number}: {image} is no image of `kyma-gpu images`, the manager, Flux, or "
+        f"{EXTERNAL.name}"
+        for number, line in enumerate(_lines(doc), 1)
+        for image in _images(line)
+        if not _image_known(image, known)
+    ]
+    _fail(problems, "images the module does not run")
+
+
 # -- the README points to figures instead of holding them -----------------------------------
 
 FIGURE = re.compile(r"\b\d[\d,.]*\s?(?:s|ms|min|minutes|seconds|hours?|MB|MiB|GB|GiB)\b")
@@ -529,6 +584,8 @@ PLANTED = [
     (test_every_gpu_field_exists, "Set `spec.health.remedy: Off`.", "spec.health.remedy"),
     (test_every_gpu_field_exists, "Set `spec.colour`.", "spec.colour"),
     (test_every_pinned_version_is_the_pin, "It runs source-controller v1.2.3.", "v1.2.3"),
+    (test_every_image_is_one_the_module_runs_or_a_listed_one,
+     "Mirror nvcr.io/nvidia/k8s-device-plugin:v0.17.0.", "v0.17.0"),
 ]  # fmt: skip
 
 
