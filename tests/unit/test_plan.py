@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +22,8 @@ from kyma_gpu.plan.plan import template_findings
 from kyma_gpu.plan.preflight import CHECKS, preflight_findings
 from kyma_gpu.rules.catalog import Catalog
 from tests.unit.builders import allowing, cpu_node, facts_of, node, ubuntu_node
+
+REPO = Path(__file__).resolve().parents[2]
 
 PER_POOL = ClusterDriverMode.PER_POOL
 UID = "0b5a8c1e-5f7d-4c2b-9a41-6d2f0e7b9c11"
@@ -354,6 +358,15 @@ def test_preflight_unknown_chart_version(catalog: Catalog) -> None:
     )
     assert ("error", "MirrorNeedsChartFacts") in reasons(mirrored)
     assert mirrored.objects == ()
+    # The user guide's row for spec.operatorVersion says the same (it once promised only the
+    # warning), and names the versions the module has facts for.
+    guide = (REPO / "docs" / "user-guide.md").read_text(encoding="utf-8")
+    (row,) = [line for line in guide.splitlines() if line.startswith("| `spec.operatorVersion`")]
+    said = re.findall(r"`([A-Z][A-Za-z]+)`", row)
+    assert said == ["ChartSourceNotAllowed", "UnknownChartVersion", "MirrorNeedsChartFacts"], row
+    today = re.search(r"today ((?:`v[\d.]+`(?:, )?)+)", row)
+    assert today is not None, row
+    assert re.findall(r"`(v[\d.]+)`", today.group(1)) == sorted(catalog.chart_versions()), row
 
 
 def test_preflight_matrix(catalog: Catalog) -> None:
