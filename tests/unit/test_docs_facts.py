@@ -545,6 +545,18 @@ def test_every_image_is_one_the_module_runs_or_a_listed_one(doc: str) -> None:
     _fail(problems, "images the module does not run")
 
 
+def test_make_help_names_the_scale_benchmarks_default_sizes() -> None:
+    makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+    (line,) = [x for x in makefile.splitlines() if x.startswith("bench-scale:")]
+    said = re.search(r"local cluster: ([\d,]+(?:, [\d,]+)* and [\d,]+) nodes", line)
+    assert said is not None, line
+    sizes = [int(n.replace(",", "")) for n in re.split(r", | and ", said.group(1))]
+    bench = (REPO / "benchmarks" / "bench_scale.py").read_text(encoding="utf-8")
+    default = re.search(r'add\("--nodes", default="([\d,]+)"', bench)
+    assert default is not None, "bench_scale.py's --nodes default moved"
+    assert sizes == [int(n) for n in default.group(1).split(",")], line
+
+
 # -- the README points to figures instead of holding them -----------------------------------
 
 FIGURE = re.compile(r"\b\d[\d,.]*\s?(?:s|ms|min|minutes|seconds|hours?|MB|MiB|GB|GiB)\b")
