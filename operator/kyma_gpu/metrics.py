@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from aiohttp import web
 from prometheus_client import (
@@ -37,6 +38,19 @@ from kyma_gpu import __version__
 from kyma_gpu.api.models import GpuState
 
 PREFIX = "kyma_gpu"
+
+
+class ErrorKind(StrEnum):
+    """The `kind` label of kyma_gpu_reconcile_errors_total."""
+
+    TRANSIENT = "transient"
+    """A write failed and is retried soon (a conflict, a throttle, the API server away)."""
+    PERMANENT = "permanent"
+    """A write failed and only a change can mend it (403, 422, 404 without Flux)."""
+    INTERNAL = "internal"
+    """A pass raised: a defect of the module."""
+
+
 STATES = tuple(state.value for state in GpuState)
 _VERBS = {"POST": "create", "PUT": "update", "DELETE": "delete"}
 _APPLY = "application/apply-patch+yaml"
@@ -206,8 +220,7 @@ class Metrics:
         if not failed:
             self._last_success.timestamp = clock
 
-    def reconcile_failed(self, kind: str) -> None:
-        """kind: transient or permanent (a failed write), internal (a pass that raised)."""
+    def reconcile_failed(self, kind: ErrorKind) -> None:
         self.reconcile_errors.labels(kind).inc()
 
     def api_write(self, method: str, path: str, content_type: str | None) -> None:

@@ -17,7 +17,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kyma_gpu.adapter import KubeAdapter
 from kyma_gpu.cli import main
-from kyma_gpu.metrics import STATES, Metrics, PoolGpus, Scraped, parse_address, serve, write_labels
+from kyma_gpu.metrics import (
+    STATES,
+    ErrorKind,
+    Metrics,
+    PoolGpus,
+    Scraped,
+    parse_address,
+    serve,
+    write_labels,
+)
 from kyma_gpu.observe.sources import NODES, REQUIRED
 from kyma_gpu.rules.catalog import Catalog
 from tests.harness.procs import free_port
@@ -80,7 +89,7 @@ def test_reconcile_hooks_count_time_and_stamp_the_last_success() -> None:
     assert value(before, "kyma_gpu_last_successful_reconcile_timestamp_seconds") is None
     metrics.reconciled("Applying", 0.2, failed=False, clock=1000.0)
     metrics.reconciled("Failed", 0.1, failed=True, clock=2000.0)
-    metrics.reconcile_failed("transient")
+    metrics.reconcile_failed(ErrorKind.TRANSIENT)
     found = samples(metrics)
     assert value(found, "kyma_gpu_reconciles_total", phase="Applying") == 1
     assert value(found, "kyma_gpu_reconciles_total", phase="Failed") == 1

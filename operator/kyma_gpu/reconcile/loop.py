@@ -27,7 +27,7 @@ from kyma_gpu.adapter import ObjectRef
 from kyma_gpu.api.models import GpuSpec
 from kyma_gpu.errors import ApiError
 from kyma_gpu.facts import ClusterFacts
-from kyma_gpu.metrics import Metrics, PoolGpus, Scraped
+from kyma_gpu.metrics import ErrorKind, Metrics, PoolGpus, Scraped
 from kyma_gpu.observe.informer import freeze_heap
 from kyma_gpu.observe.sources import (
     CLUSTER_POLICIES,
@@ -233,7 +233,7 @@ class Loop:
             except Exception:  # a bug in one pass must not end reconciling for good
                 requeue = self.settings.failed_pass_seconds
                 log.exception("reconcile pass failed; again in %.0fs", requeue)
-                self._error("internal")
+                self._error(ErrorKind.INTERNAL)
             resync = max(resync_at - time.monotonic(), 0.0)
             timeout = resync if requeue is None else min(requeue, resync)
             await _first_of(self.store.changed, stopped, timeout)
@@ -406,9 +406,9 @@ class Loop:
         failure = self.retries.failed(gpu.name, step.key, err, clock)
         log.warning("%s failed (attempt %d), again in %.0fs: %s", step.phase, failure.attempts,
                     failure.retry_at - clock, err)  # fmt: skip
-        self._error("permanent" if failure.permanent else "transient")
+        self._error(ErrorKind.PERMANENT if failure.permanent else ErrorKind.TRANSIENT)
 
-    def _error(self, kind: str) -> None:
+    def _error(self, kind: ErrorKind) -> None:
         self.error_count += 1
         self.metrics.reconcile_failed(kind)
 

@@ -26,6 +26,7 @@ from kyma_gpu.adapter import ObjectRef
 from kyma_gpu.api.models import GpuStatus
 from kyma_gpu.api.resources import FLUX_KINDS
 from kyma_gpu.errors import ApiError, PermanentError
+from kyma_gpu.metrics import ErrorKind
 from kyma_gpu.observe.sources import CRDS, NODES, flux_facts
 from kyma_gpu.observe.store import Entry, Resource, Store, version_of
 from kyma_gpu.plan.actions import LiveObject, live_object, missing
@@ -84,6 +85,10 @@ def now() -> str:
 
 FluxKey = tuple[str, str, str]
 """kind, namespace, name of one of the module's Flux objects."""
+
+
+def error_kind(err: ApiError) -> ErrorKind:
+    return ErrorKind.PERMANENT if isinstance(err, PermanentError) else ErrorKind.TRANSIENT
 
 
 def flux_key(obj: LiveObject) -> FluxKey:
@@ -225,8 +230,8 @@ class StatusWriter:
     writer: Writer
     write_back: WriteBack
     recorder: Recorder
-    failed: Callable[[str], None]
-    """Counts a failed write ("permanent" or "transient")."""
+    failed: Callable[[ErrorKind], None]
+    """Counts a failed write."""
     settings: LoopSettings = field(default_factory=LoopSettings)
     written: dict[str, float] = field(default_factory=dict)
     """When each Gpu's status was last written (monotonic)."""
@@ -249,7 +254,7 @@ class StatusWriter:
             self.write_back.gpu(await self.writer.apply_status(gpu.name, wanted))
         except ApiError as err:
             log.warning("writing the status of Gpu %s failed: %s", gpu.name, err)
-            self.failed("permanent" if isinstance(err, PermanentError) else "transient")
+            self.failed(error_kind(err))
             self.due[gpu.name] = time.monotonic() + self.settings.status_retry_seconds
             return False
         self.written[gpu.name] = time.monotonic()
