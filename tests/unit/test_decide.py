@@ -1,20 +1,21 @@
-"""`decide(Inputs) -> Step` as a table: one case per row of the phase table in the docstring of
-reconcile/machine.py, asserting the phase and the actions of the step.
+"""`decide(Inputs) -> Step` as a table: one case (or more) per `Situation`, the rows of
+`machine.ROWS`, asserting that `classify` sees that Situation, and the phase and the actions of
+the step.
 
-The table is read from the docstring itself (`doc_rows`), so the test is tied to it both ways:
-a row whose text or phase changes, or a new row, fails `test_every_row_of_the_phase_table_has_
-a_case`; a change of what `decide` does fails the case of its row. Checked by breaking one row at
-a time and seeing the test fail, then restoring: the Blocked row's phase in the docstring renamed
-(`Blocked` -> `Stuck`: the coverage test fails), `_running` returning Progressing instead of
-Blocked (the Blocked case fails), the HelmRelease-first sort of Uninstalling dropped (the
-Uninstalling case fails), and Initializing given no finalizer change (its case fails).
+The table is code (`ROWS`), not text: `test_every_situation_has_a_case` fails on a Situation
+without a case, a case's step must have its row's phase, and a row that says its writes are
+retried must write (and the other way round). docs/architecture.md shows the table, generated
+from ROWS (`phase_table`; tests/unit/test_docs.py checks it). Checked by breaking one thing at
+a time and seeing a test fail, then restoring: `_classify_running` giving IN_SYNC_PROGRESSING for a
+blocked plan (the Blocked case fails), the HelmRelease-first sort of Uninstalling dropped (the
+Uninstalling case fails), Initializing given no finalizer change (its case fails), and a row's
+`retried` flag flipped (the retry tests fail).
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,8 +52,10 @@ from kyma_gpu.reconcile.machine import (
     Phase,
     RemoveFinalizer,
     RemoveFlux,
+    Situation,
     Snapshot,
     Step,
+    classify,
     decide,
     gpu_object,
 )
@@ -62,24 +65,11 @@ from kyma_gpu.status import ClusterPolicyFacts, DaemonSetFacts, daemonset_facts
 from kyma_gpu.status.deletion import SKIP_PROTECTION_ANNOTATION
 from kyma_gpu.status.observed import HelmReleaseFacts, helm_release_facts
 from tests.unit.builders import cpu_node, node
+from tests.unit.test_remediation import MARKED
+from tests.unit.test_remediation import gpu as gpu_node
 
 NOW = "2026-12-01T10:00:00Z"
 DELETED_AT = "2026-12-01T09:59:00Z"
-
-_ROW = re.compile(r"^ {4} *(?P<when>\S.*?) \.{3,} (?P<then>.*)$")
-
-
-def doc_rows() -> dict[str, str]:
-    """The phase table of machine.py's docstring: the condition of each row -> its outcome
-    (the first word, a phase, or the parenthesised note of a row that qualifies the one above)."""
-    rows: dict[str, str] = {}
-    for line in (machine.__doc__ or "").splitlines():
-        found = _ROW.match(line)
-        if found:
-            then = found["then"]
-            rows[found["when"].strip()] = then if then.startswith("(") else then.split()[0]
-    return rows
-
 
 # -- building Inputs --
 
@@ -222,8 +212,8 @@ def ready_reason(step: Step) -> str | None:
 
 @dataclass(frozen=True)
 class Case:
-    row: str
-    """The condition column of the docstring's row."""
+    situation: Situation
+    """What `classify` must see: the row of `machine.ROWS`."""
     inputs: Callable[[World], Inputs]
     phase: Phase
     actions: tuple[str, ...]
@@ -303,6 +293,31 @@ def _failed_lately_check(world: World, step: Step) -> None:
     assert release.message.endswith("failed: 403 Forbidden")
 
 
+def _world_of(world: World, *bodies: dict[str, Any]) -> World:
+    facts = tuple(node_facts(b, world.catalog.machine_types) for b in bodies)
+    return World(world.catalog, facts)
+
+
+def _sick(world: World, remediation: str) -> Inputs:
+    """Applied and ready; gpu-1's GPU withdrawn by the device plugin (allocatable 0)."""
+    sick = _world_of(world, gpu_node("gpu-1", allocatable="0"), gpu_node("gpu-2"))
+    spec = {"health": {"remediation": remediation}}
+    snap = live(sick.plan(gpu(spec=spec)))
+    snap.update(ready_components())
+    return sick.inputs(gpu(spec=spec), **snap)
+
+
+def _marks_then_status(world: World, step: Step) -> None:
+    assert step.status is None  # the status shows the marks: written by the next step
+    assert step.status_if_failed is not None
+
+
+def _marked_and_deleting(world: World) -> Inputs:
+    """Uninstalled, gpu-1 still carries the manager's condition."""
+    marked = _world_of(world, gpu_node("gpu-1", status=MARKED), gpu_node("gpu-2"))
+    return marked.inputs(gpu(deleting=True), gpu_workloads=())
+
+
 def _applied(world: World, ready: bool = True, components: bool = True) -> Inputs:
     snap = live(world.plan(gpu()), ready=ready)
     if components:
@@ -310,109 +325,143 @@ def _applied(world: World, ready: bool = True, components: bool = True) -> Input
     return world.inputs(gpu(), **snap)
 
 
+S = Situation
 CASES = [
-    Case("not the singleton", lambda w: w.inputs(gpu("other")),
+    Case(S.NOT_THE_SINGLETON, lambda w: w.inputs(gpu("other")),
          Phase.REFUSED, (), state="Error", reason="NotTheSingleton"),
-    Case("being deleted, finalizer gone",
+    Case(S.FINALIZER_GONE,
          lambda w: w.inputs(gpu(finalizer=False, deleting=True), **live(w.plan(gpu()))),
          Phase.RELEASED, ()),
-    Case("being deleted, GPU pods not yet listed",
+    Case(S.WORKLOADS_UNLISTED,
          lambda w: w.inputs(gpu(deleting=True), gpu_workloads=None, **live(w.plan(gpu()))),
          Phase.WAITING_FOR_WORKLOADS, ("watch pods",)),
-    Case("being deleted, GPU pods running",
+    Case(S.WORKLOADS_RUNNING,
          lambda w: w.inputs(gpu(deleting=True), gpu_workloads=("ml/train",),
                             **live(w.plan(gpu()))),
          Phase.WAITING_FOR_WORKLOADS, ("watch pods",), state="Warning", reason="Deleting",
          check=_names_the_pod),
-    Case("... unless the skip annotation is set",
+    Case(S.FLUX_OBJECTS_LEFT,  # the skip annotation: pods are not looked at
          lambda w: w.inputs(gpu(deleting=True, skip_protection=True), gpu_workloads=None,
                             **live(w.plan(gpu()))),
          Phase.UNINSTALLING, DOOMED,
          state="Deleting", reason="Deleting"),
-    Case("being deleted, Flux objects left",
+    Case(S.FLUX_OBJECTS_LEFT,
          lambda w: w.inputs(gpu(deleting=True), gpu_workloads=(), **live(w.plan(gpu()))),
          Phase.UNINSTALLING,
          (*DOOMED, "watch pods"),
          state="Deleting", reason="Deleting", check=_uninstalling),
-    Case("being deleted, Flux objects left",  # already deleting: nothing deleted twice
+    Case(S.FLUX_OBJECTS_TERMINATING,  # already deleting: nothing deleted twice
          lambda w: w.inputs(gpu(deleting=True), gpu_workloads=(),
                             **live(w.plan(gpu()), deleting=True)),
          Phase.UNINSTALLING, ("watch pods",), state="Deleting", reason="Deleting",
          check=_uninstalling),
-    Case("being deleted, the module's own Flux left",
+    Case(S.OWN_FLUX_UNLISTED,
          lambda w: w.inputs(gpu(deleting=True), gpu_workloads=(), flux_api=own_flux(True)),
          Phase.REMOVING_FLUX, ("list Flux objects", "watch pods"), check=_removal_key),
-    Case("being deleted, the module's own Flux left",  # the list found nothing else
+    Case(S.OWN_FLUX_UNUSED,  # the list found nothing else
          lambda w: w.inputs(gpu(deleting=True), gpu_workloads=(), flux_api=own_flux(True),
                             flux_leftovers=()),
          Phase.REMOVING_FLUX, ("remove the module's Flux, delete its CRDs", "watch pods"),
          check=_removal_key),
-    Case("being deleted, the module's own Flux left",  # others' objects use its CRDs
+    Case(S.OWN_FLUX_IN_USE,  # others' objects use its CRDs
          lambda w: w.inputs(gpu(deleting=True, skip_protection=True), flux_api=own_flux(True),
                             flux_leftovers=(OTHERS,)),
          Phase.REMOVING_FLUX, ("remove the module's Flux, hand its CRDs over", "FluxHandedOver"),
          check=_removal_key),
-    Case("being deleted, the module's own Flux left",  # one of the module's still terminates
+    Case(S.OWN_FLUX_TERMINATING,  # one of the module's still terminates
          lambda w: w.inputs(gpu(deleting=True), gpu_workloads=(), flux_api=own_flux(True),
                             flux_leftovers=(OTHERS, TERMINATING)),
          Phase.REMOVING_FLUX, ("watch pods",), check=_removal_waits),
-    Case("being deleted, nothing left",
+    Case(S.NOTHING_LEFT,
          lambda w: w.inputs(gpu(deleting=True), gpu_workloads=()),
          Phase.RELEASED, ("remove finalizer", "watch pods")),
-    Case("being deleted, nothing left",  # the module's own Flux already on its way out
+    Case(S.NOTHING_LEFT,  # the module's own Flux already on its way out
          lambda w: w.inputs(gpu(deleting=True, skip_protection=True),
                             flux_api=own_flux(True, deleting=True)),
          Phase.RELEASED, ("remove finalizer",)),
-    Case("spec invalid, or it cannot be planned",
+    Case(S.SPEC_INVALID,
          lambda w: w.inputs(gpu(spec={"driver": {"mode": "Foo"}})),
          Phase.INVALID, (), state="Error", reason="InvalidSpec"),
-    Case("spec invalid, or it cannot be planned", _unplannable,
+    Case(S.UNPLANNABLE, _unplannable,
          Phase.INVALID, (), state="Error", reason="PlanFailed"),
-    Case("no finalizer yet", lambda w: w.inputs(gpu(finalizer=False)),
+    Case(S.NO_FINALIZER, lambda w: w.inputs(gpu(finalizer=False)),
          Phase.INITIALIZING, ("add finalizer",),
          check=lambda _w, s: None if s.key == "finalizer" else pytest.fail(s.key)),
-    Case("plan has errors",
+    Case(S.PLAN_BLOCKED,
          lambda w: w.inputs(gpu(spec={"driver": {"installerRelease": "9.9.9"}})),
          Phase.BLOCKED, (), state="Error"),
-    Case("the cluster's Flux is too old or partial",
+    Case(S.FLUX_INCOMPATIBLE,
          lambda w: w.inputs(gpu(), flux_api=partial_flux()),
          Phase.FLUX_INCOMPATIBLE, (), state="Error", reason="FluxIncompatible"),
-    Case("no Flux, or the module's own is outdated", lambda w: w.inputs(gpu(), flux_api=no_flux()),
+    Case(S.FLUX_TO_PROVIDE, lambda w: w.inputs(gpu(), flux_api=no_flux()),
          Phase.PROVIDING_FLUX,
          tuple(f"apply {o['kind']}/{o['metadata']['name']}" for o in bundle()),
          check=_providing),
-    Case("no Flux, or the module's own is outdated",
+    Case(S.FLUX_TO_PROVIDE,
          lambda w: w.inputs(gpu(), flux_api=own_flux(True, current=False)),
          Phase.PROVIDING_FLUX,
          tuple(f"apply {o['kind']}/{o['metadata']['name']}" for o in bundle()),
          check=_providing),
-    Case("the module's own Flux not served yet",
+    Case(S.FLUX_NOT_SERVED,
          lambda w: w.inputs(gpu(), flux_api=own_flux(False)),
          Phase.PROGRESSING, (), state="Processing"),
-    Case("Flux objects differ from the plan", lambda w: w.inputs(gpu()),
+    Case(S.OBJECTS_DIFFER, lambda w: w.inputs(gpu()),
          Phase.APPLYING, ("apply HelmRepository/gpu-operator", "apply HelmRelease/gpu-operator"),
          check=_applying),
-    Case("... and the last attempt failed", _failed_lately,
+    Case(S.OBJECTS_DIFFER, _failed_lately,  # ... and its last attempt failed
          Phase.FAILED, (), state="Error", reason="Error", check=_failed_lately_check),
-    Case("applied, status Error", lambda w: _applied(w, ready=False),
+    Case(S.IN_SYNC_FAILED, lambda w: _applied(w, ready=False),
          Phase.FAILED, (), state="Error", reason="Error"),
-    Case("applied, not everything ready", lambda w: _applied(w, components=False),
+    Case(S.IN_SYNC_PROGRESSING, lambda w: _applied(w, components=False),
          Phase.PROGRESSING, (), state="Processing"),
-    Case("applied, everything ready", _applied, Phase.READY, (), state="Ready", reason="Ready"),
+    Case(S.IN_SYNC_READY, _applied, Phase.READY, (), state="Ready", reason="Ready"),
+    Case(S.NODES_TO_MARK, lambda w: _sick(w, "MarkNodes"), Phase.MARKING_NODES,
+         ("mark gpu-1 unhealthy=True cordon=None",), check=_marks_then_status),
+    Case(S.MARKS_LEFT, _marked_and_deleting, Phase.MARKING_NODES,
+         ("mark gpu-1 unhealthy=False cordon=None", "watch pods")),
 ]  # fmt: skip
 
 
-def test_every_row_of_the_phase_table_has_a_case() -> None:
-    rows = doc_rows()
-    assert len(rows) >= 19, rows  # the parser found the table
-    assert sorted({c.row for c in CASES}) == sorted(rows)
-    for case in CASES:
-        said = rows[case.row]
-        if not said.startswith("("):  # a row that qualifies the one above names no phase
-            assert said == case.phase.value, case.row
+def test_every_situation_has_a_case_and_a_row() -> None:
+    assert set(machine.ROWS) == set(Situation)
+    assert {c.situation for c in CASES} == set(Situation)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[f"{c.phase.value}: {c.row}" for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[f"{c.situation.value}-{i}" for i, c in
+                                             enumerate(CASES)])  # fmt: skip
+def test_classify_sees_the_cases_situation_and_its_row_makes_the_step(
+    world: World, case: Case
+) -> None:
+    inputs = case.inputs(world)
+    assert classify(inputs).situation is case.situation
+    row = machine.ROWS[case.situation]
+    step = decide(dataclasses.replace(inputs, failure=None))
+    assert step.phase is row.phase
+    assert step.writes is row.retried  # a row whose step writes retries it after a failure
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if machine.ROWS[c.situation].retried],
+                         ids=lambda c: c.situation.value)  # fmt: skip
+def test_a_failed_write_holds_its_row_back_until_the_retry(world: World, case: Case) -> None:
+    """Every row that writes, deletion's included (a failed Delete is Failed until its retry):
+    the failure of its key, not yet due -> Failed with a requeue; due -> the step again."""
+    inputs = dataclasses.replace(case.inputs(world), failure=None)
+    step = decide(inputs)
+    held = Failure(step.key, "403 Forbidden", permanent=True, attempts=1, retry_at=130.0)
+    failed = decide(dataclasses.replace(inputs, failure=held))
+    assert failed.phase is Phase.FAILED
+    assert failed.action is None
+    assert failed.requeue_after == pytest.approx(30.0)
+    assert failed.watch_pods == step.watch_pods
+    due = dataclasses.replace(held, retry_at=inputs.clock)
+    again = decide(dataclasses.replace(inputs, failure=due))
+    assert dataclasses.replace(again, status_if_failed=None) == dataclasses.replace(
+        step, status_if_failed=None
+    )  # the same writes; what they show if they fail again now knows the failure
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c.phase.value}: {c.situation.value}"
+                                             for c in CASES])  # fmt: skip
 def test_decide(world: World, case: Case) -> None:
     step = decide(case.inputs(world))
     assert step.phase is case.phase
@@ -424,7 +473,8 @@ def test_decide(world: World, case: Case) -> None:
     case.check(world, step)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[f"{c.phase.value}: {c.row}" for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[f"{c.phase.value}: {c.situation.value}"
+                                             for c in CASES])  # fmt: skip
 def test_decide_is_pure(world: World, case: Case) -> None:
     """The same inputs give the same step: nothing in `decide` remembers or reads a clock."""
     inputs = case.inputs(world)

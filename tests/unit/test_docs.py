@@ -20,6 +20,7 @@ import yaml
 from kyma_gpu.api.conditions import REASONS, ConditionType, PreflightReason
 from kyma_gpu.cli import main
 from kyma_gpu.facts import OsFamily
+from kyma_gpu.reconcile.machine import phase_table
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.rules.engine import RuleError
 
@@ -28,6 +29,8 @@ DOCS = REPO / "docs"
 UPDATE = os.environ.get("UPDATE_DOCS") == "1"
 RBAC_BEGIN = "<!-- rbac-table: generated from config/rbac/ (tests/unit/test_docs.py) -->"
 RBAC_END = "<!-- rbac-table end -->"
+PHASES_BEGIN = "<!-- phase-table: generated from machine.py ROWS (tests/unit/test_docs.py) -->"
+PHASES_END = "<!-- phase-table end -->"
 IMAGES = "$ .venv/bin/kyma-gpu images\n"
 
 
@@ -201,3 +204,13 @@ def test_the_broken_rule_data_example_is_what_the_manager_says(tmp_path: Path) -
         Catalog(root).check()
     said = f"kyma-gpu run: broken rule data: {caught.value}".replace(str(root), "/app/values-rules")
     assert f"`{said}`" in _read("troubleshooting.md")
+
+
+def test_the_phase_table_is_the_machines() -> None:
+    """docs/architecture.md's table of the reconcile state machine is `machine.ROWS`."""
+    if UPDATE:
+        _replace_between("architecture.md", PHASES_BEGIN, PHASES_END, phase_table())
+    text = _read("architecture.md")
+    assert f"{PHASES_BEGIN}\n{phase_table()}{PHASES_END}" in text, (
+        "architecture.md's phase table is stale: UPDATE_DOCS=1 pytest tests/unit/test_docs.py"
+    )

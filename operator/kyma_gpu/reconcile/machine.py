@@ -1,36 +1,19 @@
 """The reconcile loop's state machine. Pure: facts in, one `Step` out.
 
-`decide` looks at the Gpu, the observed facts and the last failed write, picks the phase, and
-returns the one action of that phase (an `Action`: add the finalizer, apply, delete, list the
-Flux objects, remove the module's Flux, remove the finalizer), the status the Gpu should show,
-and when to look again. The loop (reconcile/loop.py) carries the action out through the
-adapter and calls `decide` again with what the writes returned; it stops when a step has
-nothing left to do. Deletion is a phase of the same machine.
+`decide` works in two steps, as helm-controller's DetermineReleaseState and actionForState:
 
-    not the singleton ............................ Refused
-    being deleted, finalizer gone ................ Released (nothing to do)
-    being deleted, GPU pods not yet listed ....... WaitingForWorkloads (watch pods)
-    being deleted, GPU pods running .............. WaitingForWorkloads (status names them)
-      ... unless the skip annotation is set ...... (go on without looking at pods)
-    being deleted, Flux objects left ............. Uninstalling (delete them, HelmRelease first;
-                                                   Error past the uninstall timeout + grace)
-    being deleted, the module's own Flux left .... RemovingFlux (list the Flux objects of all
-                                                   kinds; then its controllers, and its CRDs
-                                                   unless others' objects use them; while one
-                                                   of the module's terminates, list again
-                                                   after a while)
-    being deleted, nothing left .................. Released (remove the finalizer)
-    spec invalid, or it cannot be planned ........ Invalid (InvalidSpec, PlanFailed)
-    no finalizer yet ............................. Initializing (add it)
-    plan has errors .............................. Blocked (status only, nothing applied)
-    the cluster's Flux is too old or partial ..... FluxIncompatible (Error, nothing applied)
-    no Flux, or the module's own is outdated ..... ProvidingFlux (apply the Flux bundle)
-    the module's own Flux not served yet ......... Progressing (wait for its CRDs)
-    Flux objects differ from the plan ............ Applying (server-side apply)
-      ... and the last attempt failed ............ Failed (status; retry at its time)
-    applied, status Error ........................ Failed
-    applied, not everything ready ................ Progressing
-    applied, everything ready .................... Ready
+1. `classify(inputs) -> Seen`: the one `Situation` of the Gpu, the observed facts and the
+   chart origins (not the singleton, being deleted with pods running, the Flux objects differ
+   from the plan, ...), checked in a fixed order;
+2. `ROWS[situation]`: the row of the table, with its phase, what it does in words, whether
+   its writes are retried, and the function that makes its `Step` (one action at most: add
+   the finalizer, apply, delete, list the Flux objects, remove the module's Flux, mark Nodes,
+   remove the finalizer; the status the Gpu should show; when to look again).
+
+A write that failed lately holds a retried row back as Failed until its retry time. The loop
+(reconcile/loop.py) carries the action out through the adapter and calls `decide` again with
+what the writes returned; it stops when a step has nothing left to do. Deletion is rows of the
+same table. docs/architecture.md shows the table, generated from ROWS (`phase_table`).
 """
 
 from __future__ import annotations
@@ -57,12 +40,11 @@ from kyma_gpu.api.models import (
 )
 from kyma_gpu.facts import ClusterFacts, NodeFacts, cluster_facts
 from kyma_gpu.plan import Owner, Plan
-from kyma_gpu.plan.actions import LiveObject, plan_actions
+from kyma_gpu.plan.actions import Actions, LiveObject, plan_actions
 from kyma_gpu.plan.provision import (
     FluxApi,
     FluxImages,
     FluxMode,
-    FluxVerdict,
     Leftover,
     Removal,
     bundle,
@@ -285,11 +267,374 @@ class Inputs:
     (LoopSettings.removal_wait_seconds)."""
 
 
+# -- classify: what the machine sees, one Situation per row of the table --
+
+
+class Situation(StrEnum):
+    """What `classify` sees in the inputs: one value per row of `ROWS`."""
+
+    NOT_THE_SINGLETON = "NotTheSingleton"
+    FINALIZER_GONE = "FinalizerGone"
+    WORKLOADS_UNLISTED = "WorkloadsUnlisted"
+    WORKLOADS_RUNNING = "WorkloadsRunning"
+    FLUX_OBJECTS_LEFT = "FluxObjectsLeft"
+    FLUX_OBJECTS_TERMINATING = "FluxObjectsTerminating"
+    MARKS_LEFT = "MarksLeft"
+    OWN_FLUX_UNLISTED = "OwnFluxUnlisted"
+    OWN_FLUX_TERMINATING = "OwnFluxTerminating"
+    OWN_FLUX_IN_USE = "OwnFluxInUse"
+    OWN_FLUX_UNUSED = "OwnFluxUnused"
+    NOTHING_LEFT = "NothingLeft"
+    SPEC_INVALID = "SpecInvalid"
+    UNPLANNABLE = "Unplannable"
+    NO_FINALIZER = "NoFinalizer"
+    PLAN_BLOCKED = "PlanBlocked"
+    FLUX_INCOMPATIBLE = "FluxIncompatible"
+    FLUX_TO_PROVIDE = "FluxToProvide"
+    FLUX_NOT_SERVED = "FluxNotServed"
+    OBJECTS_DIFFER = "ObjectsDiffer"
+    NODES_TO_MARK = "NodesToMark"
+    IN_SYNC_FAILED = "InSyncFailed"
+    IN_SYNC_PROGRESSING = "InSyncProgressing"
+    IN_SYNC_READY = "InSyncReady"
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """A Situation and what `classify` worked out on the way, for the row's step."""
+
+    situation: Situation
+    plan: Plan | None = None
+    error: ValidationError | str | None = None
+    """Why the spec is invalid, or why it cannot be planned; the incompatible Flux's message."""
+    actions: Actions | None = None
+    """The plan's objects against the live ones (OBJECTS_DIFFER)."""
+    marks: tuple[NodeWrite, ...] = ()
+    doomed: tuple[LiveObject, ...] = ()
+    """The module's Flux objects to delete, HelmRelease first (FLUX_OBJECTS_LEFT)."""
+    leftovers: tuple[Leftover, ...] = ()
+    status: GpuStatus | None = None
+    protect: bool = False
+    """Being deleted and guarding users' GPU pods (no skip annotation): watch pods."""
+
+
+def classify(inputs: Inputs) -> Seen:
+    """The one Situation of the inputs, checked in the order of `ROWS`."""
+    gpu = inputs.gpu
+    if gpu.name != SINGLETON_NAME:
+        return Seen(Situation.NOT_THE_SINGLETON)
+    spec = _parse(gpu)
+    if gpu.deleting:
+        return _classify_deleting(inputs, spec if isinstance(spec, GpuSpec) else None)
+    if isinstance(spec, ValidationError):
+        return Seen(Situation.SPEC_INVALID, error=spec)
+    if FINALIZER not in gpu.finalizers:
+        return Seen(Situation.NO_FINALIZER)
+    plan = _safe_plan(inputs, spec)
+    if isinstance(plan, str):
+        return Seen(Situation.UNPLANNABLE, error=plan)
+    return _classify_running(inputs, plan)
+
+
+def _classify_running(inputs: Inputs, plan: Plan) -> Seen:
+    if plan.helm_release is None:
+        return Seen(Situation.PLAN_BLOCKED, plan)
+    flux = verdict(inputs.snap.flux_api)
+    if flux.mode is FluxMode.INCOMPATIBLE:
+        return Seen(Situation.FLUX_INCOMPATIBLE, plan, error=flux.message)
+    wanted = flux.mode in (FluxMode.ABSENT, FluxMode.PROVIDED)
+    if wanted and not bundle_current(inputs.snap.flux_api, inputs.flux_images):
+        return Seen(Situation.FLUX_TO_PROVIDE, plan)
+    if not flux.served:
+        return Seen(Situation.FLUX_NOT_SERVED, plan)
+    return _classify_served(inputs, plan, flux.mode)
+
+
+def _classify_served(inputs: Inputs, plan: Plan, mode: FluxMode) -> Seen:
+    """Flux is ready for the plan's objects: are they applied, and is all well?"""
+    objects = shard(plan.objects) if mode is FluxMode.PROVIDED else plan.objects
+    actions = plan_actions(objects, inputs.snap.flux)
+    if actions.apply or actions.delete:
+        return Seen(Situation.OBJECTS_DIFFER, plan, actions=actions)
+    marks = _node_writes(inputs, plan)
+    if marks:
+        return Seen(Situation.NODES_TO_MARK, plan, marks=marks)
+    status = _status(inputs, plan)
+    return Seen(_in_sync(status), plan, status=status)
+
+
+def _in_sync(status: GpuStatus) -> Situation:
+    if status.state is GpuState.ERROR:
+        return Situation.IN_SYNC_FAILED
+    ready = next((c for c in status.conditions if c.type == ConditionType.READY), None)
+    if ready is not None and ready.status == "True":
+        return Situation.IN_SYNC_READY
+    return Situation.IN_SYNC_PROGRESSING
+
+
+def _classify_deleting(inputs: Inputs, spec: GpuSpec | None) -> Seen:
+    gpu, snap = inputs.gpu, inputs.snap
+    if FINALIZER not in gpu.finalizers:
+        return Seen(Situation.FINALIZER_GONE)
+    protect = not gpu.skip_protection
+    if protect and snap.gpu_workloads is None:
+        return Seen(Situation.WORKLOADS_UNLISTED, protect=protect)
+    planned = _safe_plan(inputs, spec) if spec is not None else None
+    plan = planned if isinstance(planned, Plan) else None
+    if protect and snap.gpu_workloads:
+        return Seen(Situation.WORKLOADS_RUNNING, plan, protect=protect)
+    if snap.flux:
+        # HelmRelease first: Flux uninstalls the release while its source is still there.
+        doomed = tuple(sorted((o for o in snap.flux if not o.deleting),
+                              key=lambda o: o.kind != "HelmRelease"))  # fmt: skip
+        left = Situation.FLUX_OBJECTS_LEFT if doomed else Situation.FLUX_OBJECTS_TERMINATING
+        return Seen(left, plan, doomed=doomed, protect=protect)
+    return _classify_uninstalled(inputs, protect)
+
+
+def _classify_uninstalled(inputs: Inputs, protect: bool) -> Seen:
+    """Flux uninstalled the release: the module's Node marks go, then its own Flux (once the
+    Flux objects of every kind are listed), then the finalizer."""
+    snap = inputs.snap
+    cleared = _cleared_marks(snap.nodes)
+    if cleared:
+        return Seen(Situation.MARKS_LEFT, marks=cleared, protect=protect)
+    if not _own_flux_left(snap.flux_api):
+        return Seen(Situation.NOTHING_LEFT, protect=protect)
+    if snap.flux_leftovers is None:
+        return Seen(Situation.OWN_FLUX_UNLISTED, protect=protect)
+    situation = {
+        Removal.WAIT: Situation.OWN_FLUX_TERMINATING,
+        Removal.HAND_OVER: Situation.OWN_FLUX_IN_USE,
+        Removal.DELETE_CRDS: Situation.OWN_FLUX_UNUSED,
+    }[removal(snap.flux_leftovers, inputs.module_namespace)]
+    return Seen(situation, leftovers=snap.flux_leftovers, protect=protect)
+
+
+# -- the table: each Situation's row, and the step it makes --
+
+
+class StepKey(StrEnum):
+    """The keys of steps whose writes are always the same; the others are a hash of their
+    objects (`_key`, `flux-bundle-<hash>`, `marks_key`)."""
+
+    FINALIZER = "finalizer"
+    RELEASE = "release"
+    FLUX_REMOVE = "flux-remove"
+    """The list of Flux objects and the removal of the module's Flux share it: a failed
+    removal holds the next list back until its retry is due."""
+
+
+Build = Callable[[Seen, Inputs], Step]
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    when: str
+    """The Situation in words."""
+    phase: Phase
+    does: str
+    """The step's action or status, in words."""
+    retried: bool
+    """The step writes: after a failure of these writes it is Failed (the status of the failure)
+    until the retry is due, then it is tried again."""
+    build: Build
+
+
+def _refused(seen: Seen, inputs: Inputs) -> Step:
+    return Step(Phase.REFUSED, status=refused_status(inputs.gpu, inputs.now))
+
+
+def _released(seen: Seen, inputs: Inputs) -> Step:
+    return Step(Phase.RELEASED)
+
+
+def _waiting_for_workloads(seen: Seen, inputs: Inputs) -> Step:
+    status = _status(inputs, seen.plan) if seen.plan is not None else None
+    return Step(Phase.WAITING_FOR_WORKLOADS, status=status)
+
+
+def _uninstalling(seen: Seen, inputs: Inputs) -> Step:
+    uninstall = uninstall_of(_deleting_flux(inputs.snap.flux, inputs.now), inputs.now)
+    plan = seen.plan
+    status = _status(inputs, plan, uninstall=uninstall) if plan is not None else None
+    return Step(Phase.UNINSTALLING, Delete(seen.doomed) if seen.doomed else None, status=status,
+                key=_key((), seen.doomed), requeue_after=uninstall.next_stall_in)  # fmt: skip
+
+
+def _marking_nodes(seen: Seen, inputs: Inputs) -> Step:
+    # while running, the status follows the marks (it shows them): written by the next step
+    status = _status(inputs, seen.plan) if seen.plan is not None else None
+    return Step(Phase.MARKING_NODES, MarkNodes(seen.marks), key=marks_key(seen.marks),
+                status_if_failed=status)  # fmt: skip
+
+
+def _list_flux(seen: Seen, inputs: Inputs) -> Step:
+    return Step(Phase.REMOVING_FLUX, ListFlux(), key=StepKey.FLUX_REMOVE)
+
+
+def _removal_waits(seen: Seen, inputs: Inputs) -> Step:
+    # no observer watches the terminating kind: look (and list) again after a while
+    return Step(Phase.REMOVING_FLUX, requeue_after=inputs.removal_wait_seconds)
+
+
+def _hand_over(seen: Seen, inputs: Inputs) -> Step:
+    message = hand_over_message(seen.leftovers)
+    event = GpuEvent(EventType.NORMAL, EventReason.FLUX_HANDED_OVER, message)
+    return Step(Phase.REMOVING_FLUX, RemoveFlux(True, event), key=StepKey.FLUX_REMOVE)
+
+
+def _remove_flux(seen: Seen, inputs: Inputs) -> Step:
+    return Step(Phase.REMOVING_FLUX, RemoveFlux(False), key=StepKey.FLUX_REMOVE)
+
+
+def _release(seen: Seen, inputs: Inputs) -> Step:
+    return Step(Phase.RELEASED, RemoveFinalizer(), key=StepKey.RELEASE)
+
+
+def _invalid(seen: Seen, inputs: Inputs) -> Step:
+    if isinstance(seen.error, ValidationError):
+        return Step(Phase.INVALID, status=invalid_status(inputs.gpu, seen.error, inputs.now))
+    message = str(seen.error)
+    status = _error_status(inputs.gpu, ReadyReason.PLAN_FAILED, message, inputs.now)
+    return Step(Phase.INVALID, status=status)
+
+
+def _initializing(seen: Seen, inputs: Inputs) -> Step:
+    return Step(Phase.INITIALIZING, AddFinalizer(), key=StepKey.FINALIZER)
+
+
+def _status_only(phase: Phase) -> Build:
+    def build(seen: Seen, inputs: Inputs) -> Step:
+        assert seen.plan is not None
+        return Step(phase, status=seen.status or _status(inputs, seen.plan))
+
+    return build
+
+
+def _flux_incompatible(seen: Seen, inputs: Inputs) -> Step:
+    reason, message = ReadyReason.FLUX_INCOMPATIBLE, str(seen.error)
+    status = _error_status(inputs.gpu, reason, message, inputs.now)
+    return Step(Phase.FLUX_INCOMPATIBLE, status=status)
+
+
+def _providing_flux(seen: Seen, inputs: Inputs) -> Step:
+    assert seen.plan is not None
+    key = f"flux-bundle-{bundle_hash(inputs.flux_images)}"
+    return Step(Phase.PROVIDING_FLUX, Apply(bundle(inputs.flux_images)), key=key,
+                status_if_failed=_loud_status(inputs, seen.plan, key))  # fmt: skip
+
+
+def _applying(seen: Seen, inputs: Inputs) -> Step:
+    assert seen.plan is not None
+    assert seen.actions is not None
+    apply, stale = seen.actions.apply, seen.actions.delete
+    key = _key(apply, stale)
+    return Step(Phase.APPLYING, Apply(apply, stale), key=key,
+                status_if_failed=_loud_status(inputs, seen.plan, key))  # fmt: skip
+
+
+S = Situation
+ROWS: Mapping[Situation, Row] = {
+    S.NOT_THE_SINGLETON: Row(
+        "the Gpu is not named `gpu`", Phase.REFUSED, "status `Error` (`NotTheSingleton`)",
+        False, _refused),
+    S.FINALIZER_GONE: Row(
+        "being deleted, our finalizer gone", Phase.RELEASED, "nothing", False, _released),
+    S.WORKLOADS_UNLISTED: Row(
+        "being deleted, users' GPU pods not listed yet (skipped with the annotation "
+        "`gpu.kyma-project.io/skip-workload-protection=true`, as the next row)",
+        Phase.WAITING_FOR_WORKLOADS, "observe pods", False, _waiting_for_workloads),
+    S.WORKLOADS_RUNNING: Row(
+        "being deleted, users' GPU pods running (skipped with the annotation)",
+        Phase.WAITING_FOR_WORKLOADS,
+        "status names them, an Event (in kyma-system) counts them", False,
+        _waiting_for_workloads),
+    S.FLUX_OBJECTS_LEFT: Row(
+        "being deleted, our Flux objects remain", Phase.UNINSTALLING,
+        "delete them, HelmRelease first; look again when the uninstall timeout + 60 s "
+        "passes, then `Error` (`UninstallStalled`)", True, _uninstalling),
+    S.FLUX_OBJECTS_TERMINATING: Row(
+        "being deleted, our Flux objects remain, all terminating", Phase.UNINSTALLING,
+        "status; look again when the uninstall timeout + 60 s passes", False, _uninstalling),
+    S.MARKS_LEFT: Row(
+        "being deleted, uninstalled, a Node still carries a mark of the module's",
+        Phase.MARKING_NODES, "clear the condition `KymaGpuUnhealthy`, lift our cordons",
+        True, _marking_nodes),
+    S.OWN_FLUX_UNLISTED: Row(
+        "being deleted, uninstalled, the module's own Flux left, Flux objects not listed in "
+        "this pass", Phase.REMOVING_FLUX,
+        "list the Flux objects of all kinds (metadata only)", True, _list_flux),
+    S.OWN_FLUX_TERMINATING: Row(
+        "... one of the module's Flux objects still terminates", Phase.REMOVING_FLUX,
+        "look and list again after `LoopSettings.removal_wait_seconds` (nothing observes a "
+        "HelmChart)", False, _removal_waits),
+    S.OWN_FLUX_IN_USE: Row(
+        "... objects the module did not create use its Flux CRDs", Phase.REMOVING_FLUX,
+        "delete the Flux controllers, hand the CRDs over (unlabel, Event `FluxHandedOver`)",
+        True, _hand_over),
+    S.OWN_FLUX_UNUSED: Row(
+        "... nothing else uses them", Phase.REMOVING_FLUX,
+        "delete the Flux controllers and CRDs", True, _remove_flux),
+    S.NOTHING_LEFT: Row(
+        "being deleted, nothing of the module's left", Phase.RELEASED,
+        "remove the finalizer", True, _release),
+    S.SPEC_INVALID: Row(
+        "the model rejects the spec", Phase.INVALID,
+        "status `Error` (`InvalidSpec`): nothing is applied (a deletion still goes on)",
+        False, _invalid),
+    S.UNPLANNABLE: Row(
+        "planning the spec fails", Phase.INVALID, "status `Error` (`PlanFailed`)", False,
+        _invalid),
+    S.NO_FINALIZER: Row(
+        "our finalizer is missing", Phase.INITIALIZING,
+        "add `gpu.kyma-project.io/finalizer`", True, _initializing),
+    S.PLAN_BLOCKED: Row(
+        "the plan has errors", Phase.BLOCKED, "status only: nothing is applied", False,
+        _status_only(Phase.BLOCKED)),
+    S.FLUX_INCOMPATIBLE: Row(
+        "the cluster's Flux lacks a CRD, or a CRD does not serve the version the module "
+        "writes", Phase.FLUX_INCOMPATIBLE,
+        "status `Error` (`FluxIncompatible`): nothing is applied, the other Flux is never "
+        "written", False, _flux_incompatible),
+    S.FLUX_TO_PROVIDE: Row(
+        "no Flux CRDs, or the module's own Flux carries an older bundle hash",
+        Phase.PROVIDING_FLUX,
+        "apply the Flux bundle (`data/flux.yaml`), the helmreleases CRD last", True,
+        _providing_flux),
+    S.FLUX_NOT_SERVED: Row(
+        "the module's own Flux is not served yet", Phase.PROGRESSING,
+        "status; wait for its CRDs", False, _status_only(Phase.PROGRESSING)),
+    S.OBJECTS_DIFFER: Row(
+        "the Flux objects differ from the plan", Phase.APPLYING,
+        "server-side apply (and delete stale ones)", True, _applying),
+    S.NODES_TO_MARK: Row(
+        "applied; GPU health remediation (`spec.health`) wants a Node's condition "
+        "`KymaGpuUnhealthy` or cordon changed", Phase.MARKING_NODES,
+        "patch the Nodes' status and spec; the status follows in the next step", True,
+        _marking_nodes),
+    S.IN_SYNC_FAILED: Row(
+        "applied, the status says `Error`", Phase.FAILED, "status", False,
+        _status_only(Phase.FAILED)),
+    S.IN_SYNC_PROGRESSING: Row(
+        "applied, not everything ready", Phase.PROGRESSING, "status", False,
+        _status_only(Phase.PROGRESSING)),
+    S.IN_SYNC_READY: Row(
+        "applied, everything ready", Phase.READY, "status", False, _status_only(Phase.READY)),
+}  # fmt: skip
+"""The state machine as a table: every Situation, in the order `classify` checks them, its
+phase and its step. docs/architecture.md shows it (`phase_table`, generated)."""
+del S
+
+
 def decide(inputs: Inputs) -> Step:
-    """The phase and its one action; a write that failed lately waits for its retry time."""
-    step = _natural(inputs)
+    """The Situation's row makes the step; a write that failed lately holds a retried row back
+    (phase Failed) until its retry time."""
+    seen = classify(inputs)
+    row = ROWS[seen.situation]
+    step = replace(row.build(seen, inputs), watch_pods=seen.protect)
     failed = inputs.failure
-    if not step.writes or failed is None or failed.key != step.key:
+    if not row.retried or failed is None or failed.key != step.key:
         return step
     if inputs.clock >= failed.retry_at:
         return step
@@ -298,22 +643,14 @@ def decide(inputs: Inputs) -> Step:
                 requeue_after=failed.retry_at - inputs.clock)  # fmt: skip
 
 
-def _natural(inputs: Inputs) -> Step:
-    gpu = inputs.gpu
-    if gpu.name != SINGLETON_NAME:
-        return Step(Phase.REFUSED, status=refused_status(gpu, inputs.now))
-    spec = _parse(gpu)
-    if gpu.deleting:
-        return _deleting(inputs, spec if isinstance(spec, GpuSpec) else None)
-    if isinstance(spec, ValidationError):
-        return Step(Phase.INVALID, status=invalid_status(gpu, spec, inputs.now))
-    if FINALIZER not in gpu.finalizers:
-        return Step(Phase.INITIALIZING, AddFinalizer(), key="finalizer")
-    plan = _safe_plan(inputs, spec)
-    if isinstance(plan, str):
-        status = _error_status(gpu, ReadyReason.PLAN_FAILED, plan, inputs.now)
-        return Step(Phase.INVALID, status=status)
-    return _running(inputs, plan)
+def phase_table() -> str:
+    """ROWS as a Markdown table (docs/architecture.md)."""
+    lines = ["| situation | when | phase | step | a failed write |", "|---|---|---|---|---|"]
+    for situation, row in ROWS.items():
+        retried = "Failed until its retry is due" if row.retried else "no action to retry"
+        lines.append(f"| {situation.value} | {row.when} | {row.phase.value} | {row.does} | "
+                     f"{retried} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
 
 
 def _parse(gpu: GpuObject) -> GpuSpec | ValidationError:
@@ -341,29 +678,6 @@ def _safe_plan(inputs: Inputs, spec: GpuSpec) -> Plan | str:
         )
 
 
-def _running(inputs: Inputs, plan: Plan) -> Step:
-    if plan.helm_release is None:
-        return Step(Phase.BLOCKED, status=_status(inputs, plan))
-    flux = verdict(inputs.snap.flux_api)
-    waiting = _flux_step(inputs, plan, flux)
-    if waiting is not None:
-        return waiting
-    objects = shard(plan.objects) if flux.mode is FluxMode.PROVIDED else plan.objects
-    actions = plan_actions(objects, inputs.snap.flux)
-    if actions.apply or actions.delete:
-        key = _key(actions.apply, actions.delete)
-        status = _loud_status(inputs, plan, key)
-        return Step(Phase.APPLYING, Apply(actions.apply, actions.delete), key=key,
-                    status_if_failed=status)  # fmt: skip
-    status = _status(inputs, plan)
-    marks = _node_writes(inputs, plan)
-    if marks:
-        # the status follows the marks (it shows them): written by the next step
-        return Step(Phase.MARKING_NODES, MarkNodes(marks), key=marks_key(marks),
-                    status_if_failed=status)  # fmt: skip
-    return Step(_phase_of(status), status=status)
-
-
 def _node_writes(inputs: Inputs, plan: Plan) -> tuple[NodeWrite, ...]:
     """GPU health remediation's writes; none (and no work) while it is off and no node carries
     a mark of the manager's."""
@@ -383,92 +697,12 @@ def _loud_status(inputs: Inputs, plan: Plan, key: str) -> GpuStatus | None:
     return None
 
 
-def _flux_step(inputs: Inputs, plan: Plan, flux: FluxVerdict) -> Step | None:
-    """What Flux needs before the plan's objects can go in; None when it is ready."""
-    if flux.mode is FluxMode.INCOMPATIBLE:
-        status = _error_status(inputs.gpu, ReadyReason.FLUX_INCOMPATIBLE, flux.message, inputs.now)
-        return Step(Phase.FLUX_INCOMPATIBLE, status=status)
-    wanted = flux.mode in (FluxMode.ABSENT, FluxMode.PROVIDED)
-    images = inputs.flux_images
-    if wanted and not bundle_current(inputs.snap.flux_api, images):
-        key = f"flux-bundle-{bundle_hash(images)}"
-        return Step(Phase.PROVIDING_FLUX, Apply(bundle(images)), key=key,
-                    status_if_failed=_loud_status(inputs, plan, key))  # fmt: skip
-    if not flux.served:
-        return Step(Phase.PROGRESSING, status=_status(inputs, plan))
-    return None
-
-
-def _phase_of(status: GpuStatus) -> Phase:
-    if status.state is GpuState.ERROR:
-        return Phase.FAILED
-    ready = next((c for c in status.conditions if c.type == ConditionType.READY), None)
-    return Phase.READY if ready is not None and ready.status == "True" else Phase.PROGRESSING
-
-
-def _deleting(inputs: Inputs, spec: GpuSpec | None) -> Step:
-    gpu, snap = inputs.gpu, inputs.snap
-    if FINALIZER not in gpu.finalizers:
-        return Step(Phase.RELEASED)
-    protect = not gpu.skip_protection
-    if protect and snap.gpu_workloads is None:
-        return Step(Phase.WAITING_FOR_WORKLOADS, watch_pods=True)
-    planned = _safe_plan(inputs, spec) if spec is not None else None
-    plan = planned if isinstance(planned, Plan) else None
-    if protect and snap.gpu_workloads:
-        status = _status(inputs, plan) if plan is not None else None
-        return Step(Phase.WAITING_FOR_WORKLOADS, status=status, watch_pods=True)
-    # HelmRelease first: Flux uninstalls the release while its source is still there.
-    doomed = tuple(
-        sorted((o for o in snap.flux if not o.deleting), key=lambda o: o.kind != "HelmRelease")
-    )
-    uninstall = uninstall_of(_deleting_flux(snap.flux, inputs.now), inputs.now)
-    status = _status(inputs, plan, uninstall=uninstall) if plan is not None else None
-    if snap.flux:
-        return Step(Phase.UNINSTALLING, Delete(doomed) if doomed else None, status=status,
-                    watch_pods=protect, key=_key((), doomed),
-                    requeue_after=uninstall.next_stall_in)  # fmt: skip
-    return _uninstalled(inputs, protect)
-
-
-def _uninstalled(inputs: Inputs, protect: bool) -> Step:
-    """Flux uninstalled the release: the module's Node marks go, then its own Flux, then the
-    finalizer."""
-    cleared = _cleared_marks(inputs.snap.nodes)
-    if cleared:
-        return Step(Phase.MARKING_NODES, MarkNodes(cleared), watch_pods=protect,
-                    key=marks_key(cleared))  # fmt: skip
-    if _own_flux_left(inputs.snap.flux_api):
-        return replace(_removing_flux(inputs), watch_pods=protect)
-    return Step(Phase.RELEASED, RemoveFinalizer(), watch_pods=protect, key="release")
-
-
 def _cleared_marks(nodes: Sequence[NodeFacts]) -> tuple[NodeWrite, ...]:
     """A deletion leaves no mark of the module's behind: its conditions False, its cordons
     lifted (with remediation off, node_writes clears every mark)."""
     if not any(n.mark is not None and (n.mark.unhealthy or n.mark.cordoned) for n in nodes):
         return ()
     return node_writes(Health(), HealthSpec(), nodes)
-
-
-def _removing_flux(inputs: Inputs) -> Step:
-    """The module's own Flux goes once the Flux objects of every kind are known: not while one
-    of the module's is still terminating (its controller must finish it; no observer watches
-    that kind, so look again after `removal_wait_seconds`, and list again then); its CRDs stay,
-    handed over, while objects the module did not create use them. The list and the removal
-    share a key: a failed removal holds the next list back until its retry is due."""
-    leftovers = inputs.snap.flux_leftovers
-    if leftovers is None:
-        return Step(Phase.REMOVING_FLUX, ListFlux(), key="flux-remove")
-    match removal(leftovers, inputs.module_namespace):
-        case Removal.WAIT:
-            return Step(Phase.REMOVING_FLUX, requeue_after=inputs.removal_wait_seconds)
-        case Removal.HAND_OVER:
-            message = hand_over_message(leftovers)
-            event = GpuEvent(EventType.NORMAL, EventReason.FLUX_HANDED_OVER, message)
-            return Step(Phase.REMOVING_FLUX, RemoveFlux(True, event), key="flux-remove")
-        case Removal.DELETE_CRDS:
-            return Step(Phase.REMOVING_FLUX, RemoveFlux(False), key="flux-remove")
 
 
 def _own_flux_left(api: FluxApi) -> bool:
