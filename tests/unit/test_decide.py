@@ -35,7 +35,9 @@ from kyma_gpu.plan.provision import (
     FluxApi,
     Leftover,
     bundle,
+    bundle_crds,
     bundle_hash,
+    bundle_workloads,
 )
 from kyma_gpu.reconcile import machine
 from kyma_gpu.reconcile.machine import (
@@ -191,7 +193,7 @@ def said(action: Action | None) -> list[str]:  # noqa: PLR0911 (one return per a
             return ["list Flux objects"]
         case MarkNodes(writes):
             return [f"mark {w.name} unhealthy={w.unhealthy} cordon={w.cordon}" for w in writes]
-        case RemoveFlux(hand_over, announce):
+        case RemoveFlux(_, _, hand_over, announce):
             crds = "hand its CRDs over" if hand_over else "delete its CRDs"
             return [f"remove the module's Flux, {crds}"] + ([announce.reason] if announce else [])
         case _:
@@ -260,6 +262,9 @@ TERMINATING = Leftover("HelmChart", "kyma-system/kyma-system-gpu-operator", term
 
 def _removal_key(world: World, step: Step) -> None:
     assert step.key == "flux-remove"  # a failed removal holds the list back, and the other way
+    if isinstance(step.action, RemoveFlux):  # the step names what goes, the loop only deletes
+        assert step.action.workloads == bundle_workloads()
+        assert step.action.crds == bundle_crds()
 
 
 def _removal_waits(world: World, step: Step) -> None:

@@ -53,8 +53,6 @@ from kyma_gpu.plan.provision import (
     FluxApi,
     FluxImages,
     Leftover,
-    bundle_crds,
-    bundle_workloads,
 )
 from kyma_gpu.reconcile.machine import (
     FINALIZER,
@@ -347,9 +345,9 @@ class Loop:
                 return 1
             case MarkNodes(writes):
                 return await self._mark(writes)
-            case RemoveFlux(hand_over, announce):
-                done = await self._remove_flux(hand_over)
-                await self._announce(gpu, announce)
+            case RemoveFlux():
+                done = await self._remove_flux(action)
+                await self._announce(gpu, action.announce)
                 return done
             case _:
                 assert_never(action)
@@ -384,17 +382,17 @@ class Loop:
             for meta in [item.get("metadata") or {}]
         )  # fmt: skip
 
-    async def _remove_flux(self, hand_over: bool) -> int:
+    async def _remove_flux(self, removal: RemoveFlux) -> int:
         """The module's own Flux goes: its controllers, then its CRDs (deleted, or unlabelled
         and left to the owners of the objects that use them)."""
         done = 0
-        for obj in bundle_workloads():
+        for obj in removal.workloads:
             log.info("removing the module's Flux: %s", ObjectRef.of(obj))
             await self.writer.delete(ObjectRef.of(obj))
             done += 1
-        for name in bundle_crds():
+        for name in removal.crds:
             ref = ObjectRef("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", name)
-            if hand_over:
+            if removal.hand_over:
                 self.write_back.crd(await self.writer.unlabel(ref, PROVIDED_LABEL, BUNDLE_HASH))
             else:
                 self.write_back.crd(await self.writer.delete(ref))

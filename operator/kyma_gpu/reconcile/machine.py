@@ -48,8 +48,10 @@ from kyma_gpu.plan.provision import (
     Leftover,
     Removal,
     bundle,
+    bundle_crds,
     bundle_current,
     bundle_hash,
+    bundle_workloads,
     external_flux,
     hand_over_message,
     removal,
@@ -202,9 +204,12 @@ class ListFlux:
 
 @dataclass(frozen=True, slots=True)
 class RemoveFlux:
-    """Delete the module's own Flux controllers, then its CRDs, or, when objects the module did
-    not create use them, unlabel the CRDs and leave them (`announce` says so)."""
+    """Delete the module's own Flux controllers (`workloads`), then its CRDs (`crds`), or, when
+    objects the module did not create use them, unlabel the CRDs and leave them (`hand_over`;
+    `announce` says so)."""
 
+    workloads: tuple[Mapping[str, Any], ...]
+    crds: tuple[str, ...]
     hand_over: bool
     announce: GpuEvent | None = None
 
@@ -481,11 +486,13 @@ def _removal_waits(seen: Seen, inputs: Inputs) -> Step:
 def _hand_over(seen: Seen, inputs: Inputs) -> Step:
     message = hand_over_message(seen.leftovers)
     event = GpuEvent(EventType.NORMAL, EventReason.FLUX_HANDED_OVER, message)
-    return Step(Phase.REMOVING_FLUX, RemoveFlux(True, event), key=StepKey.FLUX_REMOVE)
+    removal = RemoveFlux(bundle_workloads(), bundle_crds(), hand_over=True, announce=event)
+    return Step(Phase.REMOVING_FLUX, removal, key=StepKey.FLUX_REMOVE)
 
 
 def _remove_flux(seen: Seen, inputs: Inputs) -> Step:
-    return Step(Phase.REMOVING_FLUX, RemoveFlux(False), key=StepKey.FLUX_REMOVE)
+    removal = RemoveFlux(bundle_workloads(), bundle_crds(), hand_over=False)
+    return Step(Phase.REMOVING_FLUX, removal, key=StepKey.FLUX_REMOVE)
 
 
 def _release(seen: Seen, inputs: Inputs) -> Step:
