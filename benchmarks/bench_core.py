@@ -29,7 +29,7 @@ from kyma_gpu.api.models import GpuSpec
 from kyma_gpu.facts import DriverUpgradeState, cluster_facts, node_facts
 from kyma_gpu.facts.node import LABEL_DRIVER_UPGRADE
 from kyma_gpu.observe.store import Store
-from kyma_gpu.plan import Owner, make_plan
+from kyma_gpu.plan import Origins, Owner, make_plan
 from kyma_gpu.reconcile.loop import Loop
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status import Observed, aggregate
@@ -139,7 +139,7 @@ def main() -> None:
     timed(
         "memoized plan lookup (reconcile without change)",
         200,
-        lambda: loop.plan(spec, cfacts, owner),
+        lambda: loop.plan(spec, cfacts, owner, Origins()),
     )
     plan = make_plan(spec, cfacts, catalog, owner)
     timed("status aggregation", 200, lambda: aggregate(plan, Observed(), 1, (), "now"))

@@ -25,7 +25,7 @@ import pytest
 
 from kyma_gpu.api.models import GpuSpec
 from kyma_gpu.facts import ClusterFacts, NodeFacts, cluster_facts, node_facts
-from kyma_gpu.plan import Owner, Plan, make_plan
+from kyma_gpu.plan import Origins, Owner, Plan, make_plan
 from kyma_gpu.plan.actions import LiveObject, live_object
 from kyma_gpu.plan.provision import (
     MARKER_CRD,
@@ -81,13 +81,13 @@ class World:
     catalog: Catalog
     nodes: tuple[NodeFacts, ...]
 
-    def planner(self, spec: GpuSpec, facts: ClusterFacts, owner: Owner) -> Plan:
-        return make_plan(spec, facts, self.catalog, owner)
+    def planner(self, spec: GpuSpec, facts: ClusterFacts, owner: Owner, origins: Origins) -> Plan:
+        return make_plan(spec, facts, self.catalog, owner, origins)
 
     def plan(self, gpu: GpuObject) -> Plan:
         owner = Owner(uid=gpu.uid, name=gpu.name)
         spec = GpuSpec.model_validate(gpu.spec)
-        return self.planner(spec, cluster_facts(self.nodes), owner)
+        return self.planner(spec, cluster_facts(self.nodes), owner, Origins())
 
     def inputs(self, gpu: GpuObject, failure: Failure | None = None, **snap: Any) -> Inputs:
         snapshot = Snapshot(nodes=self.nodes, **snap)

@@ -95,10 +95,13 @@ log = logging.getLogger(__name__)
 
 
 def snapshot(
-    store: Store, as_applied: Mapping[FluxKey, tuple[str | None, int]] | None = None
+    store: Store,
+    as_applied: Mapping[FluxKey, tuple[str | None, int]] | None = None,
+    origins: Origins | None = None,
 ) -> Snapshot:
     """The store's facts; `as_applied` (key -> spec hash, generation) marks the Flux objects
-    that still are the answer to an apply whose planned fields the API server dropped."""
+    that still are the answer to an apply whose planned fields the API server dropped;
+    `origins` are the chart sources allowed (the Loop's `origins()`)."""
     flux = [facts for resource in FLUX_RESOURCES for facts in store.facts(resource)]
     marks = as_applied or {}
     live = tuple(
@@ -117,6 +120,7 @@ def snapshot(
         gpu_workloads=tuple(sorted(store.facts(PODS))) if store.synced(PODS) else None,
         image_pulls=tuple(sorted(store.facts(PULLS))),
         flux_api=flux_api(store),
+        origins=origins or Origins(),
     )
 
 
@@ -199,8 +203,7 @@ class Loop:
         """The last failed write of each Gpu (Retries)."""
         return self.retries.failures
 
-    def plan(self, spec: GpuSpec, facts: ClusterFacts, owner: Owner) -> Plan:
-        origins = self.origins()
+    def plan(self, spec: GpuSpec, facts: ClusterFacts, owner: Owner, origins: Origins) -> Plan:
         key = (spec.model_dump_json(), facts, owner, origins.key)
         cached = self.plans.get(key)
         if cached is None:
@@ -287,7 +290,7 @@ class Loop:
         began, writes, errors = time.monotonic(), 0, self.error_count
         self.flux_leftovers.pop(gpu.name, None)
         for _ in range(self.settings.max_steps):
-            snap = replace(snapshot(self.store, self.write_back.as_applied),
+            snap = replace(snapshot(self.store, self.write_back.as_applied, self.origins()),
                            flux_leftovers=self.flux_leftovers.get(gpu.name))  # fmt: skip
             step = decide(Inputs(gpu, snap, self.plan, self.failures.get(gpu.name),
                                  time.monotonic(), now(), self.flux_images, self.module_namespace,

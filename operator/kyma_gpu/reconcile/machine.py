@@ -39,7 +39,7 @@ from kyma_gpu.api.models import (
     Remediation,
 )
 from kyma_gpu.facts import ClusterFacts, NodeFacts, cluster_facts
-from kyma_gpu.plan import Owner, Plan
+from kyma_gpu.plan import Origins, Owner, Plan
 from kyma_gpu.plan.actions import Actions, LiveObject, plan_actions
 from kyma_gpu.plan.provision import (
     FluxApi,
@@ -150,6 +150,9 @@ class Snapshot:
     """namespace/name of running GPU pods; None while they are not observed."""
     flux_api: FluxApi = field(default_factory=external_flux)
     """The Flux CRDs and APIs (the default: a compatible Flux of the cluster's own)."""
+    origins: Origins = field(default_factory=Origins)
+    """The chart sources a cluster administrator allows (the watched ConfigMap): the plan's
+    input, read with the rest of the snapshot."""
     flux_leftovers: tuple[Leftover, ...] | None = None
     """The Flux objects of every kind and namespace (a few per kind, metadata only), listed
     when the module's own Flux is to go; None until listed in this pass."""
@@ -250,7 +253,7 @@ class Step:
         return self.action is not None
 
 
-Planner = Callable[[GpuSpec, ClusterFacts, Owner], Plan]
+Planner = Callable[[GpuSpec, ClusterFacts, Owner, Origins], Plan]
 
 
 @dataclass(frozen=True, slots=True)
@@ -669,7 +672,7 @@ def _parse(gpu: GpuObject) -> GpuSpec | ValidationError:
 
 def _plan(inputs: Inputs, spec: GpuSpec) -> Plan:
     owner = Owner(uid=inputs.gpu.uid, name=inputs.gpu.name)
-    return inputs.planner(spec, cluster_facts(inputs.snap.nodes), owner)
+    return inputs.planner(spec, cluster_facts(inputs.snap.nodes), owner, inputs.snap.origins)
 
 
 def _safe_plan(inputs: Inputs, spec: GpuSpec) -> Plan | str:
