@@ -33,6 +33,7 @@ from kyma_gpu.adapter import KubeAdapter, ListQuery
 from kyma_gpu.api.models import API_GROUP, API_VERSION, PLURAL
 from kyma_gpu.api.sources import CONFIG_MAP_NAME
 from kyma_gpu.errors import ApiError
+from kyma_gpu.facts.gpu import gpu_object
 from kyma_gpu.metrics import Metrics, serve
 from kyma_gpu.observe import Entry, Observers, Store
 from kyma_gpu.observe.informer import Informer, Source
@@ -42,7 +43,6 @@ from kyma_gpu.plan import Origins, origins_of
 from kyma_gpu.plan.provision import FluxImages
 from kyma_gpu.reconcile.election import Elector
 from kyma_gpu.reconcile.loop import GPUS, Loop
-from kyma_gpu.reconcile.machine import gpu_object
 from kyma_gpu.reconcile.settings import KopfSettings, Settings
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.rules.engine import RuleError

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
+from kyma_gpu.api.models import SKIP_PROTECTION_ANNOTATION
 from kyma_gpu.rules.catalog import ENV_RULES_DIR
-from kyma_gpu.status.deletion import SKIP_PROTECTION_ANNOTATION, UNINSTALL_GRACE_SECONDS
+from kyma_gpu.status.deletion import UNINSTALL_GRACE_SECONDS
 from tests.harness.cluster import LocalCluster
 from tests.harness.flux import FluxStack
 from tests.harness.module import (

@@ -23,8 +23,9 @@ from typing import Any, assert_never
 
 import pytest
 
-from kyma_gpu.api.models import GpuSpec
+from kyma_gpu.api.models import SKIP_PROTECTION_ANNOTATION, GpuSpec
 from kyma_gpu.facts import ClusterFacts, NodeFacts, cluster_facts, node_facts
+from kyma_gpu.facts.gpu import GpuObject, gpu_object
 from kyma_gpu.plan import Origins, Owner, Plan, make_plan
 from kyma_gpu.plan.actions import LiveObject, live_object
 from kyma_gpu.plan.provision import (
@@ -47,7 +48,6 @@ from kyma_gpu.reconcile.machine import (
     Apply,
     Delete,
     Failure,
-    GpuObject,
     Inputs,
     ListFlux,
     MarkNodes,
@@ -55,16 +55,14 @@ from kyma_gpu.reconcile.machine import (
     RemoveFinalizer,
     RemoveFlux,
     Situation,
-    Snapshot,
     Step,
     classify,
     decide,
-    gpu_object,
 )
 from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status import ClusterPolicyFacts, DaemonSetFacts, daemonset_facts
-from kyma_gpu.status.deletion import SKIP_PROTECTION_ANNOTATION
+from kyma_gpu.status.gpu import Snapshot
 from kyma_gpu.status.observed import HelmReleaseFacts, helm_release_facts
 from tests.unit.builders import cpu_node, node
 from tests.unit.test_remediation import MARKED

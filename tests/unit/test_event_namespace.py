@@ -8,7 +8,7 @@ import asyncio
 from typing import Any, cast
 
 from kyma_gpu.adapter import KubeAdapter
-from kyma_gpu.reconcile.machine import gpu_object
+from kyma_gpu.facts.gpu import gpu_object
 from kyma_gpu.reconcile.parts import Recorder, Writer
 from kyma_gpu.status.deletion import PODS_SHOWN, without_pod_names, workloads_wait
 from kyma_gpu.status.events import EventType, GpuEvent, GpuRef, News, event_for

@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 
 from kyma_gpu.facts import node_facts
+from kyma_gpu.facts.gpu import gpu_object
 from kyma_gpu.observe.sources import CRDS, DAEMONSETS, FLUX, NODES, PODS, flux_facts
 from kyma_gpu.observe.store import Entry, Store, version_of
 from kyma_gpu.plan import Origins
 from kyma_gpu.plan.provision import PROVIDED_LABEL, REQUIRED_APIS, SHARD, SHARD_LABEL, CrdFacts
 from kyma_gpu.reconcile.loop import GPUS, Loop
-from kyma_gpu.reconcile.machine import FINALIZER, Phase, gpu_object
+from kyma_gpu.reconcile.machine import FINALIZER, Phase
 from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status import ClusterPolicyFacts, daemonset_facts

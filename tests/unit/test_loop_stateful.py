@@ -39,11 +39,12 @@ from hypothesis.stateful import (
 )
 
 from kyma_gpu.facts import node_facts
+from kyma_gpu.facts.gpu import GpuObject
 from kyma_gpu.observe.sources import CRDS, FLUX, NODES, PODS
 from kyma_gpu.observe.store import Entry, version_of
 from kyma_gpu.plan.provision import MARKER_CRD, PROVIDED_LABEL, bundle_crds
 from kyma_gpu.reconcile.loop import Done
-from kyma_gpu.reconcile.machine import FINALIZER, GpuObject, Step
+from kyma_gpu.reconcile.machine import FINALIZER, Step
 from kyma_gpu.rules.catalog import Catalog
 from tests.unit.builders import node
 from tests.unit.test_loop import World, new_world

@@ -27,6 +27,7 @@ from kyma_gpu.adapter import ObjectRef
 from kyma_gpu.api.models import GpuSpec
 from kyma_gpu.errors import ApiError
 from kyma_gpu.facts import ClusterFacts
+from kyma_gpu.facts.gpu import GpuObject
 from kyma_gpu.metrics import ErrorKind, Metrics, PoolGpus, Scraped
 from kyma_gpu.observe.informer import freeze_heap
 from kyma_gpu.observe.sources import (
@@ -61,14 +62,12 @@ from kyma_gpu.reconcile.machine import (
     Apply,
     Delete,
     Failure,
-    GpuObject,
     Inputs,
     ListFlux,
     MarkNodes,
     Phase,
     RemoveFinalizer,
     RemoveFlux,
-    Snapshot,
     Step,
     decide,
 )
@@ -86,6 +85,7 @@ from kyma_gpu.reconcile.parts import (
 from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status.events import GpuEvent
+from kyma_gpu.status.gpu import Snapshot
 from kyma_gpu.status.remediation import NodeWrite
 
 __all__ = ["GPUS", "Done", "Loop", "Writer", "flux_api", "now", "snapshot"]

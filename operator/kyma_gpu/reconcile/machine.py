@@ -27,11 +27,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from kyma_gpu.api.admission import admission_message
 from kyma_gpu.api.conditions import ConditionType, ReadyReason
 from kyma_gpu.api.models import (
     SINGLETON_NAME,
-    Condition,
     GpuSpec,
     GpuState,
     GpuStatus,
@@ -39,6 +37,7 @@ from kyma_gpu.api.models import (
     Remediation,
 )
 from kyma_gpu.facts import ClusterFacts, NodeFacts, cluster_facts
+from kyma_gpu.facts.gpu import GpuObject
 from kyma_gpu.plan import Origins, Owner, Plan
 from kyma_gpu.plan.actions import Actions, LiveObject, plan_actions
 from kyma_gpu.plan.provision import (
@@ -52,29 +51,21 @@ from kyma_gpu.plan.provision import (
     bundle_current,
     bundle_hash,
     bundle_workloads,
-    external_flux,
     hand_over_message,
     removal,
     shard,
     verdict,
 )
-from kyma_gpu.status import (
-    ClusterPolicyFacts,
-    DaemonSetFacts,
-    HelmReleaseFacts,
-    Observed,
-    PullFailure,
-)
-from kyma_gpu.status import aggregate as aggregate_status
-from kyma_gpu.status.aggregate import plan_health, stamp
-from kyma_gpu.status.deletion import (
-    SKIP_PROTECTION_ANNOTATION,
-    Deleting,
-    Uninstall,
-    uninstall_of,
-)
+from kyma_gpu.status.aggregate import plan_health
+from kyma_gpu.status.deletion import Deleting, Uninstall, uninstall_of
 from kyma_gpu.status.events import EventType, GpuEvent
-from kyma_gpu.status.flux import with_flux
+from kyma_gpu.status.gpu import (
+    Snapshot,
+    error_status,
+    gpu_status,
+    invalid_status,
+    refused_status,
+)
 from kyma_gpu.status.health import Health
 from kyma_gpu.status.remediation import NodeWrite, marks_key, node_writes
 
@@ -99,63 +90,6 @@ class Phase(StrEnum):
     MARKING_NODES = "MarkingNodes"
     REMOVING_FLUX = "RemovingFlux"
     RELEASED = "Released"
-
-
-@dataclass(frozen=True, slots=True)
-class GpuObject:
-    """The compact facts of a Gpu: what the machine reads of it."""
-
-    name: str
-    uid: str
-    generation: int | None
-    resource_version: str
-    spec: Mapping[str, Any]
-    status: Mapping[str, Any]
-    deleting: bool
-    finalizers: tuple[str, ...]
-    skip_protection: bool = False
-    """The annotation that lets a deletion go ahead while pods use GPUs."""
-
-
-def gpu_object(body: Mapping[str, Any]) -> GpuObject:
-    meta = body.get("metadata") or {}
-    generation = meta.get("generation")
-    return GpuObject(
-        name=str(meta.get("name", "")),
-        uid=str(meta.get("uid", "")),
-        generation=generation if isinstance(generation, int) else None,
-        resource_version=str(meta.get("resourceVersion", "")),
-        spec=dict(body.get("spec") or {}),
-        status=dict(body.get("status") or {}),
-        deleting=bool(meta.get("deletionTimestamp")),
-        finalizers=tuple(str(f) for f in meta.get("finalizers") or ()),
-        skip_protection=(meta.get("annotations") or {}).get(SKIP_PROTECTION_ANNOTATION) == "true",
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    """What the observers hold right now, flattened."""
-
-    nodes: tuple[NodeFacts, ...] = ()
-    flux: tuple[LiveObject, ...] = ()
-    flux_status: tuple[HelmReleaseFacts, ...] = ()
-    daemonsets: tuple[DaemonSetFacts, ...] = ()
-    cluster_policy: ClusterPolicyFacts | None = None
-    gpu_cluster: ClusterPolicyFacts | None = None
-    """The DRA stack's GPUCluster gpu-cluster."""
-    gpu_workloads: tuple[str, ...] | None = None
-    image_pulls: tuple[PullFailure, ...] = ()
-    """Pods of the GPU operator's namespace that cannot pull an image."""
-    """namespace/name of running GPU pods; None while they are not observed."""
-    flux_api: FluxApi = field(default_factory=external_flux)
-    """The Flux CRDs and APIs (the default: a compatible Flux of the cluster's own)."""
-    origins: Origins = field(default_factory=Origins)
-    """The chart sources a cluster administrator allows (the watched ConfigMap): the plan's
-    input, read with the rest of the snapshot."""
-    flux_leftovers: tuple[Leftover, ...] | None = None
-    """The Flux objects of every kind and namespace (a few per kind, metadata only), listed
-    when the module's own Flux is to go; None until listed in this pass."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -506,7 +440,7 @@ def _invalid(seen: Seen, inputs: Inputs) -> Step:
     if isinstance(seen.error, ValidationError):
         return Step(Phase.INVALID, status=invalid_status(inputs.gpu, seen.error, inputs.now))
     message = str(seen.error)
-    status = _error_status(inputs.gpu, ReadyReason.PLAN_FAILED, message, inputs.now)
+    status = error_status(inputs.gpu, ReadyReason.PLAN_FAILED, message, inputs.now)
     return Step(Phase.INVALID, status=status)
 
 
@@ -524,7 +458,7 @@ def _status_only(phase: Phase) -> Build:
 
 def _flux_incompatible(seen: Seen, inputs: Inputs) -> Step:
     reason, message = ReadyReason.FLUX_INCOMPATIBLE, str(seen.error)
-    status = _error_status(inputs.gpu, reason, message, inputs.now)
+    status = error_status(inputs.gpu, reason, message, inputs.now)
     return Step(Phase.FLUX_INCOMPATIBLE, status=status)
 
 
@@ -688,6 +622,12 @@ def _safe_plan(inputs: Inputs, spec: GpuSpec) -> Plan | str:
         )
 
 
+def _status(
+    inputs: Inputs, plan: Plan, error: str = "", uninstall: Uninstall | None = None
+) -> GpuStatus:
+    return gpu_status(inputs.gpu, inputs.snap, plan, inputs.now, error, uninstall)
+
+
 def _node_writes(inputs: Inputs, plan: Plan) -> tuple[NodeWrite, ...]:
     """GPU health remediation's writes; none (and no work) while it is off and no node carries
     a mark of the manager's."""
@@ -736,90 +676,7 @@ def _deleting_flux(flux: Sequence[LiveObject], now: str) -> tuple[Deleting, ...]
     )
 
 
-def _status(
-    inputs: Inputs, plan: Plan, error: str = "", uninstall: Uninstall | None = None
-) -> GpuStatus:
-    snap = inputs.snap
-    observed = Observed(
-        helm_release=_find(snap.flux_status, plan.helm_release),
-        source=_find(snap.flux_status, plan.source),
-        daemonsets=snap.daemonsets,
-        cluster_policy=snap.cluster_policy,
-        gpu_cluster=snap.gpu_cluster,
-        gpu_workloads=snap.gpu_workloads or (),
-        image_pulls=snap.image_pulls,
-        nodes_without_features=tuple(n.name for n in snap.nodes if n.is_gpu and n.nfd_missing),
-        driver_upgrades=tuple(
-            (n.name, n.driver_upgrade)
-            for n in snap.nodes
-            if n.driver_upgrade is not None and n.is_gpu and not n.preinstalled_driver
-        ),
-        deleting=inputs.gpu.deleting,
-        skip_protection=inputs.gpu.skip_protection,
-        uninstall=uninstall or Uninstall(),
-        applied=not error,
-        apply_error=error,
-        driver_version_before=_str_or_none(inputs.gpu.status.get("driverVersion")),
-    )
-    previous = conditions_of(inputs.gpu.status)
-    status = aggregate_status(plan, observed, inputs.gpu.generation, previous, inputs.now)
-    return with_flux(status, verdict(snap.flux_api), previous, inputs.now)
-
-
-def _str_or_none(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _find(
-    facts: Sequence[HelmReleaseFacts], obj: Mapping[str, Any] | None
-) -> HelmReleaseFacts | None:
-    """The observed status of one planned Flux object."""
-    if obj is None:
-        return None
-    want = (obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
-    return next((f for f in facts if (f.kind, f.namespace, f.name) == want), None)
-
-
 def _key(apply: Sequence[Mapping[str, Any]], delete: Sequence[LiveObject]) -> str:
     parts = [json.dumps(obj, sort_keys=True, default=str) for obj in apply]
     parts += [f"delete {o.kind}/{o.namespace}/{o.name}" for o in delete]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
-
-
-# -- statuses of a Gpu that is not reconciled --
-
-
-def conditions_of(status: Mapping[str, Any]) -> list[Condition]:
-    out = []
-    for raw in status.get("conditions") or []:
-        try:
-            out.append(Condition.model_validate(raw))
-        except ValidationError:
-            continue
-    return out
-
-
-def _error_status(gpu: GpuObject, reason: ReadyReason, message: str, now: str) -> GpuStatus:
-    cond = Condition(
-        type=ConditionType.READY, status="False", reason=reason, message=message,
-        observed_generation=gpu.generation,
-    )  # fmt: skip
-    return GpuStatus(
-        state=GpuState.ERROR,
-        message=message,
-        observed_generation=gpu.generation,
-        conditions=stamp([cond], conditions_of(gpu.status), now),
-    )
-
-
-def refused_status(gpu: GpuObject, now: str) -> GpuStatus:
-    message = (
-        f"Gpu {gpu.name!r} is ignored: the module serves one Gpu named {SINGLETON_NAME!r}; "
-        f"delete this one and create {SINGLETON_NAME!r}"
-    )
-    return _error_status(gpu, ReadyReason.NOT_THE_SINGLETON, message, now)
-
-
-def invalid_status(gpu: GpuObject, err: ValidationError, now: str) -> GpuStatus:
-    """In the API server's words: an old Gpu may predate a rule that admission now enforces."""
-    return _error_status(gpu, ReadyReason.INVALID_SPEC, admission_message(err), now)

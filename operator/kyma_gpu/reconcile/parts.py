@@ -26,12 +26,13 @@ from kyma_gpu.adapter import ObjectRef
 from kyma_gpu.api.models import GpuStatus
 from kyma_gpu.api.resources import FLUX_KINDS
 from kyma_gpu.errors import ApiError, PermanentError
+from kyma_gpu.facts.gpu import GpuObject, gpu_object
 from kyma_gpu.metrics import ErrorKind
 from kyma_gpu.observe.sources import CRDS, NODES, flux_facts
 from kyma_gpu.observe.store import Entry, Resource, Store, version_of
 from kyma_gpu.plan.actions import LiveObject, live_object, missing
 from kyma_gpu.plan.provision import crd_facts
-from kyma_gpu.reconcile.machine import Failure, GpuObject, gpu_object
+from kyma_gpu.reconcile.machine import Failure
 from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.status.events import (
     EVENT_WINDOW_SECONDS,

@@ -22,9 +22,8 @@ from kyma_gpu.api.conditions import (
     UninstallReason,
     WorkloadsReason,
 )
-from kyma_gpu.api.models import ConditionStatus, GpuState
+from kyma_gpu.api.models import SKIP_PROTECTION_ANNOTATION, ConditionStatus, GpuState
 
-SKIP_PROTECTION_ANNOTATION = "gpu.kyma-project.io/skip-workload-protection"
 UNINSTALL_GRACE_SECONDS = 60.0
 """Added to the HelmRelease's uninstall timeout before a deletion counts as stalled."""
 DEFAULT_UNINSTALL_TIMEOUT = "5m"

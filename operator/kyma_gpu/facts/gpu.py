@@ -1,0 +1,41 @@
+"""The Gpu's compact facts: what the reconcile machine reads of a Gpu object. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kyma_gpu.api.models import SKIP_PROTECTION_ANNOTATION
+
+
+@dataclass(frozen=True, slots=True)
+class GpuObject:
+    """The compact facts of a Gpu: what the machine reads of it."""
+
+    name: str
+    uid: str
+    generation: int | None
+    resource_version: str
+    spec: Mapping[str, Any]
+    status: Mapping[str, Any]
+    deleting: bool
+    finalizers: tuple[str, ...]
+    skip_protection: bool = False
+    """The annotation that lets a deletion go ahead while pods use GPUs."""
+
+
+def gpu_object(body: Mapping[str, Any]) -> GpuObject:
+    meta = body.get("metadata") or {}
+    generation = meta.get("generation")
+    return GpuObject(
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
+        generation=generation if isinstance(generation, int) else None,
+        resource_version=str(meta.get("resourceVersion", "")),
+        spec=dict(body.get("spec") or {}),
+        status=dict(body.get("status") or {}),
+        deleting=bool(meta.get("deletionTimestamp")),
+        finalizers=tuple(str(f) for f in meta.get("finalizers") or ()),
+        skip_protection=(meta.get("annotations") or {}).get(SKIP_PROTECTION_ANNOTATION) == "true",
+    )

@@ -1,0 +1,143 @@
+"""The Gpu's status: assembled from the plan and a snapshot of what is observed, or the
+error status of a Gpu that is not reconciled. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from kyma_gpu.api.admission import admission_message
+from kyma_gpu.api.conditions import ConditionType, ReadyReason
+from kyma_gpu.api.models import SINGLETON_NAME, Condition, GpuState, GpuStatus
+from kyma_gpu.facts import NodeFacts
+from kyma_gpu.facts.gpu import GpuObject
+from kyma_gpu.plan import Origins, Plan
+from kyma_gpu.plan.actions import LiveObject
+from kyma_gpu.plan.provision import FluxApi, Leftover, external_flux, verdict
+from kyma_gpu.status.aggregate import Observed, stamp
+from kyma_gpu.status.aggregate import aggregate as aggregate_status
+from kyma_gpu.status.deletion import Uninstall
+from kyma_gpu.status.flux import with_flux
+from kyma_gpu.status.observed import (
+    ClusterPolicyFacts,
+    DaemonSetFacts,
+    HelmReleaseFacts,
+    PullFailure,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What the observers hold right now, flattened."""
+
+    nodes: tuple[NodeFacts, ...] = ()
+    flux: tuple[LiveObject, ...] = ()
+    flux_status: tuple[HelmReleaseFacts, ...] = ()
+    daemonsets: tuple[DaemonSetFacts, ...] = ()
+    cluster_policy: ClusterPolicyFacts | None = None
+    gpu_cluster: ClusterPolicyFacts | None = None
+    """The DRA stack's GPUCluster gpu-cluster."""
+    gpu_workloads: tuple[str, ...] | None = None
+    image_pulls: tuple[PullFailure, ...] = ()
+    """Pods of the GPU operator's namespace that cannot pull an image."""
+    """namespace/name of running GPU pods; None while they are not observed."""
+    flux_api: FluxApi = field(default_factory=external_flux)
+    """The Flux CRDs and APIs (the default: a compatible Flux of the cluster's own)."""
+    origins: Origins = field(default_factory=Origins)
+    """The chart sources a cluster administrator allows (the watched ConfigMap): the plan's
+    input, read with the rest of the snapshot."""
+    flux_leftovers: tuple[Leftover, ...] | None = None
+    """The Flux objects of every kind and namespace (a few per kind, metadata only), listed
+    when the module's own Flux is to go; None until listed in this pass."""
+
+
+def gpu_status(
+    gpu: GpuObject,
+    snap: Snapshot,
+    plan: Plan,
+    now: str,
+    error: str = "",
+    uninstall: Uninstall | None = None,
+) -> GpuStatus:
+    """The status of a Gpu the module reconciles: the plan and what is observed of it, the
+    Gpu's previous conditions (their transition times), and the Flux verdict."""
+    observed = Observed(
+        helm_release=_find(snap.flux_status, plan.helm_release),
+        source=_find(snap.flux_status, plan.source),
+        daemonsets=snap.daemonsets,
+        cluster_policy=snap.cluster_policy,
+        gpu_cluster=snap.gpu_cluster,
+        gpu_workloads=snap.gpu_workloads or (),
+        image_pulls=snap.image_pulls,
+        nodes_without_features=tuple(n.name for n in snap.nodes if n.is_gpu and n.nfd_missing),
+        driver_upgrades=tuple(
+            (n.name, n.driver_upgrade)
+            for n in snap.nodes
+            if n.driver_upgrade is not None and n.is_gpu and not n.preinstalled_driver
+        ),
+        deleting=gpu.deleting,
+        skip_protection=gpu.skip_protection,
+        uninstall=uninstall or Uninstall(),
+        applied=not error,
+        apply_error=error,
+        driver_version_before=_str_or_none(gpu.status.get("driverVersion")),
+    )
+    previous = conditions_of(gpu.status)
+    status = aggregate_status(plan, observed, gpu.generation, previous, now)
+    return with_flux(status, verdict(snap.flux_api), previous, now)
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _find(
+    facts: Sequence[HelmReleaseFacts], obj: Mapping[str, Any] | None
+) -> HelmReleaseFacts | None:
+    """The observed status of one planned Flux object."""
+    if obj is None:
+        return None
+    want = (obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
+    return next((f for f in facts if (f.kind, f.namespace, f.name) == want), None)
+
+
+# -- statuses of a Gpu that is not reconciled --
+
+
+def conditions_of(status: Mapping[str, Any]) -> list[Condition]:
+    out = []
+    for raw in status.get("conditions") or []:
+        try:
+            out.append(Condition.model_validate(raw))
+        except ValidationError:
+            continue
+    return out
+
+
+def error_status(gpu: GpuObject, reason: ReadyReason, message: str, now: str) -> GpuStatus:
+    cond = Condition(
+        type=ConditionType.READY, status="False", reason=reason, message=message,
+        observed_generation=gpu.generation,
+    )  # fmt: skip
+    return GpuStatus(
+        state=GpuState.ERROR,
+        message=message,
+        observed_generation=gpu.generation,
+        conditions=stamp([cond], conditions_of(gpu.status), now),
+    )
+
+
+def refused_status(gpu: GpuObject, now: str) -> GpuStatus:
+    message = (
+        f"Gpu {gpu.name!r} is ignored: the module serves one Gpu named {SINGLETON_NAME!r}; "
+        f"delete this one and create {SINGLETON_NAME!r}"
+    )
+    return error_status(gpu, ReadyReason.NOT_THE_SINGLETON, message, now)
+
+
+def invalid_status(gpu: GpuObject, err: ValidationError, now: str) -> GpuStatus:
+    """In the API server's words: an old Gpu may predate a rule that admission now enforces."""
+    return error_status(gpu, ReadyReason.INVALID_SPEC, admission_message(err), now)
