@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 
 from kyma_gpu.facts import node_facts
-from kyma_gpu.facts.gpu import gpu_object
+from kyma_gpu.facts.gpu import GpuObject, gpu_object
 from kyma_gpu.observe.sources import CRDS, DAEMONSETS, FLUX, NODES, PODS, flux_facts
 from kyma_gpu.observe.store import Entry, Store, version_of
 from kyma_gpu.plan import Origins
 from kyma_gpu.plan.provision import PROVIDED_LABEL, REQUIRED_APIS, SHARD, SHARD_LABEL, CrdFacts
 from kyma_gpu.reconcile.loop import GPUS, Loop
-from kyma_gpu.reconcile.machine import FINALIZER, Phase
+from kyma_gpu.reconcile.machine import FINALIZER, Phase, Step
 from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status import ClusterPolicyFacts, daemonset_facts
@@ -31,6 +31,8 @@ class World:
     api: FakeApi
     store: Store
     pods_wanted: list[bool]
+    phases: dict[str, Phase] = dataclasses.field(default_factory=dict)
+    """The phase each Gpu's last reconcile ended in (recorded around Loop.reconcile)."""
 
     def sync_gpu(self) -> None:
         obj = gpu_object(self.api.gpu)
@@ -53,7 +55,7 @@ class World:
 
     @property
     def last_phase(self) -> Phase:
-        return next(iter(self.loop.last_phase.values()))
+        return next(iter(self.phases.values()))
 
     def flux_says(self, kind: str, ready: bool = True, **status: Any) -> None:
         """helm-controller/source-controller reconciled the object (its status changes)."""
@@ -93,6 +95,14 @@ def new_world(
     loop = Loop(store, api, catalog, watch_pods=wanted.append,
                 settings=settings or LoopSettings(status_seconds=0.0))  # fmt: skip
     world = World(loop, api, store, wanted)
+    reconcile = loop.reconcile
+
+    async def recorded(gpu: GpuObject) -> Step:
+        step = await reconcile(gpu)
+        world.phases[gpu.name] = step.phase
+        return step
+
+    loop.reconcile = recorded  # type: ignore[method-assign]
     world.sync_gpu()
     return world
 

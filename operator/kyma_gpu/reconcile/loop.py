@@ -65,7 +65,6 @@ from kyma_gpu.reconcile.machine import (
     Inputs,
     ListFlux,
     MarkNodes,
-    Phase,
     RemoveFinalizer,
     RemoveFlux,
     Step,
@@ -176,7 +175,6 @@ class Loop:
     flux_served: tuple[bool, ...] = ()
     """Which Flux kinds are served: when that changes (Flux installed), failed writes are
     retried at once instead of at their retry time."""
-    last_phase: dict[str, Phase] = field(default_factory=dict)
     settings: LoopSettings = field(default_factory=LoopSettings)
     metrics: Metrics = field(default_factory=Metrics)
     flux_images: FluxImages = field(default_factory=FluxImages)
@@ -300,7 +298,6 @@ class Loop:
             gpu = self.store.get(GPUS, gpu.name) or gpu
             if not done.again:
                 break
-        self.last_phase[gpu.name] = step.phase
         failed = self.error_count > errors or gpu.name in self.failures
         self.metrics.reconciled(step.phase, time.monotonic() - began, failed, time.time())
         log.info("reconciled: phase=%s writes=%d in %.0f ms", step.phase, writes,

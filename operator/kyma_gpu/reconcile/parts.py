@@ -266,9 +266,9 @@ class StatusWriter:
 @dataclass
 class Retries:
     """When a failed write is tried again, by Gpu, like client-go's rate limiter (`failed` is
-    its When, `forget` its Forget, `attempts` its NumRequeues). A failure counts its attempts
-    while the same writes (the step's key) fail; transient errors wait from the front of
-    `LoopSettings.retry_seconds`, permanent ones from `permanent_from`."""
+    its When, `forget` its Forget, `Failure.attempts` its NumRequeues). A failure counts its
+    attempts while the same writes (the step's key) fail; transient errors wait from the front
+    of `LoopSettings.retry_seconds`, permanent ones from `permanent_from`."""
 
     settings: LoopSettings = field(default_factory=LoopSettings)
     failures: dict[str, Failure] = field(default_factory=dict)
@@ -286,7 +286,3 @@ class Retries:
 
     def forget(self, name: str) -> None:
         self.failures.pop(name, None)
-
-    def attempts(self, name: str) -> int:
-        failure = self.failures.get(name)
-        return failure.attempts if failure is not None else 0
