@@ -511,3 +511,22 @@ def test_the_machine_names_reasons_by_their_enums() -> None:
             args.append(call.args[1])
         literal += [ast.unparse(call) for a in args if isinstance(a, ast.Constant)]
     assert literal == []
+
+
+@pytest.mark.parametrize(
+    ("permanent", "attempts", "key", "clock", "wait", "loud"),
+    [
+        (False, 1, "k", 100.0, 30.0, False),  # a first transient failure: quiet, held back
+        (False, 2, "k", 100.0, 30.0, False),
+        (False, Failure.LOUD_AFTER, "k", 100.0, 30.0, True),  # the third: the status says so
+        (True, 1, "k", 100.0, 30.0, True),  # a permanent one at once
+        (True, 1, "k", 130.0, None, True),  # due: the writes go again
+        (True, 1, "other", 100.0, None, False),  # other writes: neither held back nor loud
+    ],
+)
+def test_the_retry_policy_of_a_failure(
+    permanent: bool, attempts: int, key: str, clock: float, wait: float | None, loud: bool
+) -> None:
+    failure = Failure("k", "boom", permanent, attempts, retry_at=130.0)
+    assert failure.wait(key, clock) == wait
+    assert failure.loud(key) is loud

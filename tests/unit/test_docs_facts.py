@@ -545,6 +545,27 @@ def test_every_image_is_one_the_module_runs_or_a_listed_one(doc: str) -> None:
     _fail(problems, "images the module does not run")
 
 
+ORDINALS = {2: "second", 3: "third", 4: "fourth", 5: "fifth"}
+
+
+def test_the_retry_figures_are_the_settings() -> None:
+    """architecture.md and troubleshooting.md give the retry delays and when a failure shows."""
+    from kyma_gpu.reconcile.machine import Failure
+    from kyma_gpu.reconcile.settings import LoopSettings
+
+    settings = LoopSettings()
+    delays = [f"{d:g}" for d in settings.retry_seconds]
+    permanent = delays[settings.permanent_from :]
+    arch = " ".join(line for _, line in prose("docs/architecture.md"))
+    assert f"retried after {', '.join(delays)} s (transient) or {', '.join(permanent)} s" in arch
+    loud = f"only from the {ORDINALS[Failure.LOUD_AFTER]}"
+    assert loud in arch
+    trouble = " ".join(line for _, line in prose("docs/troubleshooting.md"))
+    quiet = delays[: settings.permanent_from]
+    assert f"after {permanent[0]} s, then every {permanent[-1]} s" in trouble
+    assert f"retried sooner, after {', '.join(quiet)} s, and reach the status {loud}" in trouble
+
+
 def test_make_help_names_the_scale_benchmarks_default_sizes() -> None:
     makefile = (REPO / "Makefile").read_text(encoding="utf-8")
     (line,) = [x for x in makefile.splitlines() if x.startswith("bench-scale:")]

@@ -173,11 +173,11 @@ def test_a_transient_failure_is_retried_quietly(world: World) -> None:
     assert requeue is not None
     assert 0 < requeue <= 1.5
     assert world.api.writes() == ["apply HelmRelease"]  # no status for one throttled write
-    failure = world.loop.failures["gpu"]
-    world.loop.failures["gpu"] = dataclasses.replace(failure, retry_at=0.0)
+    failure = world.loop.retries.failures["gpu"]
+    world.loop.retries.failures["gpu"] = dataclasses.replace(failure, retry_at=0.0)
     asyncio.run(world.loop.run_pass())
     assert world.api.writes() == ["apply HelmRelease", "status"]
-    assert "gpu" not in world.loop.failures
+    assert "gpu" not in world.loop.retries.failures
 
 
 def test_a_permanent_failure_shows_in_status_and_waits(world: World) -> None:
@@ -201,7 +201,7 @@ def test_a_finalizer_conflict_is_retried(world: World) -> None:
     world.api.gpu["metadata"]["resourceVersion"] = "999"  # the store's copy is older
     asyncio.run(world.loop.run_pass())
     assert world.last_phase is Phase.FAILED
-    assert world.loop.failures["gpu"].permanent is False
+    assert world.loop.retries.failures["gpu"].permanent is False
 
 
 def test_deletion_waits_for_gpu_pods_then_uninstalls_then_releases(world: World) -> None:

@@ -17,18 +17,20 @@ def test_a_failed_removal_waits_for_its_retry_and_counts_its_attempts(catalog: C
     assert world.run() is Phase.FAILED
     assert len(world.api.calls) == 1
     assert world.api.calls[0].startswith("delete ")
-    assert world.loop.failures["gpu"].attempts == 1
+    assert world.loop.retries.failures["gpu"].attempts == 1
     assert world.run() is Phase.FAILED
     assert world.api.calls == []  # not before its retry time: the list waits too
     world.api.fail = [503]
-    failure = world.loop.failures["gpu"]
-    world.loop.failures["gpu"] = dataclasses.replace(failure, retry_at=0.0)
+    failure = world.loop.retries.failures["gpu"]
+    world.loop.retries.failures["gpu"] = dataclasses.replace(failure, retry_at=0.0)
     assert world.run() is Phase.FAILED
-    assert world.loop.failures["gpu"].attempts == 2  # the list between did not reset it
-    world.loop.failures["gpu"] = dataclasses.replace(world.loop.failures["gpu"], retry_at=0.0)
+    assert world.loop.retries.failures["gpu"].attempts == 2  # the list between did not reset it
+    world.loop.retries.failures["gpu"] = dataclasses.replace(
+        world.loop.retries.failures["gpu"], retry_at=0.0
+    )
     assert world.run() is Phase.RELEASED
     assert world.api.calls[-1] == "finalizers"
-    assert "gpu" not in world.loop.failures
+    assert "gpu" not in world.loop.retries.failures
 
 
 def test_a_removal_that_waits_lists_again_on_the_next_pass(catalog: Catalog) -> None:

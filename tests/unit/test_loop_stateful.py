@@ -158,8 +158,8 @@ class LoopMachine(RuleBasedStateMachine):
 
     @rule()
     def retries_are_due(self) -> None:
-        for name, failure in self.world.loop.failures.items():
-            self.world.loop.failures[name] = dataclasses.replace(failure, retry_at=0.0)
+        for name, failure in self.world.loop.retries.failures.items():
+            self.world.loop.retries.failures[name] = dataclasses.replace(failure, retry_at=0.0)
 
     @precondition(lambda self: self.had_finalizer and not self.deleting)
     @rule(skip=st.booleans())

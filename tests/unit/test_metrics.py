@@ -149,7 +149,7 @@ def test_the_loop_counts_reconciles_errors_and_reads_the_store(catalog: Catalog)
     found = samples(metrics)
     assert value(found, "kyma_gpu_reconcile_errors_total", kind="transient") == 1
     assert value(found, "kyma_gpu_last_successful_reconcile_timestamp_seconds") is None
-    world.loop.failures.clear()  # the retry is due
+    world.loop.retries.failures.clear()  # the retry is due
     began = time.time()
     world.run()
     found = samples(metrics)

@@ -61,7 +61,6 @@ from kyma_gpu.reconcile.machine import (
     AddFinalizer,
     Apply,
     Delete,
-    Failure,
     Inputs,
     ListFlux,
     MarkNodes,
@@ -196,11 +195,6 @@ class Loop:
         self.status = StatusWriter(self.writer, self.write_back, self.recorder, self._error,
                                    self.settings)  # fmt: skip
 
-    @property
-    def failures(self) -> dict[str, Failure]:
-        """The last failed write of each Gpu (Retries)."""
-        return self.retries.failures
-
     def plan(self, spec: GpuSpec, facts: ClusterFacts, owner: Owner, origins: Origins) -> Plan:
         key = (spec.model_dump_json(), facts, owner, origins.key)
         cached = self.plans.get(key)
@@ -272,7 +266,7 @@ class Loop:
         served = tuple(not self.store.collection(plural).absent for plural in FLUX_RESOURCES)
         if served != self.flux_served:
             self.flux_served = served
-            self.failures.clear()
+            self.retries.reset()
         for gpu in list(self.store.facts(GPUS)):
             step = await self.reconcile(gpu)
             want_pods = want_pods or step.watch_pods
@@ -290,7 +284,7 @@ class Loop:
         for _ in range(self.settings.max_steps):
             snap = replace(snapshot(self.store, self.write_back.as_applied, self.origins()),
                            flux_leftovers=self.flux_leftovers.get(gpu.name))  # fmt: skip
-            step = decide(Inputs(gpu, snap, self.plan, self.failures.get(gpu.name),
+            step = decide(Inputs(gpu, snap, self.plan, self.retries.last(gpu.name),
                                  time.monotonic(), now(), self.flux_images, self.module_namespace,
                                  self.settings.removal_wait_seconds))  # fmt: skip
             done = await self.perform(gpu, step)
@@ -298,7 +292,7 @@ class Loop:
             gpu = self.store.get(GPUS, gpu.name) or gpu
             if not done.again:
                 break
-        failed = self.error_count > errors or gpu.name in self.failures
+        failed = self.error_count > errors or self.retries.last(gpu.name) is not None
         self.metrics.reconciled(step.phase, time.monotonic() - began, failed, time.time())
         log.info("reconciled: phase=%s writes=%d in %.0f ms", step.phase, writes,
                  (time.monotonic() - began) * 1000)  # fmt: skip

@@ -70,8 +70,6 @@ from kyma_gpu.status.health import Health
 from kyma_gpu.status.remediation import NodeWrite, marks_key, node_writes
 
 FINALIZER = "gpu.kyma-project.io/finalizer"
-TRANSIENT_RETRIES_BEFORE_STATUS = 3
-"""A conflict or a throttled write is retried quietly; only repeated failures reach status."""
 
 
 class Phase(StrEnum):
@@ -94,13 +92,33 @@ class Phase(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Failure:
-    """The last write that failed, and for which actions."""
+    """The last write of a Gpu that failed, and the retry policy's answers about it: whether it
+    holds a step back (`wait`) and whether the status says so (`loud`). reconcile/parts.py's
+    `Retries` records failures, and forgets them when a write goes through."""
 
     key: str
+    """The step's key: the writes that failed (`Step.key`)."""
     error: str
     permanent: bool
+    """Only a change mends it (403, 422, 404 without Flux); else a conflict, a throttle, ..."""
     attempts: int
+    """How often these writes failed in a row."""
     retry_at: float
+    """Monotonic seconds: when they may be tried again."""
+
+    LOUD_AFTER = 3
+    """A transient failure is retried quietly; from this attempt on, the status shows it."""
+
+    def wait(self, key: str, clock: float) -> float | None:
+        """Seconds until the writes of `key` may go again; None: now (or another's failure)."""
+        if key != self.key or clock >= self.retry_at:
+            return None
+        return self.retry_at - clock
+
+    def loud(self, key: str) -> bool:
+        """The status shows the failure of the writes of `key`: at once when it is permanent,
+        from the `LOUD_AFTER`th attempt when it is transient."""
+        return key == self.key and (self.permanent or self.attempts >= self.LOUD_AFTER)
 
 
 class EventReason(StrEnum):
@@ -578,13 +596,11 @@ def decide(inputs: Inputs) -> Step:
     row = ROWS[seen.situation]
     step = replace(row.build(seen, inputs), watch_pods=seen.protect)
     failed = inputs.failure
-    if not row.retried or failed is None or failed.key != step.key:
-        return step
-    if inputs.clock >= failed.retry_at:
+    wait = failed.wait(step.key, inputs.clock) if row.retried and failed is not None else None
+    if wait is None:
         return step
     return Step(Phase.FAILED, status=step.status_if_failed or step.status,
-                watch_pods=step.watch_pods,
-                requeue_after=failed.retry_at - inputs.clock)  # fmt: skip
+                watch_pods=step.watch_pods, requeue_after=wait)  # fmt: skip
 
 
 def phase_table() -> str:
@@ -640,11 +656,9 @@ def _node_writes(inputs: Inputs, plan: Plan) -> tuple[NodeWrite, ...]:
 def _loud_status(inputs: Inputs, plan: Plan, key: str) -> GpuStatus | None:
     """The status of a failed write: after repeated transient failures, or a permanent one."""
     failed = inputs.failure
-    if failed is None or failed.key != key:
+    if failed is None or not failed.loud(key):
         return None
-    if failed.permanent or failed.attempts >= TRANSIENT_RETRIES_BEFORE_STATUS:
-        return _status(inputs, plan, error=failed.error)
-    return None
+    return _status(inputs, plan, error=failed.error)
 
 
 def _cleared_marks(nodes: Sequence[NodeFacts]) -> tuple[NodeWrite, ...]:

@@ -285,4 +285,14 @@ class Retries:
         return failure
 
     def forget(self, name: str) -> None:
+        """A write of the Gpu went through."""
         self.failures.pop(name, None)
+
+    def reset(self) -> None:
+        """The world changed under every failure (the served Flux kinds: Flux installed or
+        removed): try each at once instead of at its retry time."""
+        self.failures.clear()
+
+    def last(self, name: str) -> Failure | None:
+        """The Gpu's last failed write, for `decide`."""
+        return self.failures.get(name)
