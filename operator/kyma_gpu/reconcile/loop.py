@@ -62,7 +62,6 @@ from kyma_gpu.reconcile.machine import (
     Apply,
     Delete,
     Inputs,
-    ListFlux,
     MarkNodes,
     RemoveFinalizer,
     RemoveFlux,
@@ -146,11 +145,14 @@ class Done:
     """What carrying one step out did."""
 
     writes: int = 0
-    """Requests made, a failed one included."""
+    """Write requests made, a failed one included."""
     again: bool = False
-    """Decide again at once: the step's action went through (its answers are in the store) or
-    failed (the status of the failure is the next step's). A step that only wrote a status,
-    or wrote nothing, ends the pass."""
+    """Decide again at once: the step's action or read went through (its answers are in the
+    store, or in `leftovers`) or failed (the status of the failure is the next step's). A step
+    that only wrote a status, or wrote nothing, ends the pass."""
+    reads: int = 0
+    leftovers: tuple[Leftover, ...] | None = None
+    """What the step's ListFlux found: the next snapshot's `flux_leftovers`."""
 
 
 @dataclass
@@ -181,8 +183,6 @@ class Loop:
     environment)."""
     error_count: int = 0
     """Failed writes and failed passes so far: a reconcile that adds one did not succeed."""
-    flux_leftovers: dict[str, tuple[Leftover, ...]] = field(default_factory=dict)
-    """What ListFlux found, by Gpu name: valid for the pass that listed it only."""
     write_back: WriteBack = field(init=False)
     recorder: Recorder = field(init=False)
     status: StatusWriter = field(init=False)
@@ -279,31 +279,34 @@ class Loop:
 
     async def reconcile(self, gpu: GpuObject) -> Step:
         """Steps until one has nothing left to write; logs the pass."""
-        began, writes, errors = time.monotonic(), 0, self.error_count
-        self.flux_leftovers.pop(gpu.name, None)
+        began, writes, reads, errors = time.monotonic(), 0, 0, self.error_count
+        leftovers: tuple[Leftover, ...] | None = None  # a read of this pass, for its snapshots
         for _ in range(self.settings.max_steps):
             snap = replace(snapshot(self.store, self.write_back.as_applied, self.origins()),
-                           flux_leftovers=self.flux_leftovers.get(gpu.name))  # fmt: skip
+                           flux_leftovers=leftovers)  # fmt: skip
             step = decide(Inputs(gpu, snap, self.plan, self.retries.last(gpu.name),
                                  time.monotonic(), now(), self.flux_images, self.module_namespace,
                                  self.settings.removal_wait_seconds))  # fmt: skip
             done = await self.perform(gpu, step)
-            writes += done.writes
+            writes, reads = writes + done.writes, reads + done.reads
+            leftovers = done.leftovers if done.leftovers is not None else leftovers
             gpu = self.store.get(GPUS, gpu.name) or gpu
             if not done.again:
                 break
         failed = self.error_count > errors or self.retries.last(gpu.name) is not None
         self.metrics.reconciled(step.phase, time.monotonic() - began, failed, time.time())
-        log.info("reconciled: phase=%s writes=%d in %.0f ms", step.phase, writes,
+        log.info("reconciled: phase=%s writes=%d reads=%d in %.0f ms", step.phase, writes, reads,
                  (time.monotonic() - began) * 1000)  # fmt: skip
         return step
 
     # -- carrying a step out --
 
     async def perform(self, gpu: GpuObject, step: Step) -> Done:
-        """The step's action, then its status."""
+        """The step's read, or its action and then its status."""
         if not self.may_write():
             return Done()
+        if step.read is not None:
+            return await self._read(gpu, step)
         acted = 0
         if step.action is not None:
             try:
@@ -311,10 +314,20 @@ class Loop:
             except ApiError as err:
                 self._failed(gpu, step, err)
                 return Done(1, again=True)  # the status of the failure is the next step's
-            if not isinstance(step.action, ListFlux):  # a read: the removal may still fail
-                self.retries.forget(gpu.name)
+            self.retries.forget(gpu.name)
         wrote = step.status is not None and await self.status.write(gpu, step.status)
         return Done(acted + wrote, again=acted > 0)
+
+    async def _read(self, gpu: GpuObject, step: Step) -> Done:
+        """What the next snapshot needs and no observer watches (ListFlux). A failed read is
+        held back like a failed write; one that goes through does not end a failure: the
+        writes it leads to may still fail."""
+        try:
+            found = await self._list_flux()
+        except ApiError as err:
+            self._failed(gpu, step, err)
+            return Done(reads=1, again=True)
+        return Done(reads=1, again=True, leftovers=found)
 
     async def _act(self, gpu: GpuObject, action: Action) -> int:
         """Carries one action out. Returns how many requests it made."""
@@ -334,9 +347,6 @@ class Loop:
                 for live in objects:
                     await self._delete(live)
                 return len(objects)
-            case ListFlux():
-                self.flux_leftovers[gpu.name] = await self._list_flux()
-                return 1
             case MarkNodes(writes):
                 return await self._mark(writes)
             case RemoveFlux():

@@ -153,8 +153,9 @@ class Delete:
 
 @dataclass(frozen=True, slots=True)
 class ListFlux:
-    """List the Flux objects of every kind (metadata only) into `Snapshot.flux_leftovers`: a
-    read, for the decision how the module's own Flux goes."""
+    """A read, not a write: list the Flux objects of every kind (metadata only) for the
+    snapshot the next decision reads (`Snapshot.flux_leftovers`): how the module's own Flux
+    goes depends on them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,14 +182,18 @@ class MarkNodes:
     writes: tuple[NodeWrite, ...]
 
 
-Action = AddFinalizer | Apply | Delete | ListFlux | RemoveFlux | RemoveFinalizer | MarkNodes
+Action = AddFinalizer | Apply | Delete | RemoveFlux | RemoveFinalizer | MarkNodes
+Read = ListFlux
 
 
 @dataclass(frozen=True, slots=True)
 class Step:
     phase: Phase
     action: Action | None = None
-    """What this step carries out; None: nothing (a status at most)."""
+    """The writes this step carries out; None: nothing (a status at most)."""
+    read: Read | None = None
+    """What the next snapshot must hold that no observer watches: the loop reads it, and
+    decides again with it."""
     status: GpuStatus | None = None
     """The status the Gpu should show; None: leave it as it is."""
     watch_pods: bool = False
@@ -201,8 +206,14 @@ class Step:
 
     @property
     def writes(self) -> bool:
-        """The step carries an action out (a write, or the list that a removal needs)."""
+        """The step carries writes out."""
         return self.action is not None
+
+    @property
+    def requests(self) -> bool:
+        """The step asks the API server: writes, or a read for the next snapshot. Either can
+        fail, and is then held back until its retry (`Row.retried`)."""
+        return self.action is not None or self.read is not None
 
 
 Planner = Callable[[GpuSpec, ClusterFacts, Owner, Origins], Plan]
@@ -396,8 +407,8 @@ class Row:
     does: str
     """The step's action or status, in words."""
     retried: bool
-    """The step writes: after a failure of these writes it is Failed (the status of the failure)
-    until the retry is due, then it is tried again."""
+    """The step asks the API server (`Step.requests`): after a failure it is Failed (the status
+    of the failure) until the retry is due, then it is tried again."""
     build: Build
 
 
@@ -430,7 +441,7 @@ def _marking_nodes(seen: Seen, inputs: Inputs) -> Step:
 
 
 def _list_flux(seen: Seen, inputs: Inputs) -> Step:
-    return Step(Phase.REMOVING_FLUX, ListFlux(), key=StepKey.FLUX_REMOVE)
+    return Step(Phase.REMOVING_FLUX, read=ListFlux(), key=StepKey.FLUX_REMOVE)
 
 
 def _removal_waits(seen: Seen, inputs: Inputs) -> Step:
