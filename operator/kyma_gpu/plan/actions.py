@@ -30,10 +30,6 @@ class LiveObject:
     applied_hash: str | None = None
     """The module's spec-hash annotation: what it last applied."""
     generation: int = 0
-    as_applied: bool = False
-    """This is the answer to the module's own apply of applied_hash, and its spec has not changed
-    since (same generation): a planned field it lacks was dropped by the API server (a CRD
-    schema without it, as an older Flux has), and applying again would not bring it back."""
 
 
 def live_object(body: Mapping[str, Any]) -> LiveObject:
@@ -83,7 +79,21 @@ def missing(live: Any, desired: Any, path: str = "spec") -> list[str]:
     return paths
 
 
-def up_to_date(desired: Mapping[str, Any], live: LiveObject | None) -> bool:
+ObjectKey = tuple[str, str, str, str]
+"""API group, kind, namespace, name."""
+
+
+def object_key(live: LiveObject) -> ObjectKey:
+    return _key(live.api_version, live.kind, live.namespace, live.name)
+
+
+def up_to_date(
+    desired: Mapping[str, Any], live: LiveObject | None, as_applied: bool = False
+) -> bool:
+    """`as_applied`: the live object is the answer to the module's own apply of its
+    applied_hash, and its spec has not changed since (same generation): a planned field it
+    lacks was dropped by the API server (a CRD schema without it, as an older Flux has), and
+    applying again would not bring it back."""
     if live is None or live.deleting:
         return False
     meta = desired["metadata"]
@@ -93,7 +103,7 @@ def up_to_date(desired: Mapping[str, Any], live: LiveObject | None) -> bool:
         live.applied_hash == (meta.get("annotations") or {}).get(SPEC_HASH)
         and contains(live.labels, meta.get("labels") or {})
         and all(uid in live.owner_uids for uid in uids)
-        and (live.as_applied or contains(live.spec, desired.get("spec") or {}))
+        and (as_applied or contains(live.spec, desired.get("spec") or {}))
     )
 
 
@@ -103,13 +113,18 @@ class Actions:
     delete: tuple[LiveObject, ...]
 
 
-def _key(api_version: str, kind: str, namespace: str, name: str) -> tuple[str, str, str, str]:
+def _key(api_version: str, kind: str, namespace: str, name: str) -> ObjectKey:
     return (api_version.split("/", maxsplit=1)[0], kind, namespace, name)
 
 
-def plan_actions(desired: Sequence[Mapping[str, Any]], live: Sequence[LiveObject]) -> Actions:
+def plan_actions(
+    desired: Sequence[Mapping[str, Any]],
+    live: Sequence[LiveObject],
+    as_applied: frozenset[ObjectKey] = frozenset(),
+) -> Actions:
     """Apply what is missing or differs; delete our own objects the plan no longer has
-    (a HelmRepository left behind after switching to an OCI source, say)."""
+    (a HelmRepository left behind after switching to an OCI source, say). `as_applied`: the
+    live objects that are still the answer to the module's own apply (see `up_to_date`)."""
     by_key = {_key(o.api_version, o.kind, o.namespace, o.name): o for o in live}
     wanted = set()
     to_apply = []
@@ -117,7 +132,7 @@ def plan_actions(desired: Sequence[Mapping[str, Any]], live: Sequence[LiveObject
         meta = obj["metadata"]
         key = _key(obj["apiVersion"], obj["kind"], meta.get("namespace", ""), meta["name"])
         wanted.add(key)
-        if not up_to_date(obj, by_key.get(key)):
+        if not up_to_date(obj, by_key.get(key), key in as_applied):
             to_apply.append(obj)
     stale = (
         tuple(o for key, o in sorted(by_key.items()) if key not in wanted and not o.deleting)

@@ -45,7 +45,7 @@ from kyma_gpu.observe.sources import (
 )
 from kyma_gpu.observe.store import Store
 from kyma_gpu.plan import Origins, Owner, Plan, make_plan
-from kyma_gpu.plan.actions import LiveObject
+from kyma_gpu.plan.actions import LiveObject, object_key
 from kyma_gpu.plan.provision import (
     BUNDLE_HASH,
     PROVIDED_LABEL,
@@ -101,15 +101,15 @@ def snapshot(
     `origins` are the chart sources allowed (the Loop's `origins()`)."""
     flux = [facts for resource in FLUX_RESOURCES for facts in store.facts(resource)]
     marks = as_applied or {}
-    live = tuple(
-        replace(obj, as_applied=True)
-        if marks.get(flux_key(obj)) == (obj.applied_hash, obj.generation)
-        else obj
+    answered = frozenset(
+        object_key(obj)
         for obj, _ in flux
+        if marks.get(flux_key(obj)) == (obj.applied_hash, obj.generation)
     )
     return Snapshot(
         nodes=tuple(store.facts(NODES)),
-        flux=live,
+        flux=tuple(obj for obj, _ in flux),
+        as_applied=answered,
         flux_status=tuple(status for _, status in flux),
         daemonsets=tuple(sorted(store.facts(DAEMONSETS), key=lambda d: d.name)),
         cluster_policy=store.get(CLUSTER_POLICIES, "cluster-policy"),

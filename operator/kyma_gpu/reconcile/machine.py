@@ -324,7 +324,7 @@ def _classify_running(inputs: Inputs, plan: Plan) -> Seen:
 def _classify_served(inputs: Inputs, plan: Plan, mode: FluxMode) -> Seen:
     """Flux is ready for the plan's objects: are they applied, and is all well?"""
     objects = shard(plan.objects) if mode is FluxMode.PROVIDED else plan.objects
-    actions = plan_actions(objects, inputs.snap.flux)
+    actions = plan_actions(objects, inputs.snap.flux, inputs.snap.as_applied)
     if actions.apply or actions.delete:
         return Seen(Situation.OBJECTS_DIFFER, plan, actions=actions)
     marks = _node_writes(inputs, plan)

@@ -15,7 +15,7 @@ from kyma_gpu.api.models import SINGLETON_NAME, Condition, GpuState, GpuStatus
 from kyma_gpu.facts import NodeFacts
 from kyma_gpu.facts.gpu import GpuObject
 from kyma_gpu.plan import Origins, Plan
-from kyma_gpu.plan.actions import LiveObject
+from kyma_gpu.plan.actions import LiveObject, ObjectKey
 from kyma_gpu.plan.provision import FluxApi, Leftover, external_flux, verdict
 from kyma_gpu.status.aggregate import Observed, stamp
 from kyma_gpu.status.aggregate import aggregate as aggregate_status
@@ -46,6 +46,9 @@ class Snapshot:
     """namespace/name of running GPU pods; None while they are not observed."""
     flux_api: FluxApi = field(default_factory=external_flux)
     """The Flux CRDs and APIs (the default: a compatible Flux of the cluster's own)."""
+    as_applied: frozenset[ObjectKey] = frozenset()
+    """The Flux objects that are still the answer to the module's own apply (the loop's
+    write-back remembers them): a planned field they lack was dropped by the API server."""
     origins: Origins = field(default_factory=Origins)
     """The chart sources a cluster administrator allows (the watched ConfigMap): the plan's
     input, read with the rest of the snapshot."""
