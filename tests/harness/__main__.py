@@ -1,8 +1,8 @@
 """Command line: start the local cluster (and Flux) and keep it up until Ctrl-C.
 
     python -m tests.harness up [--flux] [--real-node] [--nodes FILE ...] [--workdir DIR]
-    python -m tests.harness demo [--exit-when-ready]     (what `make demo` runs)
-    python -m tests.harness clean-host                   (undo what dead real nodes left)
+    python -m tests.harness demo [--exit-when-ready] [--klm]  (`make demo`, `make demo-klm`)
+    python -m tests.harness clean-host                        (undo what dead real nodes left)
 
 Run from the repository root. Without --nodes the demo fleet
 (tests/harness/fleets/demo.yaml) is created; ``--nodes`` with no file starts
@@ -12,32 +12,16 @@ a cluster without nodes.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 
-from .binaries import MissingBinaryError
+from . import cli
 from .cluster import LocalCluster
 from .flux import FluxStack
 from .nodes import DEMO_FLEET
 from .realnode import ROLE_LABEL, RealNode
-
-
-class ProgressPrinter:
-    """Progress lines with the seconds since start."""
-
-    def __init__(self, began: float) -> None:
-        self.began = began
-
-    def __call__(self, message: str) -> None:
-        print(f"[{time.monotonic() - self.began:6.1f}s] {message}", flush=True)
-
-
-def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -101,6 +85,27 @@ def _print_ready(cluster: LocalCluster, stack: FluxStack | None, node: RealNode 
     )
 
 
+@dataclass
+class _Up:
+    """What `up` started, so that whatever started is stopped again."""
+
+    cluster: LocalCluster
+    flux: FluxStack | None = None
+    node: RealNode | None = None
+
+    def check_alive(self) -> None:
+        self.cluster.check_alive()
+        if self.flux is not None:
+            self.flux.check_alive()
+
+    def stop(self) -> None:
+        if self.node is not None:
+            self.node.stop()
+        if self.flux is not None:
+            self.flux.stop()
+        self.cluster.stop()
+
+
 def up(
     flux: bool,
     nodes: Sequence[Path] | None,
@@ -108,47 +113,20 @@ def up(
     charts: Path | None,
     real_node: bool = False,
 ) -> int:
-    began = time.monotonic()
-    progress = ProgressPrinter(began)
+    progress = cli.ProgressPrinter()
     node_files = [DEMO_FLEET] if nodes is None else list(nodes)
-    cluster = LocalCluster(workdir, node_files=node_files, progress=progress)
-    stack: FluxStack | None = None
-    node: RealNode | None = None
-    signal.signal(signal.SIGTERM, _raise_interrupt)
-    # Started from a non-interactive shell with `&`, Python inherits SIGINT
-    # ignored; "Ctrl-C stops everything" should hold anyway.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        cluster.start()
+    started = _Up(LocalCluster(workdir, node_files=node_files, progress=progress))
+
+    def start() -> None:
+        cluster = started.cluster.start()
         if flux:
-            stack = FluxStack(cluster, charts_dir=charts, progress=progress).start()
+            started.flux = FluxStack(cluster, charts_dir=charts, progress=progress).start()
         if real_node:
-            node = RealNode(cluster, {ROLE_LABEL: "true"}, "default", progress=progress).start()
-        _print_ready(cluster, stack, node)
-        print("Ctrl-C stops everything.", flush=True)
-        while True:
-            cluster.check_alive()
-            if stack is not None:
-                stack.check_alive()
-            time.sleep(2)
-    except KeyboardInterrupt:
-        print("\nstopping ...", flush=True)
-        return 0
-    except MissingBinaryError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except Exception as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut teardown
-        if node is not None:
-            node.stop()
-        if stack is not None:
-            stack.stop()
-        cluster.stop()
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        print("stopped.", flush=True)
+            node = RealNode(cluster, {ROLE_LABEL: "true"}, "default", progress=progress)
+            started.node = node.start()
+        _print_ready(cluster, started.flux, started.node)
+
+    return cli.run(start, started.stop, watch=started.check_alive)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,7 +10,6 @@ helmreleases`) and the commands to look around, then waits for Ctrl-C and stops 
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 import time
@@ -19,15 +18,9 @@ from typing import Any
 
 import yaml
 
-from .binaries import (
-    CLUSTER_BINARIES,
-    FLUX_BINARIES,
-    FLUX_CLI,
-    MissingBinaryError,
-    binary,
-    require,
-)
-from .cluster import LocalCluster
+from . import cli
+from .binaries import CLUSTER_BINARIES, FLUX_BINARIES, FLUX_CLI, binary, require
+from .cluster import LocalCluster, Progress
 from .flux import FluxStack
 from .module import (
     MODULE_NAMESPACE,
@@ -39,14 +32,6 @@ from .module import (
 from .nodes import DEMO_FLEET
 
 SAMPLE = ROOT / "config" / "samples" / "gpu.yaml"
-
-
-class Progress:
-    def __init__(self) -> None:
-        self.began = time.monotonic()
-
-    def __call__(self, message: str) -> None:
-        print(f"[{time.monotonic() - self.began:6.1f}s] {message}", flush=True)
 
 
 FLUX_GETS = (
@@ -124,10 +109,6 @@ def _show_new_operands(
             progress(f"  DaemonSet {name}: {image}")
             shown = shown | {name}
     return shown
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 @dataclass
@@ -211,53 +192,21 @@ def _print_guide(cluster: LocalCluster) -> None:
     print(f"Logs (operator, Flux, control plane): {cluster.log_dir}")
 
 
-def _run_until_interrupted(stack: _Stack) -> None:
-    print("Ctrl-C stops everything.", flush=True)
-    while True:
-        stack.cluster.check_alive()
-        stack.check_operator()
-        time.sleep(2)
-
-
 def run_demo(exit_when_ready: bool = False, timeout: float = 300.0) -> int:
-    progress = Progress()
+    progress = cli.ProgressPrinter()
     stack = _Stack(LocalCluster(node_files=[DEMO_FLEET], progress=progress))
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
+
+    def start() -> None:
         flux = _start(stack, progress)
         _wait_ready(stack, flux, progress, timeout)
         _print_guide(stack.cluster)
-        if not exit_when_ready:
-            _run_until_interrupted(stack)
-        return 0
-    except KeyboardInterrupt:
-        print("\nstopping ...", flush=True)
-        return 0
-    except MissingBinaryError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except Exception as error:
-        print(f"error: {error}", file=sys.stderr)
+
+    def watch() -> None:
+        stack.cluster.check_alive()
+        stack.check_operator()
+
+    def log_tails() -> None:
         if stack.cluster.log_dir.exists():
             print(stack.cluster.log_tails(20), file=sys.stderr)
-        return 1
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        stack.stop()
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        print("stopped.", flush=True)
 
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m tests.harness demo")
-    parser.add_argument("--exit-when-ready", action="store_true",
-                        help="stop once the Gpu is Ready (for tests)")  # fmt: skip
-    args = parser.parse_args(argv)
-    return run_demo(exit_when_ready=args.exit_when_ready)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return cli.run(start, stack.stop, None if exit_when_ready else watch, on_error=log_tails)

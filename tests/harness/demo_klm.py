@@ -12,14 +12,12 @@ containerd), as on a Kyma cluster's Gardener nodes. Prints what an admin sees
 from __future__ import annotations
 
 import json
-import signal
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-from .binaries import MissingBinaryError
-from .demo import Progress, flux_cli
+from . import cli
+from .cluster import Progress
+from .demo import flux_cli
 from .klm import SKR_KYMA, SKR_NAMESPACE, Landscape
 from .module import gpu, wait_until
 
@@ -64,38 +62,18 @@ def _enable(landscape: Landscape, progress: Progress) -> None:
 
 
 def run_klm_demo(exit_when_ready: bool = False, timeout: float = 600.0) -> int:
-    progress = Progress()
+    progress = cli.ProgressPrinter()
     workdir = Path(tempfile.mkdtemp(prefix="kyma-gpu-releases-"))
     landscape = Landscape(workdir, progress=progress)
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
+
+    def start() -> None:
         landscape.start()
         _enable(landscape, progress)
         wait_until(lambda: _ready(landscape), timeout, "the Gpu and KLM's module state Ready")
         progress("Ready")
         _show(landscape)
-        if not exit_when_ready:
-            print("Ctrl-C stops everything.", flush=True)
-            while True:
-                landscape.cluster.check_alive()
-                time.sleep(2)
-        return 0
-    except KeyboardInterrupt:
-        print("\nstopping ...", flush=True)
-        return 0
-    except MissingBinaryError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except Exception as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        landscape.stop()
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        print("stopped.", flush=True)
 
+    def watch() -> None:
+        landscape.cluster.check_alive()  # the cluster is there once started
 
-def _interrupt(*_: object) -> None:
-    raise KeyboardInterrupt
+    return cli.run(start, landscape.stop, None if exit_when_ready else watch)
