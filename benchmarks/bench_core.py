@@ -32,7 +32,7 @@ from kyma_gpu.observe.store import Store
 from kyma_gpu.plan import Origins, Owner, make_plan
 from kyma_gpu.reconcile.loop import Loop
 from kyma_gpu.rules.catalog import Catalog
-from kyma_gpu.status import Observed, aggregate
+from kyma_gpu.status import Evidence, aggregate
 from kyma_gpu.status.health import gpu_health
 
 
@@ -75,7 +75,7 @@ def _unhealthy_rows(bodies: list[dict[str, Any]], catalog: Catalog, spec: GpuSpe
     plan = make_plan(spec, cfacts, catalog, owner)
     gpus = len(cfacts.gpu_nodes)
     timed(f"status aggregation, {gpus} GPU nodes unhealthy", 200,
-          lambda: aggregate(plan, Observed(), 1, (), "now"))  # fmt: skip
+          lambda: aggregate(plan, Evidence(), 1, (), "now"))  # fmt: skip
     timed(f"GPU health of {gpus} nodes judged (once per plan)", 20,
           lambda: gpu_health(plan.worker_pools))  # fmt: skip
 
@@ -101,7 +101,7 @@ def _rollout_rows(bodies: list[dict[str, Any]], catalog: Catalog, spec: GpuSpec,
     cfacts = cluster_facts(facts)
     plan = make_plan(spec, cfacts, catalog, owner)
     upgrades = tuple((n.name, n.driver_upgrade) for n in cfacts.gpu_nodes if n.driver_upgrade)
-    observed = Observed(driver_upgrades=upgrades)
+    observed = Evidence(driver_upgrades=upgrades)
     timed(f"status aggregation, {len(upgrades)} nodes in a rollout", 200,
           lambda: aggregate(plan, observed, 1, (), "now"))  # fmt: skip
     first = bodies.index(next(b for b in bodies if LABEL_DRIVER_UPGRADE in b["metadata"]["labels"]))
@@ -142,7 +142,7 @@ def main() -> None:
         lambda: loop.plan(spec, cfacts, owner, Origins()),
     )
     plan = make_plan(spec, cfacts, catalog, owner)
-    timed("status aggregation", 200, lambda: aggregate(plan, Observed(), 1, (), "now"))
+    timed("status aggregation", 200, lambda: aggregate(plan, Evidence(), 1, (), "now"))
     _rollout_rows(bodies, catalog, spec, owner)
     _unhealthy_rows(bodies, catalog, spec, owner)
 

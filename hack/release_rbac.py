@@ -43,7 +43,7 @@ import yaml
 
 from kyma_gpu.plan.narrowing import NarrowingMismatch, apply, for_version
 from kyma_gpu.rules.catalog import Catalog
-from kyma_gpu.rules.models import RuleNarrowing
+from kyma_gpu.rules.data_models import RuleNarrowing
 
 Rule = dict[str, Any]
 """One RBAC PolicyRule, as YAML writes it."""

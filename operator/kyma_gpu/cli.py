@@ -27,12 +27,12 @@ from pydantic import ValidationError
 
 from kyma_gpu import __version__
 from kyma_gpu.api.admission import unknown_fields_message
+from kyma_gpu.api.chart_sources import CONFIG_MAP_NAME
 from kyma_gpu.api.crd import crd_yaml
 from kyma_gpu.api.image_policy import images_policy_yaml
 from kyma_gpu.api.models import SINGLETON_MESSAGE, SINGLETON_NAME, Gpu, GpuSpec
 from kyma_gpu.api.policy import policy_yaml
 from kyma_gpu.api.reference import reference_markdown
-from kyma_gpu.api.sources import CONFIG_MAP_NAME
 from kyma_gpu.api.values import MAX_DEPTH
 from kyma_gpu.facts import NodeError, cluster_facts, node_facts
 from kyma_gpu.plan import Origins, Owner, Plan, Severity, Verdict, make_plan, origins_of

@@ -30,8 +30,8 @@ import kopf
 from aiohttp import web
 
 from kyma_gpu.adapter import KubeAdapter, ListQuery
+from kyma_gpu.api.chart_sources import CONFIG_MAP_NAME
 from kyma_gpu.api.models import API_GROUP, API_VERSION, PLURAL
-from kyma_gpu.api.sources import CONFIG_MAP_NAME
 from kyma_gpu.errors import ApiError
 from kyma_gpu.facts.gpu import gpu_object
 from kyma_gpu.metrics import Metrics, serve
@@ -105,7 +105,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
                 flux_images=FluxImages.from_env(os.environ),
                 origins=lambda: chart_origins(store),
                 required=(*REQUIRED, CHART_SOURCES))  # fmt: skip
-    metrics.observe(loop.observed)
+    metrics.observe(loop.scrape)
     memo.metrics_server = await _serve_metrics(memo.metrics_address, metrics, loop)
     observers.start(catalog.machine_types, namespace, catalog.defaults.target_namespace)
     memo.chart_sources = Informer(adapter, chart_sources_source(namespace), store,

@@ -58,7 +58,7 @@ _APPLY = "application/apply-patch+yaml"
 
 @dataclass(frozen=True, slots=True)
 class Scraped:
-    """What a scrape reads of the store (reconcile/loop.py `Loop.observed`)."""
+    """What a scrape reads of the store (reconcile/loop.py `Loop.scrape`)."""
 
     leader: bool
     gpu_states: Mapping[str, str] = field(default_factory=dict)

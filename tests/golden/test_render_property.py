@@ -45,8 +45,8 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from kyma_gpu.api.chart_sources import NVIDIA_REPOSITORY
 from kyma_gpu.api.models import GpuSpec
-from kyma_gpu.api.sources import NVIDIA_REPOSITORY
 from kyma_gpu.api.values import NAMING_VALUES, is_image_value
 from kyma_gpu.cli import load_gpu, load_nodes
 from kyma_gpu.facts import cluster_facts, node_facts

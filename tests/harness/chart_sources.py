@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from kyma_gpu.api.sources import CONFIG_MAP_KEY, CONFIG_MAP_NAME, NVIDIA_REPOSITORY
+from kyma_gpu.api.chart_sources import CONFIG_MAP_KEY, CONFIG_MAP_NAME, NVIDIA_REPOSITORY
 from tests.harness.cluster import LocalCluster
 
 MODULE_NAMESPACE = "kyma-system"

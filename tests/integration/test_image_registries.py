@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kyma_gpu.api.sources import (
+from kyma_gpu.api.chart_sources import (
     CONFIG_MAP_NAME,
     REGISTRIES_KEY,
     REGISTRY_NOT_ALLOWED,

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from kyma_gpu.api.sources import CONFIG_MAP_NAME, REGISTRIES_KEY
+from kyma_gpu.api.chart_sources import CONFIG_MAP_NAME, REGISTRIES_KEY
 from kyma_gpu.plan.provision import MIRROR_LABEL, FluxImages, bundle
 from tests.harness.chart_sources import NVIDIA, chart_sources_config_map
 from tests.harness.cluster import LocalCluster

@@ -26,6 +26,7 @@ import pytest
 from kyma_gpu.api.models import SKIP_PROTECTION_ANNOTATION, GpuSpec
 from kyma_gpu.facts import ClusterFacts, NodeFacts, cluster_facts, node_facts
 from kyma_gpu.facts.gpu import GpuObject, gpu_object
+from kyma_gpu.facts.stack import FluxObjectFacts, flux_object_facts
 from kyma_gpu.plan import Origins, Owner, Plan, make_plan
 from kyma_gpu.plan.actions import LiveObject, live_object
 from kyma_gpu.plan.provision import (
@@ -61,9 +62,8 @@ from kyma_gpu.reconcile.machine import (
 )
 from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.rules.catalog import Catalog
-from kyma_gpu.status import ClusterPolicyFacts, DaemonSetFacts, daemonset_facts
-from kyma_gpu.status.gpu import Snapshot
-from kyma_gpu.status.observed import HelmReleaseFacts, helm_release_facts
+from kyma_gpu.status import DaemonSetFacts, OperatorStateFacts, daemonset_facts
+from kyma_gpu.status.snapshot import Snapshot
 from tests.unit.builders import cpu_node, node
 from tests.unit.test_remediation import MARKED
 from tests.unit.test_remediation import gpu as gpu_node
@@ -119,7 +119,7 @@ def live(plan: Plan, deleting: bool = False, ready: bool = True) -> dict[str, An
     """The plan's Flux objects as the API holds them once applied (and Flux reconciled them):
     the `flux` and `flux_status` of a Snapshot."""
     objects: list[LiveObject] = []
-    status: list[HelmReleaseFacts] = []
+    status: list[FluxObjectFacts] = []
     for planned in plan.objects:
         body = dict(planned)
         meta = {**body["metadata"], "generation": 1}
@@ -133,7 +133,7 @@ def live(plan: Plan, deleting: bool = False, ready: bool = True) -> dict[str, An
         if planned["kind"] == "HelmRelease" and ready:
             body["status"]["history"] = [{"status": "deployed", "chartVersion": "v26.7.0"}]
         objects.append(live_object(body))
-        status.append(helm_release_facts(body))
+        status.append(flux_object_facts(body))
     return {"flux": tuple(objects), "flux_status": tuple(status)}
 
 
@@ -144,7 +144,7 @@ def ready_components() -> dict[str, Any]:
         "spec": {"updateStrategy": {"type": "OnDelete"}},
         "status": {"desiredNumberScheduled": 2, "numberAvailable": 2, "observedGeneration": 1},
     })  # fmt: skip
-    return {"daemonsets": (driver,), "cluster_policy": ClusterPolicyFacts("ready")}
+    return {"daemonsets": (driver,), "cluster_policy": OperatorStateFacts("ready")}
 
 
 def no_flux() -> FluxApi:

@@ -9,7 +9,7 @@ from typing import Any, cast
 
 from kyma_gpu.adapter import KubeAdapter
 from kyma_gpu.facts.gpu import gpu_object
-from kyma_gpu.reconcile.parts import Recorder, Writer
+from kyma_gpu.reconcile.effects import ClusterApi, Recorder
 from kyma_gpu.status.deletion import PODS_SHOWN, without_pod_names, workloads_wait
 from kyma_gpu.status.events import EventType, GpuEvent, GpuRef, News, event_for
 
@@ -57,12 +57,12 @@ class Posted:
 
 def test_the_recorder_posts_into_the_module_namespace() -> None:
     writer = Posted()
-    recorder = Recorder(cast(Writer, writer), "kyma-system")
+    recorder = Recorder(cast(ClusterApi, writer), "kyma-system")
     body = {"metadata": {"name": "gpu", "uid": "u1", "resourceVersion": "1"}, "spec": {}}
     event = GpuEvent(EventType.NORMAL, "Ready", "ready")
     asyncio.run(recorder.post(gpu_object(body), News(transition=event)))
     assert [(ns, ref.name) for ns, ref, _ in writer.calls] == [("kyma-system", "gpu")]
-    assert Recorder(cast(Writer, writer)).namespace == "kyma-system"  # never `default`
+    assert Recorder(cast(ClusterApi, writer)).namespace == "kyma-system"  # never `default`
 
 
 def test_the_adapter_names_the_namespace_in_the_involved_object() -> None:

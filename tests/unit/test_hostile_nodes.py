@@ -14,7 +14,7 @@ from kyma_gpu.facts import NodeError, cluster_facts, node_facts
 from kyma_gpu.facts.node import FIELD_LIMIT
 from kyma_gpu.plan import make_plan
 from kyma_gpu.rules.catalog import Catalog
-from kyma_gpu.status import Observed, aggregate
+from kyma_gpu.status import Evidence, aggregate
 from tests.unit.builders import node
 
 CATALOG = Catalog()
@@ -38,7 +38,7 @@ def test_three_thousand_hostile_pools_keep_facts_plan_and_status_small() -> None
                for f in facts)  # fmt: skip
     plan = make_plan(GpuSpec(), cluster_facts(facts), CATALOG, None)
     assert len(plan.nodes) == 3000
-    status = aggregate(plan, Observed(), 1)
+    status = aggregate(plan, Evidence(), 1)
     assert status.gpu_node_count == 3000
     assert len(status.nodes) == STATUS_NODES_LIMIT
     assert len(status.model_dump_json()) < STATUS_BUDGET

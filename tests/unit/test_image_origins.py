@@ -1,6 +1,6 @@
 """Who picks the images (issue 31), the pure side: the administrator's registry list
-(api/sources.py), the plan's refusal and completion (plan/origin.py), the image-bearing keys of
-spec.values (api/values.py) and the generated admission policy (api/image_policy.py). The
+(api/chart_sources.py), the plan's refusal and completion (plan/origin.py), the image-bearing
+keys of spec.values (api/values.py) and the generated admission policy (api/image_policy.py). The
 cluster side is tests/integration/test_image_registries.py and test_rbac_editor.py."""
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ import yaml
 from pydantic import ValidationError
 
 from kyma_gpu.api import GpuSpec
-from kyma_gpu.api.image_policy import images_policy_yaml
-from kyma_gpu.api.sources import (
+from kyma_gpu.api.chart_sources import (
     REGISTRY_NOT_ALLOWED,
     AllowedRegistry,
     Registries,
     parse_registries,
 )
+from kyma_gpu.api.image_policy import images_policy_yaml
 from kyma_gpu.api.values import IMAGE_MESSAGE, is_image_value, values_error
 from kyma_gpu.plan import make_plan, origins_of
 from kyma_gpu.plan.origin import image_findings, platform_spec

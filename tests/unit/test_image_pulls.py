@@ -1,4 +1,4 @@
-"""Pods that cannot pull an image (status/observed.py, status/conditions.py): the compact facts
+"""Pods that cannot pull an image (facts/stack.py, status/judge.py): the compact facts
 and the words of ComponentsReady. The real kubelet's side: tests/e2e/test_air_gapped.py."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from kyma_gpu.api.conditions import ComponentsReason
-from kyma_gpu.status.conditions import PULL_SHOWN, image_pull_failed
-from kyma_gpu.status.observed import PullFailure, pull_failure
+from kyma_gpu.facts.stack import PullFailure, pull_failure
+from kyma_gpu.status.judge import PULL_SHOWN, image_pull_failed
 
 
 def _pod(name: str, *waiting: tuple[str, str], init: bool = False) -> dict[str, Any]:

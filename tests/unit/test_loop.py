@@ -19,7 +19,7 @@ from kyma_gpu.reconcile.loop import GPUS, Loop
 from kyma_gpu.reconcile.machine import FINALIZER, Phase, Step
 from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.rules.catalog import Catalog
-from kyma_gpu.status import ClusterPolicyFacts, daemonset_facts
+from kyma_gpu.status import OperatorStateFacts, daemonset_facts
 from kyma_gpu.status.deletion import UNINSTALL_GRACE_SECONDS, go_duration_seconds
 from tests.unit.builders import allowing, cpu_node, node
 from tests.unit.fake_api import FakeApi
@@ -157,7 +157,7 @@ def test_ready_when_flux_and_components_are(world: World) -> None:
         "status": {"desiredNumberScheduled": 2, "numberAvailable": 2, "observedGeneration": 1},
     })  # fmt: skip
     world.store.put(DAEMONSETS, facts.name, Entry(5, facts))
-    policy = Entry(5, ClusterPolicyFacts("ready"))
+    policy = Entry(5, OperatorStateFacts("ready"))
     world.store.replace("clusterpolicies", {"cluster-policy": policy}, 5)
     assert world.run() is Phase.READY
     assert world.api.gpu["status"]["state"] == "Ready"

@@ -1,7 +1,7 @@
 """The observers' backoff by cause, as a pure function (observe/informer.py `Backoff`): fast
 while a CRD that exists is still starting (404), client-go's doubling up to 30 s for the API
 server and the network, started over after two minutes without an error. And the loop's
-retries of failed writes (reconcile/parts.py `Retries`)."""
+retries of failed writes (reconcile/effects.py `Retries`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from kyma_gpu.errors import ApiError, classify
 from kyma_gpu.observe.informer import Backoff, Cause, WatchSettings
-from kyma_gpu.reconcile.parts import Retries
+from kyma_gpu.reconcile.effects import Retries
 
 SETTINGS = WatchSettings()
 
@@ -90,7 +90,7 @@ def test_settings_shape_the_waits() -> None:
     assert state.failed(Cause.STARTING, 5.0, fast)[0] == 0.1
 
 
-# -- the retries of failed writes (reconcile/parts.py `Retries`) --
+# -- the retries of failed writes (reconcile/effects.py `Retries`) --
 
 
 def _err(status: int) -> ApiError:

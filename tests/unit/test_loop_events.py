@@ -10,7 +10,7 @@ import pytest
 from kyma_gpu.observe.sources import DAEMONSETS, flux_facts
 from kyma_gpu.observe.store import Entry, version_of
 from kyma_gpu.rules.catalog import Catalog
-from kyma_gpu.status import ClusterPolicyFacts, daemonset_facts
+from kyma_gpu.status import OperatorStateFacts, daemonset_facts
 from kyma_gpu.status.events import EventType
 from tests.unit.test_loop import World, installed, new_world
 
@@ -73,7 +73,7 @@ def status(world: World) -> dict[str, Any]:
 
 
 def test_the_running_driver_version_survives_a_rollout(world: World) -> None:
-    policy = {"cluster-policy": Entry(5, ClusterPolicyFacts("ready"))}
+    policy = {"cluster-policy": Entry(5, OperatorStateFacts("ready"))}
     world.store.replace("clusterpolicies", policy, 5)
     put_driver(world, 1, 2, "590")
     world.run()

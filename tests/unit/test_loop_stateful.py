@@ -100,8 +100,8 @@ class LoopMachine(RuleBasedStateMachine):
         self._pass()
         assert 0 < len(self.steps) <= self.world.loop.settings.max_steps
         last, done = self.steps[-1]
-        assert not done.again, f"ran into the step limit at {last.phase}"
-        assert all(d.again for _, d in self.steps[:-1])
+        assert not done.decide_again, f"ran into the step limit at {last.phase}"
+        assert all(d.decide_again for _, d in self.steps[:-1])
         if self.world.loop.error_count == errors:
             assert self._pass() == [], "a second pass with nothing changed wrote"
             asyncio.run(self.world.loop.reread())

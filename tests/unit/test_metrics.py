@@ -142,7 +142,7 @@ def test_process_metrics_and_no_created_series() -> None:
 def test_the_loop_counts_reconciles_errors_and_reads_the_store(catalog: Catalog) -> None:
     world = new_world(catalog)
     metrics = world.loop.metrics = Metrics()
-    world.loop.metrics.observe(world.loop.observed)
+    world.loop.metrics.observe(world.loop.scrape)
     assert world.loop.waiting_for() == []
     world.api.fail = [500]  # the first write (the finalizer) fails once
     world.run()
@@ -168,7 +168,7 @@ def test_the_loop_waits_for_what_the_first_reconcile_needs(catalog: Catalog) -> 
     world = new_world(catalog)
     world.store.forget(NODES)
     assert world.loop.waiting_for() == [NODES]
-    assert world.loop.observed().gpu_nodes is None
+    assert world.loop.scrape().gpu_nodes is None
     assert set(REQUIRED) >= {NODES}
 
 

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from kyma_gpu.plan.narrowing import NarrowingMismatch, apply, for_version, post_renderers
 from kyma_gpu.rules.catalog import Catalog
-from kyma_gpu.rules.models import RuleNarrowing
+from kyma_gpu.rules.data_models import RuleNarrowing
 
 POLICIES = ["validatingadmissionpolicies", "validatingadmissionpolicybindings"]
 GROUP = ["admissionregistration.k8s.io"]

@@ -12,12 +12,12 @@ from pydantic import ValidationError
 
 from kyma_gpu.api.models import ComponentsSpec, GpuSpec
 from kyma_gpu.api.operations import MigStrategy, SharingMode, SharingSpec
+from kyma_gpu.facts.stack import DaemonSetFacts, OperatorStateFacts, cluster_policy_facts
 from kyma_gpu.plan.origin import origins_of
 from kyma_gpu.plan.plan import Plan, make_plan
 from kyma_gpu.plan.sharing import config_map_name, device_plugin_config, device_plugin_configs
 from kyma_gpu.rules.catalog import Catalog
-from kyma_gpu.status.aggregate import Observed, aggregate, nodes_ready, sharing_status
-from kyma_gpu.status.observed import ClusterPolicyFacts, DaemonSetFacts, cluster_policy_facts
+from kyma_gpu.status.aggregate import Evidence, aggregate, nodes_ready, sharing_status
 from tests.unit.builders import cpu_node, facts_of, node, ubuntu_node
 
 A100 = "p4d.24xlarge"
@@ -268,28 +268,28 @@ def test_sharing_is_active_once_the_cluster_policy_runs_it(catalog: Catalog) -> 
                                                               "replicas": 4}})  # fmt: skip
     assert plan.sharing is not None
     config_map = plan.sharing.config_map
-    named = ClusterPolicyFacts("ready", device_plugin_config=config_map)
-    other = ClusterPolicyFacts("ready", device_plugin_config="kyma-gpu-device-plugin-config-0")
+    named = OperatorStateFacts("ready", device_plugin_config=config_map)
+    other = OperatorStateFacts("ready", device_plugin_config="kyma-gpu-device-plugin-config-0")
     mps = "nvidia-device-plugin-mps-control-daemon"
     both = (_mounting(config_map), _mounting(config_map, name=mps))
-    active = sharing_status(plan, Observed(cluster_policy=named, daemonsets=both))
+    active = sharing_status(plan, Evidence(cluster_policy=named, daemonsets=both))
     assert active is not None
     assert active.active
     assert active.replicas == 4
     for observed in (
-        Observed(cluster_policy=other, daemonsets=(_mounting(config_map),)),
-        Observed(cluster_policy=named, daemonsets=(_mounting(config_map, updated=1),)),
-        Observed(cluster_policy=named, daemonsets=(_mounting(config_map, observed=1),)),
+        Evidence(cluster_policy=other, daemonsets=(_mounting(config_map),)),
+        Evidence(cluster_policy=named, daemonsets=(_mounting(config_map, updated=1),)),
+        Evidence(cluster_policy=named, daemonsets=(_mounting(config_map, observed=1),)),
         # The NVIDIA operator updates the device plugin, then the MPS control daemon: until
         # both templates mount the new ConfigMap, the configuration is not what runs.
-        Observed(cluster_policy=named, daemonsets=(_plugin(mounts=("old",)),)),
-        Observed(cluster_policy=named, daemonsets=(both[0], _plugin(name=mps, mounts=()))),
-        Observed(cluster_policy=named),
+        Evidence(cluster_policy=named, daemonsets=(_plugin(mounts=("old",)),)),
+        Evidence(cluster_policy=named, daemonsets=(both[0], _plugin(name=mps, mounts=()))),
+        Evidence(cluster_policy=named),
     ):
         shown = sharing_status(plan, observed)
         assert shown is not None
         assert not shown.active
-    assert sharing_status(plan_for(catalog, ubuntu_node(), spec={}), Observed()) is None
+    assert sharing_status(plan_for(catalog, ubuntu_node(), spec={}), Evidence()) is None
 
 
 def test_the_cluster_policy_names_its_device_plugin_config() -> None:
@@ -301,14 +301,14 @@ def test_the_cluster_policy_names_its_device_plugin_config() -> None:
 
 def test_on_the_dra_stack_components_follow_the_gpu_cluster(catalog: Catalog) -> None:
     plan = plan_for(catalog, node(), spec={"stack": "DRA"})
-    gpu_cluster = ClusterPolicyFacts("notReady", "Waiting for operand pods")
-    waiting = Observed(cluster_policy=ClusterPolicyFacts("ready"), gpu_cluster=gpu_cluster)
+    gpu_cluster = OperatorStateFacts("notReady", "Waiting for operand pods")
+    waiting = Evidence(cluster_policy=OperatorStateFacts("ready"), gpu_cluster=gpu_cluster)
     status = aggregate(plan, waiting, 1)
     components = next(c for c in status.conditions if c.type == "ComponentsReady")
     assert components.status == "False"
     assert components.message == "GPUCluster gpu-cluster is notReady (Waiting for operand pods)"
     assert str(status.stack) == "DRA"
-    ready = aggregate(plan, Observed(gpu_cluster=ClusterPolicyFacts("ready")), 1)
+    ready = aggregate(plan, Evidence(gpu_cluster=OperatorStateFacts("ready")), 1)
     components = next(c for c in ready.conditions if c.type == "ComponentsReady")
     assert components.status == "True"
     assert components.message == "GPUCluster ready; 0 DaemonSets ready"
@@ -326,8 +326,8 @@ def test_a_gpu_cluster_left_behind_is_a_stack_conflict(catalog: Catalog) -> None
     """Back on the device plugin, the chart keeps the GPUCluster (resource policy keep): the
     Gpu says so, and how to end it, instead of mirroring a ClusterPolicy that never gets ready."""
     plan = plan_for(catalog, node(), spec={})
-    left = Observed(cluster_policy=ClusterPolicyFacts("notReady"),
-                    gpu_cluster=ClusterPolicyFacts("ready"))  # fmt: skip
+    left = Evidence(cluster_policy=OperatorStateFacts("notReady"),
+                    gpu_cluster=OperatorStateFacts("ready"))  # fmt: skip
     status = aggregate(plan, left, 3)
     components = next(c for c in status.conditions if c.type == "ComponentsReady")
     assert (components.status, components.reason) == ("False", "StackConflict")

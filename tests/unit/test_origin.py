@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from kyma_gpu.api import GpuSpec
-from kyma_gpu.api.sources import CONFIG_MAP_NAME, AllowedSource
+from kyma_gpu.api.chart_sources import CONFIG_MAP_NAME, AllowedSource
 from kyma_gpu.plan import Origins, make_plan, origins_of
 from kyma_gpu.plan.origin import Wanted, allowed_by, refusal
 from kyma_gpu.rules.catalog import Catalog

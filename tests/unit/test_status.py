@@ -12,24 +12,24 @@ from kyma_gpu.api import GpuSpec, GpuState
 from kyma_gpu.api.conditions import ConditionType, FluxMirrored, Reason
 from kyma_gpu.api.models import Condition, GpuStatus
 from kyma_gpu.facts import DriverUpgradeState
+from kyma_gpu.facts.stack import FluxCondition, driver_image_version
 from kyma_gpu.plan import Owner, Plan, make_plan
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status import (
-    ClusterPolicyFacts,
     DaemonSetFacts,
-    HelmReleaseFacts,
-    Observed,
+    Evidence,
+    FluxObjectFacts,
+    OperatorStateFacts,
     aggregate,
     cluster_policy_facts,
     daemonset_facts,
-    helm_release_facts,
+    flux_object_facts,
     is_gpu_workload,
     requests_gpu,
 )
 from kyma_gpu.status.aggregate import nodes_ready, running_driver_version
-from kyma_gpu.status.conditions import cond, release_ready
 from kyma_gpu.status.deletion import Wait
-from kyma_gpu.status.observed import FluxCondition, driver_image_version
+from kyma_gpu.status.judge import cond, release_ready
 from tests.unit.builders import cpu_node, facts_of, node, ubuntu_node
 
 UID = "0b5a8c1e-5f7d-4c2b-9a41-6d2f0e7b9c11"
@@ -64,7 +64,7 @@ def hr(
     stalled: bool = False,
     reconciling: str | None = None,
     deployed: str | None = "v26.7.0",
-) -> HelmReleaseFacts:
+) -> FluxObjectFacts:
     """A HelmRelease as Flux writes it, parsed by the same function the operator uses."""
     conditions: list[dict[str, Any]] = []
     if ready is not None:
@@ -86,7 +86,7 @@ def hr(
         status["observedGeneration"] = observed
     if deployed:
         status["history"] = [{"chartVersion": deployed, "status": "deployed"}]
-    return helm_release_facts(
+    return flux_object_facts(
         {
             "metadata": {
                 "name": "gpu-operator",
@@ -142,12 +142,12 @@ OPERANDS = (
     ds("nvidia-device-plugin-daemonset"),
     ds("nvidia-dcgm-exporter"),
 )
-CP_READY = ClusterPolicyFacts(state="ready")
+CP_READY = OperatorStateFacts(state="ready")
 
 
-def source(ready: tuple[str, str, str] = ("True", "Succeeded", "stored index")) -> HelmReleaseFacts:
+def source(ready: tuple[str, str, str] = ("True", "Succeeded", "stored index")) -> FluxObjectFacts:
     """The HelmRepository as source-controller writes it."""
-    return helm_release_facts({
+    return flux_object_facts({
         "kind": "HelmRepository",
         "metadata": {"name": "gpu-operator", "namespace": "kyma-system", "generation": 1},
         "status": {"observedGeneration": 1, "conditions": [{
@@ -156,7 +156,7 @@ def source(ready: tuple[str, str, str] = ("True", "Succeeded", "stored index")) 
     })  # fmt: skip
 
 
-ALL_READY = Observed(
+ALL_READY = Evidence(
     helm_release=hr(),
     source=source(),
     daemonsets=(DRIVER_READY, *OPERANDS),
@@ -164,7 +164,7 @@ ALL_READY = Observed(
 )
 
 
-def world(**changes: Any) -> Observed:
+def world(**changes: Any) -> Evidence:
     fields: dict[str, Any] = {
         "helm_release": ALL_READY.helm_release,
         "source": ALL_READY.source,
@@ -172,7 +172,7 @@ def world(**changes: Any) -> Observed:
         "cluster_policy": ALL_READY.cluster_policy,
     }
     fields.update(changes)
-    return Observed(**fields)
+    return Evidence(**fields)
 
 
 Expect = dict[str, tuple[str, str]]
@@ -295,7 +295,7 @@ CASES: list[Any] = [
     ),
     pytest.param(
         "gl",
-        world(cluster_policy=ClusterPolicyFacts(state="notReady", message="driver down")),
+        world(cluster_policy=OperatorStateFacts(state="notReady", message="driver down")),
         GpuState.PROCESSING,
         {
             "ComponentsReady": ("False", "ComponentsNotReady"),
@@ -305,7 +305,7 @@ CASES: list[Any] = [
     ),
     pytest.param(
         "gl",
-        world(cluster_policy=ClusterPolicyFacts(state="notReady"), nodes_without_features=("n1",)),
+        world(cluster_policy=OperatorStateFacts(state="notReady"), nodes_without_features=("n1",)),
         GpuState.PROCESSING,
         {"ComponentsReady": ("False", "NodeFeaturesMissing")},
         id="nfd-labels-missing",
@@ -327,7 +327,7 @@ CASES: list[Any] = [
     pytest.param(
         "gl",
         world(
-            cluster_policy=ClusterPolicyFacts(
+            cluster_policy=OperatorStateFacts(
                 "ready", gpu_nodes_seen=False, ready_reason="NoGPUNodes"
             )
         ),
@@ -337,7 +337,7 @@ CASES: list[Any] = [
     ),
     pytest.param(
         "gl",
-        world(cluster_policy=ClusterPolicyFacts(state="ignored")),
+        world(cluster_policy=OperatorStateFacts(state="ignored")),
         GpuState.PROCESSING,
         {"ComponentsReady": ("False", "ComponentsNotReady")},
         id="clusterpolicy-ignored",
@@ -451,7 +451,7 @@ CASES: list[Any] = [
 
 @pytest.mark.parametrize(("plan_key", "observed", "state", "expect"), CASES)
 def test_aggregate(
-    plans: dict[str, Plan], plan_key: str, observed: Observed, state: GpuState, expect: Expect
+    plans: dict[str, Plan], plan_key: str, observed: Evidence, state: GpuState, expect: Expect
 ) -> None:
     status = aggregate(plans[plan_key], observed, generation=5, now="2026-11-30T08:00:00Z")
     assert status.state is state, status.message
@@ -491,7 +491,7 @@ def test_status_fields(plans: dict[str, Plan]) -> None:
     assert (upstream.driver_mode, upstream.desired_driver_version) == ("Upstream", "595.91.07")
     preinstalled = aggregate(plans["preinstalled"], world(daemonsets=OPERANDS), generation=1)
     assert (preinstalled.driver_version, preinstalled.desired_driver_version) == (None, None)
-    error = aggregate(plans["error"], Observed(), generation=1)
+    error = aggregate(plans["error"], Evidence(), generation=1)
     assert error.helm_release is None
 
 
@@ -507,7 +507,7 @@ def test_messages_say_why(plans: dict[str, Plan]) -> None:
     )
     assert driver.message == f"DriverReady: not ready: {DRIVER_DS} (1/3)"
     policy = aggregate(
-        plans["gl"], world(cluster_policy=ClusterPolicyFacts("notReady", "no driver")), 1
+        plans["gl"], world(cluster_policy=OperatorStateFacts("notReady", "no driver")), 1
     )
     assert "ClusterPolicy cluster-policy is notReady (no driver)" in policy.message
 
@@ -593,7 +593,7 @@ def test_sharing_consumers_keep_the_config_maps_they_mount() -> None:
 
 def test_missing_node_features_are_named_with_the_next_step(plans: dict[str, Plan]) -> None:
     nodes = tuple(f"node-{i}" for i in range(7))
-    observed = world(cluster_policy=ClusterPolicyFacts("notReady"), nodes_without_features=nodes)
+    observed = world(cluster_policy=OperatorStateFacts("notReady"), nodes_without_features=nodes)
     status = aggregate(plans["gl"], observed, generation=1)
     components = next(c for c in status.conditions if c.type == "ComponentsReady")
     assert "node-0, node-1, node-2, node-3, node-4 and 2 more" in components.message
@@ -606,7 +606,7 @@ def test_missing_node_features_are_named_with_the_next_step(plans: dict[str, Pla
     ("body", "facts"),
     [
         # the state is written first, the Ready condition next: not yet known to have seen one
-        ({"status": {"state": "ready"}}, ClusterPolicyFacts("ready", gpu_nodes_seen=False)),
+        ({"status": {"state": "ready"}}, OperatorStateFacts("ready", gpu_nodes_seen=False)),
         (
             {
                 "status": {
@@ -617,7 +617,7 @@ def test_missing_node_features_are_named_with_the_next_step(plans: dict[str, Pla
                     ],
                 }
             },
-            ClusterPolicyFacts("ready", ready_reason="Reconciled"),
+            OperatorStateFacts("ready", ready_reason="Reconciled"),
         ),
         (
             {
@@ -626,7 +626,7 @@ def test_missing_node_features_are_named_with_the_next_step(plans: dict[str, Pla
                     "conditions": [{"type": "Ready", "status": "True", "reason": "NoGPUNodes"}],
                 }
             },
-            ClusterPolicyFacts("ready", gpu_nodes_seen=False, ready_reason="NoGPUNodes"),
+            OperatorStateFacts("ready", gpu_nodes_seen=False, ready_reason="NoGPUNodes"),
         ),
         (
             {
@@ -637,7 +637,7 @@ def test_missing_node_features_are_named_with_the_next_step(plans: dict[str, Pla
                     ],
                 }
             },
-            ClusterPolicyFacts("ready", gpu_nodes_seen=False, ready_reason="NFDLabelsMissing"),
+            OperatorStateFacts("ready", gpu_nodes_seen=False, ready_reason="NFDLabelsMissing"),
         ),
         (
             {
@@ -650,13 +650,13 @@ def test_missing_node_features_are_named_with_the_next_step(plans: dict[str, Pla
                     ],
                 }
             },
-            ClusterPolicyFacts("notReady", "driver pods failing"),
+            OperatorStateFacts("notReady", "driver pods failing"),
         ),
-        ({"status": {"state": "ignored"}}, ClusterPolicyFacts("ignored")),
-        ({}, ClusterPolicyFacts(None)),
+        ({"status": {"state": "ignored"}}, OperatorStateFacts("ignored")),
+        ({}, OperatorStateFacts(None)),
     ],
 )
-def test_cluster_policy_facts(body: dict[str, Any], facts: ClusterPolicyFacts) -> None:
+def test_cluster_policy_facts(body: dict[str, Any], facts: OperatorStateFacts) -> None:
     assert cluster_policy_facts(body) == facts
 
 
@@ -665,12 +665,12 @@ def test_helm_release_facts() -> None:
     assert facts.installed_chart_version is None
     assert facts.condition("Ready") is not None
     assert facts.condition("Stalled") is None
-    failed = helm_release_facts(
+    failed = flux_object_facts(
         {"status": {"history": [{"chartVersion": "v26.7.0", "status": "failed"}]}}
     )
     assert failed.installed_chart_version is None
     assert failed.generation == 0
-    assert helm_release_facts({}).conditions == ()
+    assert flux_object_facts({}).conditions == ()
 
 
 @pytest.mark.parametrize(
@@ -795,7 +795,7 @@ def test_source_catching_up_is_progress_not_failure(plans: dict[str, Plan]) -> N
                        "latest generation of object has not been reconciled"}]},
     }  # fmt: skip
 
-    verdict = release_ready(plans["gl"], helm_release_facts(body), None, 1)
+    verdict = release_ready(plans["gl"], flux_object_facts(body), None, 1)
     cond = verdict.condition
     assert (cond.status, cond.reason, verdict.error) == ("False", "SourceNotReady", "")
 
@@ -851,7 +851,7 @@ def test_ready_nodes_are_counted_from_the_daemonsets(plans: dict[str, Plan]) -> 
     assert nodes_ready([], 3) == 0
     status = aggregate(plans["gl"], world(daemonsets=(DRIVER_READY, plugin)), generation=1)
     assert (status.gpu_nodes_ready, status.ready_nodes, status.gpu_node_count) == (1, "1/1", 1)
-    empty = aggregate(plans["gl"], Observed(), generation=1)
+    empty = aggregate(plans["gl"], Evidence(), generation=1)
     assert (empty.gpu_nodes_ready, empty.ready_nodes) == (0, "0/1")
 
 
@@ -867,7 +867,7 @@ def test_no_gpu_nodes_is_ready_and_says_the_pool_may_be_scaled_to_zero(
     assert (nodes.status, nodes.reason) == ("False", "NoGpuNodes")
     assert nodes.message.startswith("no GPU nodes right now; the GPU worker pool may be scaled")
     # the NVIDIA operator agrees that there is no GPU node: still Ready
-    agreeing = ClusterPolicyFacts("ready", gpu_nodes_seen=False, ready_reason="NoGPUNodes")
+    agreeing = OperatorStateFacts("ready", gpu_nodes_seen=False, ready_reason="NoGPUNodes")
     world_agreeing = world(daemonsets=sets, cluster_policy=agreeing)
     assert aggregate(plans["no-gpu"], world_agreeing, generation=1).state is GpuState.READY
     preflight = next(c for c in status.conditions if c.type == "Preflight")
@@ -985,7 +985,7 @@ def test_the_blocked_pools_driver_keeps_no_gate_waiting(pool_plans: dict[str, Pl
 def test_every_pool_blocked_is_an_error(pool_plans: dict[str, Plan]) -> None:
     plan = pool_plans["all-blocked"]
     assert plan.helm_release is None
-    status = aggregate(plan, Observed(), 5)
+    status = aggregate(plan, Evidence(), 5)
     assert status.state is GpuState.ERROR
     assert status.message.startswith("no GPU worker pool can be served, so nothing is applied: ")
     pools = _conditions(status)["PoolsReady"]
@@ -1016,7 +1016,7 @@ def test_a_clusterpolicy_ready_before_it_saw_the_gpu_nodes_is_not_ready(
     """The NVIDIA operator's pass before node-feature-discovery labelled the nodes deploys
     nothing and reports ready (NoGPUNodes): no device plugin runs yet, so no GPU pod could
     start, and the Gpu must not say Ready (seen in a CI run of test_driver_modes)."""
-    early = ClusterPolicyFacts("ready", gpu_nodes_seen=False, ready_reason="NoGPUNodes")
+    early = OperatorStateFacts("ready", gpu_nodes_seen=False, ready_reason="NoGPUNodes")
     status = aggregate(plans["gl"], world(cluster_policy=early), generation=1)
     components = next(c for c in status.conditions if c.type == "ComponentsReady")
     assert status.state is GpuState.PROCESSING
@@ -1026,5 +1026,5 @@ def test_a_clusterpolicy_ready_before_it_saw_the_gpu_nodes_is_not_ready(
         f"seen the {len(plans['gl'].nodes)} GPU nodes yet: it deploys the operands once "
         "node-feature-discovery has labelled them"
     )
-    seen = ClusterPolicyFacts("ready", ready_reason="Reconciled")
+    seen = OperatorStateFacts("ready", ready_reason="Reconciled")
     assert aggregate(plans["gl"], world(cluster_policy=seen), generation=1).state is GpuState.READY

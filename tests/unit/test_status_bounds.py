@@ -15,7 +15,7 @@ from kyma_gpu.api.crd import crd
 from kyma_gpu.api.models import STATUS_COMPONENTS_LIMIT, ComponentStatus, GpuStatus
 from kyma_gpu.plan import make_plan
 from kyma_gpu.rules.catalog import Catalog
-from kyma_gpu.status import ClusterPolicyFacts, DaemonSetFacts, Observed, aggregate, daemonset_facts
+from kyma_gpu.status import DaemonSetFacts, Evidence, OperatorStateFacts, aggregate, daemonset_facts
 from tests.unit.builders import facts_of, node
 
 FLOOD = 3000
@@ -36,7 +36,7 @@ def _daemonset(i: int) -> DaemonSetFacts:
 def test_thousands_of_daemonsets_keep_the_status_small(catalog: Catalog) -> None:
     plan = make_plan(GpuSpec(), facts_of(catalog.machine_types, node("gl-1")), catalog, None)
     sets = tuple(_daemonset(i) for i in reversed(range(FLOOD)))
-    status = aggregate(plan, Observed(daemonsets=sets, cluster_policy=ClusterPolicyFacts("ready")),
+    status = aggregate(plan, Evidence(daemonsets=sets, cluster_policy=OperatorStateFacts("ready")),
                        1)  # fmt: skip
     assert len(status.components) == STATUS_COMPONENTS_LIMIT
     assert status.component_count == FLOOD
@@ -50,7 +50,7 @@ def test_thousands_of_daemonsets_keep_the_status_small(catalog: Catalog) -> None
 
 def test_a_few_daemonsets_are_all_listed(catalog: Catalog) -> None:
     plan = make_plan(GpuSpec(), facts_of(catalog.machine_types, node("gl-1")), catalog, None)
-    status = aggregate(plan, Observed(daemonsets=(_daemonset(2), _daemonset(1))), 1)
+    status = aggregate(plan, Evidence(daemonsets=(_daemonset(2), _daemonset(1))), 1)
     assert [c.name[:11] for c in status.components] == ["flood-00001", "flood-00002"]
     assert status.component_count == 2
 

@@ -2,7 +2,7 @@
 
 Reasons mirrored from Flux (the HelmRelease's and the chart source's Ready condition) are
 Flux's own and not listed here; `FluxMirrored` names that case. `Reason` is every reason a
-condition may carry: `status/conditions.py`'s `cond` takes nothing else, so a literal string
+condition may carry: `status/judge.py`'s `cond` takes nothing else, so a literal string
 where a reason belongs fails mypy. docs/crd-reference.md lists these enums (api/reference.py).
 """
 

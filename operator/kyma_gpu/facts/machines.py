@@ -1,7 +1,7 @@
 """The machine-type registry: the GPUs of each provider machine type.
 
 The data lives in values-rules/machine-types.yaml, one entry per instance family with its source
-(validated by rules/models.py); this module only gives it a type.
+(validated by rules/data_models.py); this module only gives it a type.
 """
 
 from __future__ import annotations

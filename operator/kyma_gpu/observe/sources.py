@@ -5,8 +5,8 @@
 | nodes             | all Nodes (pages of 250: they are ~12 kB)     | NodeFacts                 |
 | daemonsets        | DaemonSets in the target namespace only       | DaemonSetFacts            |
 | helmreleases, ... | our Flux objects (label selector), module ns  | LiveObject + status facts |
-| clusterpolicies   | ClusterPolicies, while their CRD is installed | ClusterPolicyFacts        |
-| gpuclusters       | GPUClusters (DRA), while their CRD is there   | ClusterPolicyFacts        |
+| clusterpolicies   | ClusterPolicies, while their CRD is installed | OperatorStateFacts        |
+| gpuclusters       | GPUClusters (DRA), while their CRD is there   | OperatorStateFacts        |
 | crds              | CRDs, metadata only: which of ours are served | CrdFacts (uid, labels)    |
 | pods              | only while a deletion waits: running pods     | "namespace/name" of GPU   |
 |                   | outside the stack's namespaces (field         | pods not terminating      |
@@ -33,14 +33,14 @@ from kyma_gpu.observe.store import Resource
 from kyma_gpu.plan.actions import LiveObject, live_object
 from kyma_gpu.plan.provision import CrdFacts, crd_facts
 from kyma_gpu.status import (
-    ClusterPolicyFacts,
     DaemonSetFacts,
-    HelmReleaseFacts,
+    FluxObjectFacts,
+    OperatorStateFacts,
     PullFailure,
     cluster_policy_facts,
     daemonset_facts,
+    flux_object_facts,
     gpu_cluster_facts,
-    helm_release_facts,
     is_gpu_workload,
     pull_failure,
 )
@@ -48,8 +48,8 @@ from kyma_gpu.status import (
 log = logging.getLogger(__name__)
 NODES: Resource[NodeFacts] = Resource("nodes")
 DAEMONSETS: Resource[DaemonSetFacts] = Resource("daemonsets")
-CLUSTER_POLICIES: Resource[ClusterPolicyFacts] = Resource("clusterpolicies")
-GPU_CLUSTERS: Resource[ClusterPolicyFacts] = Resource("gpuclusters")
+CLUSTER_POLICIES: Resource[OperatorStateFacts] = Resource("clusterpolicies")
+GPU_CLUSTERS: Resource[OperatorStateFacts] = Resource("gpuclusters")
 CRDS: Resource[CrdFacts] = Resource("crds")
 PULLS: Resource[PullFailure] = Resource("pulls")
 """Pending pods of the GPU operator's namespace that cannot pull an image."""
@@ -86,14 +86,14 @@ def daemonset_source(target_namespace: str) -> Source:
     return Source(DAEMONSETS, ListQuery(path), daemonset_facts, key=_name)
 
 
-FluxFacts = tuple[LiveObject, HelmReleaseFacts]
+FluxFacts = tuple[LiveObject, FluxObjectFacts]
 
 
 def flux_facts(plural: str, body: Mapping[str, Any]) -> FluxFacts:
     """A Flux object of ours: what planning compares, and what status mirrors."""
     kind = FLUX[plural]
     full = {"apiVersion": kind.api_version, "kind": kind.kind, **body}
-    return (live_object(full), helm_release_facts(full))
+    return (live_object(full), flux_object_facts(full))
 
 
 def flux_source(plural: str, namespace: str) -> Source:

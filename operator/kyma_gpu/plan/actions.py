@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kyma_gpu.plan.flux import SPEC_HASH
+from kyma_gpu.plan.flux_objects import SPEC_HASH
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,9 +15,10 @@ writes them:
   not insecure) and the chart is gpu-operator.
 - kyma-gpu-flux-sources (the ConfigMap kyma-system/kyma-gpu-chart-sources as parameter, Deny
   when it is missing) matches only the objects with CHART_SOURCE_LABEL, which the plan sets on
-  any other source (plan/flux.py): their URL, Secret, insecure flag and chart name must be ones
-  the ConfigMap lists. CEL cannot read YAML, so the policy reads the key sources.yaml line by
-  line (api/sources.listed_lines), and the plan holds the ConfigMap to the same reading.
+  any other source (plan/flux_objects.py): their URL, Secret, insecure flag and chart name must
+  be ones the ConfigMap lists. CEL cannot read YAML, so the policy reads the key sources.yaml
+  line by line (api/chart_sources.listed_lines), and the plan holds the ConfigMap to the same
+  reading.
 
 Both are written by `make manifests`; a unit test fails when the committed file differs.
 """
@@ -26,9 +27,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from kyma_gpu.api.chart_sources import (
+    CONFIG_MAP_KEY,
+    CONFIG_MAP_NAME,
+    NVIDIA_CHART,
+    NVIDIA_REPOSITORY,
+)
 from kyma_gpu.api.resources import module_labels
-from kyma_gpu.api.sources import CONFIG_MAP_KEY, CONFIG_MAP_NAME, NVIDIA_CHART, NVIDIA_REPOSITORY
-from kyma_gpu.plan.flux import CHART_SOURCE_LABEL, CHART_SOURCE_VALUE
+from kyma_gpu.plan.flux_objects import CHART_SOURCE_LABEL, CHART_SOURCE_VALUE
 from kyma_gpu.plan.provision import SHARD, SHARD_LABEL
 from kyma_gpu.yamlio import dump
 
@@ -175,7 +181,7 @@ def _lines() -> str:
 
 
 def _listed_variables() -> list[dict[str, str]]:
-    """api/sources.listed_lines, in CEL."""
+    """api/chart_sources.listed_lines, in CEL."""
     bare = "variables.lines.map(l, l.startsWith('- ') ? l.substring(2).trim() : l)"
     unquote = (
         "(size(v) > 1 && (v.startsWith('\"') || v.startsWith(\"'\")) && "

@@ -46,6 +46,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kyma_gpu.api.chart_sources import CONFIG_MAP_NAME
 from kyma_gpu.api.image_policy import MIRRORS_EXPRESSION
 from kyma_gpu.api.models import API_GROUP, PLURAL
 from kyma_gpu.api.node_marks import (
@@ -55,7 +56,6 @@ from kyma_gpu.api.node_marks import (
     NODE_CONDITION,
 )
 from kyma_gpu.api.resources import module_labels
-from kyma_gpu.api.sources import CONFIG_MAP_NAME
 from kyma_gpu.plan.provision import MIRROR_LABEL, MIRROR_VALUE, bundle, bundle_crds
 from kyma_gpu.yamlio import dump
 

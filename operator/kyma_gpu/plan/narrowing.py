@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from kyma_gpu.rules.models import RuleNarrowing
+from kyma_gpu.rules.data_models import RuleNarrowing
 
 RBAC_GROUP = "rbac.authorization.k8s.io"
 

@@ -1,12 +1,12 @@
 """Is the chart the Gpu names one the platform allows? Pure.
 
-The allowed sources are the ConfigMap kyma-system/kyma-gpu-chart-sources (api/sources.py),
+The allowed sources are the ConfigMap kyma-system/kyma-gpu-chart-sources (api/chart_sources.py),
 which the manager watches and hands to the plan as plain data (`Origins`); `kyma-gpu plan
 --sources` reads the same ConfigMap from a file. A Gpu whose spec.source names another
 repository, chart, version or Secret, or plain http:// the source does not allow, gets a fleet
 error (`ChartSourceNotAllowed`): nothing is written to Flux.
 
-The same ConfigMap's key `registries` lists the image registry mirrors (api/sources.py). A Gpu
+The same ConfigMap's key `registries` lists the image registry mirrors (api/chart_sources.py). A Gpu
 naming another one in spec.source.imageRegistry, or a vGPU Manager image from elsewhere, gets
 `ImageRegistryNotAllowed`, in the words the admission policy kyma-gpu-images uses. A Gpu that
 names no mirror where the administrator allows mirrors only gets the first listed one.
@@ -21,9 +21,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from kyma_gpu.api.conditions import PreflightReason
-from kyma_gpu.api.models import GpuSpec
-from kyma_gpu.api.sources import (
+from kyma_gpu.api.chart_sources import (
     CONFIG_MAP_KEY,
     CONFIG_MAP_NAME,
     DEFAULT_SOURCES,
@@ -39,6 +37,8 @@ from kyma_gpu.api.sources import (
     parse_registries,
     unreadable_lines,
 )
+from kyma_gpu.api.conditions import PreflightReason
+from kyma_gpu.api.models import GpuSpec
 from kyma_gpu.plan.findings import Finding, Severity
 
 

@@ -14,10 +14,9 @@ from kyma_gpu.api.conditions import PreflightReason
 from kyma_gpu.api.models import ClusterDriverMode, GpuNodeStatus, GpuSpec, HealthSpec
 from kyma_gpu.api.operations import GpuStack, SharingMode
 from kyma_gpu.facts.cluster import ClusterFacts
-from kyma_gpu.plan.context import Contexts, rule_context
 from kyma_gpu.plan.driver import DriverPool, Resolved, resolve
 from kyma_gpu.plan.features import FEATURE_CHECKS
-from kyma_gpu.plan.flux import FluxSettings, Owner, flux_objects
+from kyma_gpu.plan.flux_objects import FluxSettings, Owner, flux_objects
 from kyma_gpu.plan.mirror import mirror_values
 from kyma_gpu.plan.narrowing import for_version, post_renderers
 from kyma_gpu.plan.node_checks import NODE_CHECKS
@@ -38,6 +37,7 @@ from kyma_gpu.plan.preflight import (
     Verdict,
     preflight_findings,
 )
+from kyma_gpu.plan.rule_context import Contexts, rule_context
 from kyma_gpu.plan.sharing import config_map_name, device_plugin_configs
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.rules.engine import Provenance, deep_merge, evaluate, matches

@@ -7,7 +7,7 @@ and the next `decide` sees it, so there is no "recently applied" bookkeeping and
 for the watch to catch up. A pass ends with a step that has nothing left to write; the loop
 then sleeps until the store changes, or until a retry is due.
 
-The parts it is made of are in reconcile/parts.py (the write-back into the store, the Event
+The parts it is made of are in reconcile/effects.py (the write-back into the store, the Event
 recorder, the status writer, the retries of failed writes), its timings in `LoopSettings`
 (reconcile/settings.py); the constructor wires them.
 """
@@ -55,6 +55,17 @@ from kyma_gpu.plan.provision import (
     FluxImages,
     Leftover,
 )
+from kyma_gpu.reconcile.effects import (
+    GPUS,
+    ClusterApi,
+    FluxKey,
+    Recorder,
+    Retries,
+    StatusWriter,
+    WriteBack,
+    flux_key,
+    now,
+)
 from kyma_gpu.reconcile.machine import (
     FINALIZER,
     Action,
@@ -68,25 +79,14 @@ from kyma_gpu.reconcile.machine import (
     Step,
     decide,
 )
-from kyma_gpu.reconcile.parts import (
-    GPUS,
-    FluxKey,
-    Recorder,
-    Retries,
-    StatusWriter,
-    WriteBack,
-    Writer,
-    flux_key,
-    now,
-)
 from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status.events import GpuEvent
-from kyma_gpu.status.gpu import Snapshot
 from kyma_gpu.status.remediation import NodeWrite
+from kyma_gpu.status.snapshot import Snapshot
 
-__all__ = ["GPUS", "Done", "Loop", "Writer", "flux_api", "now", "snapshot"]
-"""GPUS, Writer and now live in reconcile/parts.py; they are the loop's words too."""
+__all__ = ["GPUS", "ClusterApi", "Done", "Loop", "flux_api", "now", "snapshot"]
+"""GPUS, ClusterApi and now live in reconcile/effects.py; they are the loop's words too."""
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ class Done:
 
     writes: int = 0
     """Write requests made, a failed one included."""
-    again: bool = False
+    decide_again: bool = False
     """Decide again at once: the step's action or read went through (its answers are in the
     store, or in `leftovers`) or failed (the status of the failure is the next step's). A step
     that only wrote a status, or wrote nothing, ends the pass."""
@@ -158,7 +158,7 @@ class Done:
 @dataclass
 class Loop:
     store: Store
-    writer: Writer
+    writer: ClusterApi
     catalog: Catalog
     watch_pods: Callable[[bool], None] = lambda _: None
     """Starts (True) or stops (False) the pod observer."""
@@ -291,7 +291,7 @@ class Loop:
             writes, reads = writes + done.writes, reads + done.reads
             leftovers = done.leftovers if done.leftovers is not None else leftovers
             gpu = self.store.get(GPUS, gpu.name) or gpu
-            if not done.again:
+            if not done.decide_again:
                 break
         failed = self.error_count > errors or self.retries.last(gpu.name) is not None
         self.metrics.reconciled(step.phase, time.monotonic() - began, failed, time.time())
@@ -313,10 +313,10 @@ class Loop:
                 acted = await self._act(gpu, step.action)
             except ApiError as err:
                 self._failed(gpu, step, err)
-                return Done(1, again=True)  # the status of the failure is the next step's
+                return Done(1, decide_again=True)  # the status of the failure is the next step's
             self.retries.forget(gpu.name)
         wrote = step.status is not None and await self.status.write(gpu, step.status)
-        return Done(acted + wrote, again=acted > 0)
+        return Done(acted + wrote, decide_again=acted > 0)
 
     async def _read(self, gpu: GpuObject, step: Step) -> Done:
         """What the next snapshot needs and no observer watches (ListFlux). A failed read is
@@ -326,8 +326,8 @@ class Loop:
             found = await self._list_flux()
         except ApiError as err:
             self._failed(gpu, step, err)
-            return Done(reads=1, again=True)
-        return Done(reads=1, again=True, leftovers=found)
+            return Done(reads=1, decide_again=True)
+        return Done(reads=1, decide_again=True, leftovers=found)
 
     async def _act(self, gpu: GpuObject, action: Action) -> int:
         """Carries one action out. Returns how many requests it made."""
@@ -420,7 +420,7 @@ class Loop:
         """What the first reconcile still waits for (not yet listed): readiness."""
         return [resource for resource in REQUIRED if not self.store.synced(resource)]
 
-    def observed(self) -> Scraped:
+    def scrape(self) -> Scraped:
         nodes = self.store.facts(NODES) if self.store.synced(NODES) else None
         return Scraped(
             leader=self.may_write(),

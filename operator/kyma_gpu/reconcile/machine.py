@@ -59,15 +59,15 @@ from kyma_gpu.plan.provision import (
 from kyma_gpu.status.aggregate import plan_health
 from kyma_gpu.status.deletion import Deleting, Uninstall, uninstall_of
 from kyma_gpu.status.events import EventType, GpuEvent
-from kyma_gpu.status.gpu import (
+from kyma_gpu.status.health import Health
+from kyma_gpu.status.remediation import NodeWrite, marks_key, node_writes
+from kyma_gpu.status.snapshot import (
     Snapshot,
     error_status,
     gpu_status,
     invalid_status,
     refused_status,
 )
-from kyma_gpu.status.health import Health
-from kyma_gpu.status.remediation import NodeWrite, marks_key, node_writes
 
 FINALIZER = "gpu.kyma-project.io/finalizer"
 
@@ -93,7 +93,7 @@ class Phase(StrEnum):
 @dataclass(frozen=True, slots=True)
 class Failure:
     """The last write of a Gpu that failed, and the retry policy's answers about it: whether it
-    holds a step back (`wait`) and whether the status says so (`loud`). reconcile/parts.py's
+    holds a step back (`wait`) and whether the status says so (`loud`). reconcile/effects.py's
     `Retries` records failures, and forgets them when a write goes through."""
 
     key: str

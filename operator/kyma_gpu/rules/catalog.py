@@ -14,9 +14,7 @@ from typing import Any
 import yaml
 
 from kyma_gpu.facts.machines import MachineType, MachineTypeRegistry
-from kyma_gpu.rules.engine import RuleError, RuleSet
-from kyma_gpu.rules.installer import InstallerRelease
-from kyma_gpu.rules.models import (
+from kyma_gpu.rules.data_models import (
     ChartFacts,
     ChartImage,
     ChartRbacFile,
@@ -26,6 +24,8 @@ from kyma_gpu.rules.models import (
     MachineTypesFile,
     parse,
 )
+from kyma_gpu.rules.engine import RuleError, RuleSet
+from kyma_gpu.rules.installer import InstallerRelease
 from kyma_gpu.rules.nvidia import NvidiaDrivers
 
 __all__ = [

@@ -19,7 +19,7 @@ from kyma_gpu.api.models import ComponentsSpec
 
 class _Section(Model):
     """The API models' base (camelCase, frozen, unknown keys refused), and strict: the context
-    plan/context.py builds must have the documented types exactly."""
+    plan/rule_context.py builds must have the documented types exactly."""
 
     model_config = ConfigDict(strict=True)
 

@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kyma_gpu.rules.errors import RuleError
-from kyma_gpu.rules.models import Rule, RulesFile, parse
+from kyma_gpu.rules.data_models import Rule, RulesFile, parse
+from kyma_gpu.rules.rule_error import RuleError
 
 __all__ = [
     "Evaluation",

@@ -11,7 +11,7 @@ from enum import Enum
 
 from packaging.version import InvalidVersion, Version
 
-from kyma_gpu.rules.models import InstallerValues, InstallerVersions, parse
+from kyma_gpu.rules.data_models import InstallerValues, InstallerVersions, parse
 
 _ARCH_ALIASES = {"x86_64": "amd64", "aarch64": "arm64"}
 

@@ -15,8 +15,8 @@ from enum import Enum
 from packaging.version import Version
 
 from kyma_gpu.facts.node import OsFamily
+from kyma_gpu.rules.data_models import NvidiaDriversFile, parse
 from kyma_gpu.rules.installer import branch_of
-from kyma_gpu.rules.models import NvidiaDriversFile, parse
 
 FILE = "nvidia-drivers.yaml"
 _ARCH_ALIASES = {"x86_64": "amd64", "aarch64": "arm64"}

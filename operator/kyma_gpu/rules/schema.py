@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from kyma_gpu.rules.context import context_markdown
-from kyma_gpu.rules.models import (
+from kyma_gpu.rules.data_models import (
     ChartFacts,
     ChartRbacFile,
     Defaults,

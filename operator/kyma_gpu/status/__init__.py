@@ -1,34 +1,34 @@
 """Status aggregation: observed Flux, DaemonSets, ClusterPolicy, workloads -> Gpu.status. Pure."""
 
-from kyma_gpu.status.aggregate import ConditionType, Observed, aggregate
-from kyma_gpu.status.observed import (
-    ClusterPolicyFacts,
+from kyma_gpu.facts.stack import (
     DaemonSetFacts,
-    HelmReleaseFacts,
+    FluxObjectFacts,
+    OperatorStateFacts,
     PullFailure,
     asks_for_gpu,
     cluster_policy_facts,
     daemonset_facts,
+    flux_object_facts,
     gpu_cluster_facts,
-    helm_release_facts,
     is_gpu_workload,
     pull_failure,
     requests_gpu,
 )
+from kyma_gpu.status.aggregate import ConditionType, Evidence, aggregate
 
 __all__ = [
-    "ClusterPolicyFacts",
     "ConditionType",
     "DaemonSetFacts",
-    "HelmReleaseFacts",
-    "Observed",
+    "Evidence",
+    "FluxObjectFacts",
+    "OperatorStateFacts",
     "PullFailure",
     "aggregate",
     "asks_for_gpu",
     "cluster_policy_facts",
     "daemonset_facts",
+    "flux_object_facts",
     "gpu_cluster_facts",
-    "helm_release_facts",
     "is_gpu_workload",
     "pull_failure",
     "requests_gpu",

@@ -1,7 +1,7 @@
 """Status aggregation: (plan, observed Flux, DaemonSets, ClusterPolicy, workloads) -> Gpu.status.
 
 Pure and total: every input combination gives a status. One function per condition
-(status/conditions.py), then `summarize` computes Ready from them, as helm-controller does.
+(status/judge.py), then `summarize` computes Ready from them, as helm-controller does.
 Conditions keep their lastTransitionTime while their status does not change, so that an
 unchanged world yields a byte-identical status and the operator writes nothing.
 """
@@ -25,10 +25,15 @@ from kyma_gpu.api.models import (
 )
 from kyma_gpu.api.operations import GpuStack
 from kyma_gpu.facts import DriverUpgradeState
+from kyma_gpu.facts.stack import (
+    DaemonSetFacts,
+    FluxObjectFacts,
+    OperatorStateFacts,
+    PullFailure,
+)
 from kyma_gpu.plan.plan import Plan
 from kyma_gpu.plan.pools import blocked_nodes
-from kyma_gpu.status import conditions as c
-from kyma_gpu.status.conditions import NO_GPU_NODES_MESSAGE, Verdict, cond, flux_failed
+from kyma_gpu.status import judge as c
 from kyma_gpu.status.deletion import Uninstall, uninstall_wait, workloads_wait
 from kyma_gpu.status.health import (
     Health,
@@ -37,16 +42,11 @@ from kyma_gpu.status.health import (
     pools_shown,
     unhealthy_nodes,
 )
-from kyma_gpu.status.observed import (
-    ClusterPolicyFacts,
-    DaemonSetFacts,
-    HelmReleaseFacts,
-    PullFailure,
-)
+from kyma_gpu.status.judge import NO_GPU_NODES_MESSAGE, Judgement, cond, flux_failed
 
 __all__ = [
     "ConditionType",
-    "Observed",
+    "Evidence",
     "aggregate",
     "flux_failed",
     "plan_health",
@@ -58,15 +58,15 @@ _DRIVER_VERSION = re.compile(DRIVER_VERSION_PATTERN)
 
 
 @dataclass(frozen=True, slots=True)
-class Observed:
+class Evidence:
     """Everything the operator saw in the cluster, in compact form."""
 
-    helm_release: HelmReleaseFacts | None = None
-    source: HelmReleaseFacts | None = None
+    helm_release: FluxObjectFacts | None = None
+    source: FluxObjectFacts | None = None
     """The chart source (HelmRepository or OCIRepository) the HelmRelease reads."""
     daemonsets: tuple[DaemonSetFacts, ...] = ()
-    cluster_policy: ClusterPolicyFacts | None = None
-    gpu_cluster: ClusterPolicyFacts | None = None
+    cluster_policy: OperatorStateFacts | None = None
+    gpu_cluster: OperatorStateFacts | None = None
     """The DRA stack's GPUCluster gpu-cluster."""
     gpu_workloads: tuple[str, ...] = ()
     """namespace/name of running pods that request nvidia.com/gpu."""
@@ -91,7 +91,7 @@ class Observed:
 
 def aggregate(
     plan: Plan,
-    observed: Observed,
+    observed: Evidence,
     generation: int | None,
     previous: Sequence[Condition] = (),
     now: str = "",
@@ -140,7 +140,7 @@ def with_health(status: GpuStatus, health: Health) -> GpuStatus:
     })  # fmt: skip
 
 
-def conditions_of(plan: Plan, observed: Observed, generation: int | None) -> list[Verdict]:
+def conditions_of(plan: Plan, observed: Evidence, generation: int | None) -> list[Judgement]:
     """NodesDetected, Preflight, ReleaseReady, SourceReady, DriverReady, ComponentsReady,
     PoolsReady."""
     apply_error = None if observed.applied else observed.apply_error
@@ -160,7 +160,7 @@ def conditions_of(plan: Plan, observed: Observed, generation: int | None) -> lis
     ]
 
 
-def _components(plan: Plan, observed: Observed, generation: int | None) -> Verdict:
+def _components(plan: Plan, observed: Evidence, generation: int | None) -> Judgement:
     """ComponentsReady of the plan's stack: the ClusterPolicy's, or the GPUCluster's."""
     dra = plan.stack is GpuStack.DRA
     if not dra and observed.gpu_cluster is not None and not observed.deleting:
@@ -181,7 +181,7 @@ _GATES = (ConditionType.RELEASE_READY, ConditionType.DRIVER_READY, ConditionType
 """The conditions Ready waits for; the others inform (or fail it through their errors)."""
 
 
-def degraded_message(plan: Plan, observed: Observed, verdicts: Sequence[Verdict]) -> str:
+def degraded_message(plan: Plan, observed: Evidence, verdicts: Sequence[Judgement]) -> str:
     """With blocked or degraded worker pools: why the Gpu is Warning although a gate waits, when
     the release is ready and as many GPU nodes can run GPU pods as the other pools have (the
     pools' own driver and device plugin pods cannot get ready); else empty."""
@@ -198,7 +198,7 @@ def degraded_message(plan: Plan, observed: Observed, verdicts: Sequence[Verdict]
 
 
 def summarize(
-    verdicts: Sequence[Verdict],
+    verdicts: Sequence[Judgement],
     deletion: Sequence[tuple[Condition, GpuState]],
     deleting: bool,
     gpu_nodes: int,
@@ -232,7 +232,7 @@ def summarize(
 
 def _status(
     plan: Plan,
-    observed: Observed,
+    observed: Evidence,
     state: GpuState,
     message: str,
     generation: int | None,
@@ -268,7 +268,7 @@ def _status(
     )
 
 
-def sharing_status(plan: Plan, observed: Observed) -> SharingStatus | None:
+def sharing_status(plan: Plan, observed: Evidence) -> SharingStatus | None:
     """What the device plugin is told to share, and whether it runs so: the ClusterPolicy
     names the configuration, and the device plugin and MPS control daemon DaemonSets mount it
     and have rolled out with it."""
@@ -323,7 +323,7 @@ def running_driver_version(sets: Sequence[DaemonSetFacts], before: str | None) -
     return ", ".join(sorted(versions, key=_version_key)) or None
 
 
-def _deletion_waits(observed: Observed, generation: int | None) -> list[tuple[Condition, GpuState]]:
+def _deletion_waits(observed: Evidence, generation: int | None) -> list[tuple[Condition, GpuState]]:
     """The deletion's conditions in the order it meets them, each with the state it implies."""
     pods = () if observed.skip_protection else observed.gpu_workloads
     waits = [workloads_wait(pods, observed.skip_protection)]

@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kyma_gpu.api.chart_sources import NVIDIA_REPOSITORY
 from kyma_gpu.api.models import API_GROUP, API_VERSION, KIND, SINGLETON_NAME
 from kyma_gpu.api.resources import HELM_RELEASE, HELM_REPOSITORY, OCI_REPOSITORY, module_labels
-from kyma_gpu.api.sources import NVIDIA_REPOSITORY
 from kyma_gpu.rules.catalog import Defaults
 
 HELM_CHART_LAYER = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
@@ -92,7 +92,7 @@ class FluxSettings:
 
     @classmethod
     def from_defaults(cls, defaults: Defaults) -> FluxSettings:
-        """From the typed defaults.yaml (rules/models.py FluxDefaults), field by field."""
+        """From the typed defaults.yaml (rules/data_models.py FluxDefaults), field by field."""
         knobs = defaults.flux_settings
         return cls(
             namespace=defaults.module_namespace,

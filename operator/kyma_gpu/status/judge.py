@@ -1,6 +1,6 @@
 """One function per condition of Gpu.status. Pure.
 
-Each returns a `Verdict`: the condition, and what it means for the summary (an error that
+Each returns a `Judgement`: the condition, and what it means for the summary (an error that
 makes the Gpu `Error`, a warning that makes a ready Gpu `Warning`). `aggregate.summarize`
 computes Ready from them, as helm-controller's summarize does from its conditions.
 """
@@ -24,16 +24,16 @@ from kyma_gpu.api.conditions import (
 )
 from kyma_gpu.api.models import Condition, ConditionStatus
 from kyma_gpu.facts import DriverUpgradeState
+from kyma_gpu.facts.stack import (
+    DaemonSetFacts,
+    FluxCondition,
+    FluxObjectFacts,
+    OperatorStateFacts,
+    PullFailure,
+)
 from kyma_gpu.plan.plan import Plan, Preflight, Severity
 from kyma_gpu.plan.plan import Verdict as PlanVerdict
 from kyma_gpu.plan.pools import blocked_nodes
-from kyma_gpu.status.observed import (
-    ClusterPolicyFacts,
-    DaemonSetFacts,
-    FluxCondition,
-    HelmReleaseFacts,
-    PullFailure,
-)
 from kyma_gpu.status.upgrades import Rollout, failed_message, progress_message, rollout
 
 # HelmRelease Ready=False reasons that mean "still working on it", not a failure.
@@ -60,7 +60,7 @@ outgrow the API server's object size limit (`kyma-gpu plan` lists them all)."""
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class Judgement:
     condition: Condition
     error: str = ""
     """Not empty: the Gpu is Error with this message."""
@@ -104,14 +104,14 @@ def joined(messages: Sequence[str]) -> str:
 # -- NodesDetected, Preflight --
 
 
-def nodes_detected(plan: Plan, generation: int | None) -> Verdict:
+def nodes_detected(plan: Plan, generation: int | None) -> Judgement:
     count = len(plan.nodes)
     if not count:
-        return Verdict(cond(ConditionType.NODES_DETECTED, "False", NodesReason.NO_GPU_NODES,
+        return Judgement(cond(ConditionType.NODES_DETECTED, "False", NodesReason.NO_GPU_NODES,
                             NO_GPU_NODES_MESSAGE, generation))  # fmt: skip
     pools = ", ".join(f"{len(p.nodes)} {p.os} ({p.mode})" for p in plan.pools)
     message = f"{count} GPU node{'s' if count != 1 else ''}: {pools}"
-    return Verdict(cond(ConditionType.NODES_DETECTED, "True", NodesReason.GPU_NODES_FOUND,
+    return Judgement(cond(ConditionType.NODES_DETECTED, "True", NodesReason.GPU_NODES_FOUND,
                         message, generation))  # fmt: skip
 
 
@@ -126,24 +126,24 @@ def _status_findings(plan: Plan) -> Preflight:
     )
 
 
-def preflight(plan: Plan, generation: int | None) -> Verdict:
+def preflight(plan: Plan, generation: int | None) -> Judgement:
     """The worst findings. An error of the plan makes the Gpu Error; a blocked worker pool's
     error only Warning (the plan is applied for the others; PoolsReady names the pool)."""
     findings = _status_findings(plan)
     worst = findings.worst()
     if worst is None or worst.severity is Severity.INFO:
         info = joined([f.message for f in findings.findings])
-        return Verdict(cond(ConditionType.PREFLIGHT, "True", PreflightReason.PASSED, info,
+        return Judgement(cond(ConditionType.PREFLIGHT, "True", PreflightReason.PASSED, info,
                             generation))  # fmt: skip
     notes = [f.message for f in findings.findings if f.severity is worst.severity]
     condition = cond(ConditionType.PREFLIGHT, "False", worst.reason, joined(notes), generation)
     if findings.verdict is not PlanVerdict.ERROR:
-        return Verdict(condition, warning=worst.message)
+        return Judgement(condition, warning=worst.message)
     errors = (f for f in findings.findings if f.severity is Severity.ERROR and not f.pool)
     fleet = next(errors, None)
     if fleet is not None:
-        return Verdict(condition, error=fleet.message)
-    return Verdict(condition, error=f"{ALL_POOLS_BLOCKED}: {worst.message}")
+        return Judgement(condition, error=fleet.message)
+    return Judgement(condition, error=f"{ALL_POOLS_BLOCKED}: {worst.message}")
 
 
 def _some(names: Sequence[str]) -> str:
@@ -162,18 +162,18 @@ def _pool_note(plan: Plan, name: str, bad: int) -> str:
     )
 
 
-def pools_ready(plan: Plan, generation: int | None) -> Verdict:
+def pools_ready(plan: Plan, generation: int | None) -> Judgement:
     """Does every GPU worker pool get a working stack? False names the blocked and degraded
     pools: a warning, since the plan serves the others (unless it serves none: then Preflight
     says the error)."""
     kind = ConditionType.POOLS_READY
     if not plan.worker_pools:
-        return Verdict(cond(kind, "True", PoolsReason.NO_GPU_NODES, "no GPU worker pools",
+        return Judgement(cond(kind, "True", PoolsReason.NO_GPU_NODES, "no GPU worker pools",
                             generation))  # fmt: skip
     bad = blocked_nodes(plan.preflight.findings)
     if not bad:
         names = _some([f"{p.name} ({len(p.nodes)})" for p in plan.worker_pools])
-        return Verdict(cond(kind, "True", PoolsReason.SERVED,
+        return Judgement(cond(kind, "True", PoolsReason.SERVED,
                             f"every GPU worker pool is served: {names}", generation))  # fmt: skip
     notes = [_pool_note(plan, name, len(nodes)) for name, nodes in sorted(bad.items())]
     served = [p.name for p in plan.worker_pools if p.name not in bad]
@@ -182,13 +182,13 @@ def pools_ready(plan: Plan, generation: int | None) -> Verdict:
     message = joined(notes) + tail + " (the Preflight condition says why)"
     condition = cond(kind, "False", reason, message, generation)
     said = "" if plan.preflight.verdict is PlanVerdict.ERROR else message
-    return Verdict(condition, warning=said)
+    return Judgement(condition, warning=said)
 
 
 # -- ReleaseReady, SourceReady: Flux mirrored --
 
 
-def _seen(ready: FluxCondition | None, facts: HelmReleaseFacts) -> bool:
+def _seen(ready: FluxCondition | None, facts: FluxObjectFacts) -> bool:
     """The Ready condition speaks of the current generation: its own observedGeneration
     (Flux stamps it on every condition), else the status's."""
     if ready is None:
@@ -200,67 +200,69 @@ def _seen(ready: FluxCondition | None, facts: HelmReleaseFacts) -> bool:
 
 
 def release_ready(
-    plan: Plan, hr: HelmReleaseFacts | None, apply_error: str | None, generation: int | None
-) -> Verdict:
+    plan: Plan, hr: FluxObjectFacts | None, apply_error: str | None, generation: int | None
+) -> Judgement:
     """Mirrors the HelmRelease Ready condition, once it speaks of the current generation.
     apply_error: None when the Flux objects were written, else why not."""
     kind = ConditionType.RELEASE_READY
     if plan.helm_release is None:
         message = "the plan has errors; the HelmRelease was not written (see Preflight)"
-        return Verdict(cond(kind, "False", ReleaseReason.NOT_APPLIED, message, generation))
+        return Judgement(cond(kind, "False", ReleaseReason.NOT_APPLIED, message, generation))
     if apply_error is not None:
         failed = cond(kind, "False", ReleaseReason.APPLY_FAILED,
                       f"writing the Flux objects failed: {apply_error}", generation)  # fmt: skip
-        return Verdict(failed, error=failed.message)
+        return Judgement(failed, error=failed.message)
     meta = plan.helm_release["metadata"]
     name = f"{meta['namespace']}/{meta['name']}"
     if hr is None:
         message = f"waiting for Flux to pick up HelmRelease {name}"
-        return Verdict(cond(kind, "Unknown", ReleaseReason.RELEASE_PENDING, message, generation))
+        return Judgement(cond(kind, "Unknown", ReleaseReason.RELEASE_PENDING, message, generation))
     ready = hr.condition("Ready")
     if ready is None or not _seen(ready, hr):
         message = f"HelmRelease {name}: Flux has not yet reconciled generation {hr.generation}"
-        return Verdict(cond(kind, "Unknown", ReleaseReason.PROGRESSING, message, generation))
+        return Judgement(cond(kind, "Unknown", ReleaseReason.PROGRESSING, message, generation))
     message = f"HelmRelease {name}: {ready.message}".rstrip(": ")
     return _mirrored_release(hr, ready, message, generation)
 
 
 def _mirrored_release(
-    hr: HelmReleaseFacts, ready: FluxCondition, message: str, generation: int | None
-) -> Verdict:
+    hr: FluxObjectFacts, ready: FluxCondition, message: str, generation: int | None
+) -> Judgement:
     kind = ConditionType.RELEASE_READY
     if ready.status == "True":
-        return Verdict(cond(kind, "True", ready.reason, message, generation))
+        return Judgement(cond(kind, "True", ready.reason, message, generation))
     if ready.status == "False":
         stalled = hr.condition("Stalled")
         failed = (stalled is not None and stalled.status == "True") or not in_progress(ready)
         condition = cond(kind, "False", ready.reason or ReleaseReason.NOT_READY, message,
                          generation)  # fmt: skip
-        return Verdict(condition, error=message if failed else "")
+        return Judgement(condition, error=message if failed else "")
     reconciling = hr.condition("Reconciling")
     said = reconciling.reason if reconciling and reconciling.status == "True" else None
     reason = said or ready.reason or ReleaseReason.PROGRESSING
-    return Verdict(cond(kind, "Unknown", reason, message, generation))
+    return Judgement(cond(kind, "Unknown", reason, message, generation))
 
 
-def uninstalling(generation: int | None) -> Verdict:
+def uninstalling(generation: int | None) -> Judgement:
     message = "the Gpu is being deleted; Flux uninstalls the release once the HelmRelease is gone"
-    return Verdict(cond(ConditionType.RELEASE_READY, "Unknown", ReleaseReason.UNINSTALLING,
+    return Judgement(cond(ConditionType.RELEASE_READY, "Unknown", ReleaseReason.UNINSTALLING,
                         message, generation))  # fmt: skip
 
 
-def source_ready(src: HelmReleaseFacts | None, release: Verdict, generation: int | None) -> Verdict:
+def source_ready(
+    src: FluxObjectFacts | None, release: Judgement, generation: int | None
+) -> Judgement:
     """Mirrors the chart source's Ready condition. A failing source is an error, unless the
     release is installed (then a warning: no upgrades) or failed already (said there)."""
     kind = ConditionType.SOURCE_READY
     if src is None:
-        return Verdict(cond(kind, "Unknown", SourceReason.WAITING_FOR_SOURCE,
+        return Judgement(cond(kind, "Unknown", SourceReason.WAITING_FOR_SOURCE,
                             "no chart source observed yet", generation))  # fmt: skip
     name = f"{src.kind} {src.namespace}/{src.name}"
     ready = src.condition("Ready")
     if ready is None or not _seen(ready, src):
         message = f"{name}: Flux has not yet reconciled generation {src.generation}"
-        return Verdict(cond(kind, "Unknown", SourceReason.PROGRESSING, message, generation))
+        return Judgement(cond(kind, "Unknown", SourceReason.PROGRESSING, message, generation))
     status: ConditionStatus = "Unknown"
     if ready.status == "True":
         status = "True"
@@ -269,10 +271,10 @@ def source_ready(src: HelmReleaseFacts | None, release: Verdict, generation: int
     message = f"{name}: {ready.message}".rstrip(": ")
     condition = cond(kind, status, ready.reason or SourceReason.UNKNOWN, message, generation)
     if status != "False" or release.error:
-        return Verdict(condition)
+        return Judgement(condition)
     if release.ready:
-        return Verdict(condition, warning=message)
-    return Verdict(condition, error=message)
+        return Judgement(condition, warning=message)
+    return Judgement(condition, error=message)
 
 
 # -- DriverReady, ComponentsReady: the GPU operator's operands --
@@ -287,16 +289,16 @@ def daemonset_summary(sets: Sequence[DaemonSetFacts]) -> str:
 def driver_ready(
     plan: Plan,
     sets: Sequence[DaemonSetFacts],
-    release: Verdict,
+    release: Judgement,
     generation: int | None,
     upgrades: Sequence[tuple[str, DriverUpgradeState]] = (),
-) -> Verdict:
+) -> Judgement:
     """The driver DaemonSets' readiness; while the NVIDIA upgrade controller rolls a new driver
     over the nodes (`upgrades`: GPU node and its state label), where the rollout is."""
     kind = ConditionType.DRIVER_READY
     driver_sets = [d for d in sets if d.driver]
     if plan.driver_mode == "Preinstalled":
-        return Verdict(cond(kind, "True", DriverReason.PREINSTALLED,
+        return Judgement(cond(kind, "True", DriverReason.PREINSTALLED,
                             "the nodes' own driver is used", generation))  # fmt: skip
     if upgrades:
         moving = _upgrade_verdict(rollout(upgrades), driver_sets, generation)
@@ -304,26 +306,26 @@ def driver_ready(
             return moving
     if not driver_sets and not plan.nodes:
         status: ConditionStatus = "True" if release.ready else "Unknown"
-        return Verdict(cond(kind, status, DriverReason.NO_GPU_NODES,
+        return Judgement(cond(kind, status, DriverReason.NO_GPU_NODES,
                             "no GPU nodes need a driver", generation))  # fmt: skip
     if not driver_sets:
-        return Verdict(cond(kind, "Unknown", DriverReason.WAITING, "no driver DaemonSet yet",
+        return Judgement(cond(kind, "Unknown", DriverReason.WAITING, "no driver DaemonSet yet",
                             generation))  # fmt: skip
     if all(d.ready for d in driver_sets):
-        return Verdict(cond(kind, "True", DriverReason.DAEMONSETS_READY,
+        return Judgement(cond(kind, "True", DriverReason.DAEMONSETS_READY,
                             daemonset_summary(driver_sets), generation))  # fmt: skip
     message = "not ready: " + daemonset_summary([d for d in driver_sets if not d.ready])
-    return Verdict(cond(kind, "False", DriverReason.NOT_READY, message, generation))
+    return Judgement(cond(kind, "False", DriverReason.NOT_READY, message, generation))
 
 
 def _upgrade_verdict(
     r: Rollout, driver_sets: Sequence[DaemonSetFacts], generation: int | None
-) -> Verdict | None:
+) -> Judgement | None:
     """DriverUpgradeFailed (an error), DriverUpgrading, or None when no node is on its way."""
     kind = ConditionType.DRIVER_READY
     if r.failed:
         message = failed_message(r)
-        return Verdict(cond(kind, "False", DriverReason.UPGRADE_FAILED, message, generation),
+        return Judgement(cond(kind, "False", DriverReason.UPGRADE_FAILED, message, generation),
                        error=message)  # fmt: skip
     if not r.moving:
         return None
@@ -331,7 +333,7 @@ def _upgrade_verdict(
     not_ready = [d for d in driver_sets if not d.ready]
     if not_ready:
         message += "; not ready: " + daemonset_summary(not_ready)
-    return Verdict(cond(kind, "False", DriverReason.UPGRADING, message, generation))
+    return Judgement(cond(kind, "False", DriverReason.UPGRADING, message, generation))
 
 
 CLUSTER_POLICY = "ClusterPolicy cluster-policy"
@@ -340,7 +342,7 @@ GPU_CLUSTER = "GPUCluster gpu-cluster"
 
 
 def _features_missing_message(
-    nodes: Sequence[str], policy: ClusterPolicyFacts | None, name: str
+    nodes: Sequence[str], policy: OperatorStateFacts | None, name: str
 ) -> str:
     shown = ", ".join(nodes[:5]) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
     state = policy.state if policy and policy.state else "not reported"
@@ -352,7 +354,7 @@ def _features_missing_message(
     )
 
 
-def _no_gpu_node_seen_message(policy: ClusterPolicyFacts, name: str, gpu_nodes: int) -> str:
+def _no_gpu_node_seen_message(policy: OperatorStateFacts, name: str, gpu_nodes: int) -> str:
     said = f" ({policy.ready_reason})" if policy.ready_reason else ""
     return (
         f"{name} is ready{said} but the NVIDIA operator has not seen the {gpu_nodes} GPU "
@@ -368,17 +370,17 @@ STACK_CONFLICT_MESSAGE = (
 )
 
 
-def stack_conflict(generation: int | None) -> Verdict:
+def stack_conflict(generation: int | None) -> Judgement:
     condition = cond(ConditionType.COMPONENTS_READY, "False", ComponentsReason.STACK_CONFLICT,
                      STACK_CONFLICT_MESSAGE, generation)  # fmt: skip
-    return Verdict(condition, error=STACK_CONFLICT_MESSAGE)
+    return Judgement(condition, error=STACK_CONFLICT_MESSAGE)
 
 
 PULL_SHOWN = 5
 """Images a message names; the rest are counted."""
 
 
-def image_pull_failed(failures: Sequence[PullFailure], generation: int | None) -> Verdict:
+def image_pull_failed(failures: Sequence[PullFailure], generation: int | None) -> Judgement:
     """ComponentsReady False, naming the images the GPU operator's pods cannot pull."""
     pods: dict[tuple[str, str], list[PullFailure]] = {}
     for failure in failures:
@@ -397,18 +399,18 @@ def image_pull_failed(failures: Sequence[PullFailure], generation: int | None) -
         f"{'; '.join(shown)}{more}. Check that the registry holds them: kyma-gpu images "
         "--check (docs/operations.md#check-the-mirror-before-you-switch)"
     )
-    return Verdict(cond(ConditionType.COMPONENTS_READY, "False",
+    return Judgement(cond(ConditionType.COMPONENTS_READY, "False",
                         ComponentsReason.IMAGE_PULL_FAILED, message, generation))  # fmt: skip
 
 
 def components_ready(
-    policy: ClusterPolicyFacts | None,
+    policy: OperatorStateFacts | None,
     sets: Sequence[DaemonSetFacts],
     nodes_without_features: Sequence[str],
     generation: int | None,
     name: str = CLUSTER_POLICY,
     gpu_nodes: int = 0,
-) -> Verdict:
+) -> Judgement:
     """The stack's custom resource (`name`: the ClusterPolicy, or the GPUCluster on the DRA
     stack) and the operand DaemonSets other than the drivers; `gpu_nodes`: the plan's."""
     kind = ConditionType.COMPONENTS_READY
@@ -417,17 +419,17 @@ def components_ready(
     if nodes_without_features and policy is not None:
         # The NVIDIA operator skips such nodes: they get no driver, even with the policy ready.
         message = _features_missing_message(nodes_without_features, policy, name)
-        return Verdict(cond(kind, "False", ComponentsReason.NODE_FEATURES_MISSING, message,
+        return Judgement(cond(kind, "False", ComponentsReason.NODE_FEATURES_MISSING, message,
                             generation))  # fmt: skip
     if gpu_nodes and policy is not None and policy.state == "ready" and not policy.gpu_nodes_seen:
         message = _no_gpu_node_seen_message(policy, name, gpu_nodes)
-        return Verdict(cond(kind, "False", ComponentsReason.NOT_READY, message, generation))
+        return Judgement(cond(kind, "False", ComponentsReason.NOT_READY, message, generation))
     if policy is not None and policy.state == "ready" and not not_ready:
         message = f"{name.split(maxsplit=1)[0]} ready; {len(others)} DaemonSets ready"
-        return Verdict(cond(kind, "True", ComponentsReason.READY, message, generation))
+        return Judgement(cond(kind, "True", ComponentsReason.READY, message, generation))
     if policy is None and not others:
         message = f"no {name.split(maxsplit=1)[0]} status and no GPU operand DaemonSets yet"
-        return Verdict(cond(kind, "Unknown", ComponentsReason.WAITING, message, generation))
+        return Judgement(cond(kind, "Unknown", ComponentsReason.WAITING, message, generation))
     parts = []
     if policy is None or policy.state != "ready":
         state = policy.state if policy and policy.state else "not reported"
@@ -435,4 +437,4 @@ def components_ready(
         parts.append(f"{name} is {state}{detail}")
     if not_ready:
         parts.append("not ready: " + daemonset_summary(not_ready))
-    return Verdict(cond(kind, "False", ComponentsReason.NOT_READY, "; ".join(parts), generation))
+    return Judgement(cond(kind, "False", ComponentsReason.NOT_READY, "; ".join(parts), generation))

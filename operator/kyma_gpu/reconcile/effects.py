@@ -52,7 +52,7 @@ GPUS: Resource[GpuObject] = Resource("gpus")
 _FLUX_PLURAL = {k.kind: k.plural for k in FLUX_KINDS}
 
 
-class Writer(Protocol):
+class ClusterApi(Protocol):
     """The adapter's write side (kyma_gpu.adapter.KubeAdapter), and the reads of the loop's
     own: the Flux objects of every kind when the module's Flux goes, one of the module's Flux
     objects again in the periodic safety pass."""
@@ -195,7 +195,7 @@ class WriteBack:
 class Recorder:
     """The Events on a Gpu; losing one is logged, never retried (the status has it all)."""
 
-    writer: Writer
+    writer: ClusterApi
     namespace: str = "kyma-system"
     """The module's namespace, where the Events go (status/events.py says why)."""
     sent: dict[str, tuple[Sent, ...]] = field(default_factory=dict)
@@ -228,7 +228,7 @@ class StatusWriter:
     """Gpu.status, written only when it differs from the live one; while only messages and
     counts change, at most once per `LoopSettings.status_seconds` (a transition at once)."""
 
-    writer: Writer
+    writer: ClusterApi
     write_back: WriteBack
     recorder: Recorder
     failed: Callable[[ErrorKind], None]

@@ -14,19 +14,19 @@ from kyma_gpu.api.conditions import ConditionType, ReadyReason
 from kyma_gpu.api.models import SINGLETON_NAME, Condition, GpuState, GpuStatus
 from kyma_gpu.facts import NodeFacts
 from kyma_gpu.facts.gpu import GpuObject
+from kyma_gpu.facts.stack import (
+    DaemonSetFacts,
+    FluxObjectFacts,
+    OperatorStateFacts,
+    PullFailure,
+)
 from kyma_gpu.plan import Origins, Plan
 from kyma_gpu.plan.actions import LiveObject, ObjectKey
 from kyma_gpu.plan.provision import FluxApi, Leftover, external_flux, verdict
-from kyma_gpu.status.aggregate import Observed, stamp
+from kyma_gpu.status.aggregate import Evidence, stamp
 from kyma_gpu.status.aggregate import aggregate as aggregate_status
 from kyma_gpu.status.deletion import Uninstall
-from kyma_gpu.status.flux import with_flux
-from kyma_gpu.status.observed import (
-    ClusterPolicyFacts,
-    DaemonSetFacts,
-    HelmReleaseFacts,
-    PullFailure,
-)
+from kyma_gpu.status.flux_available import with_flux
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,10 +35,10 @@ class Snapshot:
 
     nodes: tuple[NodeFacts, ...] = ()
     flux: tuple[LiveObject, ...] = ()
-    flux_status: tuple[HelmReleaseFacts, ...] = ()
+    flux_status: tuple[FluxObjectFacts, ...] = ()
     daemonsets: tuple[DaemonSetFacts, ...] = ()
-    cluster_policy: ClusterPolicyFacts | None = None
-    gpu_cluster: ClusterPolicyFacts | None = None
+    cluster_policy: OperatorStateFacts | None = None
+    gpu_cluster: OperatorStateFacts | None = None
     """The DRA stack's GPUCluster gpu-cluster."""
     gpu_workloads: tuple[str, ...] | None = None
     image_pulls: tuple[PullFailure, ...] = ()
@@ -67,7 +67,7 @@ def gpu_status(
 ) -> GpuStatus:
     """The status of a Gpu the module reconciles: the plan and what is observed of it, the
     Gpu's previous conditions (their transition times), and the Flux verdict."""
-    observed = Observed(
+    observed = Evidence(
         helm_release=_find(snap.flux_status, plan.helm_release),
         source=_find(snap.flux_status, plan.source),
         daemonsets=snap.daemonsets,
@@ -98,8 +98,8 @@ def _str_or_none(value: Any) -> str | None:
 
 
 def _find(
-    facts: Sequence[HelmReleaseFacts], obj: Mapping[str, Any] | None
-) -> HelmReleaseFacts | None:
+    facts: Sequence[FluxObjectFacts], obj: Mapping[str, Any] | None
+) -> FluxObjectFacts | None:
     """The observed status of one planned Flux object."""
     if obj is None:
         return None

@@ -27,7 +27,7 @@ class FluxCondition:
 
 
 @dataclass(frozen=True, slots=True)
-class HelmReleaseFacts:
+class FluxObjectFacts:
     """What status needs of a Flux object: the HelmRelease, or its chart source."""
 
     name: str
@@ -47,14 +47,14 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def helm_release_facts(body: Mapping[str, Any]) -> HelmReleaseFacts:
+def flux_object_facts(body: Mapping[str, Any]) -> FluxObjectFacts:
     meta = body.get("metadata") or {}
     status = body.get("status") or {}
     history = status.get("history") or []
     installed = None
     if history and isinstance(history[0], Mapping) and history[0].get("status") == "deployed":
         installed = history[0].get("chartVersion")
-    return HelmReleaseFacts(
+    return FluxObjectFacts(
         name=str(meta.get("name", "")),
         namespace=str(meta.get("namespace", "")),
         generation=_int(meta.get("generation")) or 0,
@@ -205,7 +205,7 @@ def daemonset_facts(body: Mapping[str, Any]) -> DaemonSetFacts:
 
 
 @dataclass(frozen=True, slots=True)
-class ClusterPolicyFacts:
+class OperatorStateFacts:
     """The stack's custom resource: the ClusterPolicy cluster-policy, or (DRA) the GPUCluster
     gpu-cluster; both report a state and an Error condition the same way."""
 
@@ -227,7 +227,7 @@ NO_GPU_NODE_REASONS = frozenset({"NoGPUNodes", "NFDLabelsMissing"})
 """The NVIDIA operator's Ready reasons for a pass that found no GPU node to deploy to."""
 
 
-def cluster_policy_facts(body: Mapping[str, Any]) -> ClusterPolicyFacts:
+def cluster_policy_facts(body: Mapping[str, Any]) -> OperatorStateFacts:
     status = body.get("status") or {}
     message, ready_reason = "", None
     for cond in status.get("conditions") or []:
@@ -241,7 +241,7 @@ def cluster_policy_facts(body: Mapping[str, Any]) -> ClusterPolicyFacts:
     seen = state != "ready" or ready_reason not in (None, *NO_GPU_NODE_REASONS)
     plugin = ((body.get("spec") or {}).get("devicePlugin") or {}).get("config") or {}
     config = plugin.get("name") if isinstance(plugin, Mapping) else None
-    return ClusterPolicyFacts(state=state, message=message,
+    return OperatorStateFacts(state=state, message=message,
                               device_plugin_config=str(config) if config else None,
                               gpu_nodes_seen=seen, ready_reason=ready_reason or "")  # fmt: skip
 

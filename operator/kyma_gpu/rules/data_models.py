@@ -31,7 +31,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import ErrorDetails
 
 from kyma_gpu.facts.node import OsFamily
-from kyma_gpu.rules.errors import RuleError
+from kyma_gpu.rules.rule_error import RuleError
 
 
 class _Data(BaseModel):
