@@ -1,17 +1,30 @@
-"""kopf wiring, for the Gpu only.
+"""kopf's part: the Gpu watch and the process. The module's reconcile loop does the rest.
 
-kopf watches the Gpu and runs the process (startup, cleanup, liveness); a Lease picks the
-replica that writes (reconcile/election.py). It has no
-change-detecting handler and no daemon, so it writes nothing to the Gpu: no annotations,
-no finalizer of its own. The finalizer `gpu.kyma-project.io/finalizer` belongs to the
-reconcile loop, which adds it before the first apply and removes it when Flux has
-uninstalled.
+kopf does three things here, and no more:
 
-Everything else the operator sees comes from the observers (kyma_gpu.observe): paged LISTs and
-WATCHes of Nodes, the operand DaemonSets, our Flux objects, the ClusterPolicy and the CRDs,
-kept as compact facts in one store, and, observed here, the one ConfigMap of allowed chart
-sources (kyma-system/kyma-gpu-chart-sources, by a field selector on its name). The reconcile
-loop (kyma_gpu.reconcile) wakes when those facts change.
+- It runs the process: the event loop, the signals, the startup handler (`start`, which
+  starts everything below, then waits until the API server serves the Gpu) and the cleanup
+  handler (`stop`), and the liveness endpoint (`--liveness`, /healthz in the Deployment),
+  which answers while that event loop runs. It runs standalone, without peering: a Lease
+  picks the replica that writes (reconcile/election.py).
+- It watches the Gpu: `gpu_changed` keeps each Gpu's compact facts in the store.
+- Its memo carries the process's state from `start` to the other handlers: one entry, a
+  `Runtime`, read with `runtime(memo)`.
+
+It has no change-detecting handler, no daemon and no timer, so it writes nothing to the Gpu:
+no annotations, no status, no finalizer of its own. It posts an Event only for a warning or
+an error of its own (a handler that failed).
+
+Everything else is the module's own. The observers (kyma_gpu.observe) keep paged LISTs and
+WATCHes of Nodes, the operand DaemonSets, the operand's pods that cannot pull, our Flux
+objects, the ClusterPolicy, the GPUCluster and the CRDs (and GPU pods while a deletion waits
+for them) as compact facts in the same store, and, observed here, the one ConfigMap of
+allowed chart sources (kyma-system/kyma-gpu-chart-sources, by a field selector on its name).
+The reconcile loop (kyma_gpu.reconcile.loop) wakes when those facts change, decides, and
+makes every write: Flux and the operand's Flux objects, the Gpu's status and its Events, and
+the finalizer `gpu.kyma-project.io/finalizer`, which it adds before the first apply and
+removes when Flux has uninstalled. /metrics and the readiness probe /readyz are the module's
+own server (kyma_gpu.metrics), on both replicas.
 """
 
 from __future__ import annotations
@@ -24,6 +37,7 @@ import signal
 import socket
 import sys
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
@@ -53,6 +67,67 @@ CHART_SOURCES: Resource[Origins] = Resource("chartsources")
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class Options:
+    """What `kyma-gpu run` is given; fixed for the life of the process."""
+
+    identity: str
+    """The pod's name (own_identity): kopf's, the Lease holder's, the user agent's."""
+    leader_election: bool = False
+    metrics_address: str | None = None
+    settings: Settings = field(default_factory=Settings)
+
+
+@dataclass(frozen=True)
+class Started:
+    """What `start` started, and `stop` stops."""
+
+    store: Store
+    """The facts of everything observed; the Gpu's come from `gpu_changed`."""
+    stopped: asyncio.Event
+    """Set by `stop`: the loop and the elector end."""
+    observers: Observers
+    chart_sources: Informer
+    loop_task: asyncio.Task[None]
+    elector: Elector | None
+    """None without leader election: this replica always writes."""
+    elector_task: asyncio.Task[None] | None
+    """Held only so that it lives: asyncio keeps no strong reference to a task."""
+    metrics_server: web.AppRunner | None
+    """None without --metrics-address."""
+
+
+@dataclass
+class Runtime:
+    """The process's state, the one entry of kopf's memo (`runtime(memo)`). kopf copies the
+    memo for each Gpu it sees, shallowly: every copy holds this one Runtime."""
+
+    options: Options
+    _started: Started | None = field(default=None, init=False, repr=False)
+
+    @property
+    def started(self) -> Started:
+        """What `start` started. kopf runs no other handler before `start` has succeeded."""
+        if self._started is None:
+            raise RuntimeError("the startup handler has not run")
+        return self._started
+
+    @started.setter
+    def started(self, started: Started) -> None:
+        self._started = started
+
+
+MEMO_KEY = "runtime"
+
+
+def runtime(memo: kopf.Memo) -> Runtime:
+    """The Runtime in kopf's memo (put there by `run`)."""
+    found = memo.get(MEMO_KEY)
+    if not isinstance(found, Runtime):
+        raise TypeError(f"kopf's memo holds no Runtime under {MEMO_KEY!r}: {found!r}")
+    return found
+
+
 def chart_sources_source(namespace: str) -> Source:
     """The ConfigMap kyma-gpu-chart-sources only: a field selector on its name, which the
     manager's Role allows to list and watch by that resourceName."""
@@ -64,11 +139,6 @@ def chart_sources_source(namespace: str) -> Source:
 def chart_origins(store: Store) -> Origins:
     """What the watch holds; the default while there is no ConfigMap."""
     return store.get(CHART_SOURCES, CONFIG_MAP_NAME) or Origins()
-
-
-def _store(memo: Any) -> Store:
-    store: Store = memo.store
-    return store
 
 
 class _Forever:
@@ -84,37 +154,43 @@ class _Forever:
 
 @kopf.on.startup()
 async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    ours: Settings = memo.settings
+    state = runtime(memo)
+    given, ours = state.options, state.options.settings
     settings.posting.level = logging.WARNING  # no Event per handler run
     settings.watching.server_timeout = ours.kopf.gpu_watch_seconds
     settings.networking.error_backoffs = _Forever(ours.kopf)
     catalog = Catalog()  # checked in run(): broken rule data never gets this far
-    identity: str = memo.identity
     metrics = Metrics.for_process()
-    adapter = KubeAdapter.connect(identity, metrics)
+    adapter = KubeAdapter.connect(given.identity, metrics)
     store = Store()
     observers = Observers(adapter, store, asyncio.get_running_loop(), settings=ours.watching)
     namespace = catalog.defaults.module_namespace
-    memo.stopped, memo.elector = asyncio.Event(), None
-    if memo.leader_election:
-        memo.elector = Elector(adapter, namespace, ours.election.lease_name, identity,
-                               settings=ours.election)  # fmt: skip
+    stopped = asyncio.Event()
+    elector = None
+    if given.leader_election:
+        elector = Elector(adapter, namespace, ours.election.lease_name, given.identity,
+                          settings=ours.election)  # fmt: skip
     loop = Loop(store, adapter, catalog, watch_pods=observers.watch_pods,
-                may_write=memo.elector.may_write if memo.elector else lambda: True,
+                may_write=elector.may_write if elector else lambda: True,
                 module_namespace=namespace, settings=ours.loop, metrics=metrics,
                 flux_images=FluxImages.from_env(os.environ),
                 origins=lambda: chart_origins(store),
                 required=(*REQUIRED, CHART_SOURCES))  # fmt: skip
     metrics.observe(loop.scrape)
-    memo.metrics_server = await _serve_metrics(memo.metrics_address, metrics, loop)
+    metrics_server = await _serve_metrics(given.metrics_address, metrics, loop)
     observers.start(catalog.machine_types, namespace, catalog.defaults.target_namespace)
-    memo.chart_sources = Informer(adapter, chart_sources_source(namespace), store,
-                                  asyncio.get_running_loop(), ours.watching).start()  # fmt: skip
-    if memo.elector is not None:
-        memo.elector_task = asyncio.create_task(memo.elector.run(memo.stopped), name="election")
-    memo.store, memo.observers = store, observers
-    memo.loop_task = asyncio.create_task(loop.run(memo.stopped), name="reconcile-loop")
-    memo.loop_task.add_done_callback(_loop_ended)
+    chart_sources = Informer(adapter, chart_sources_source(namespace), store,
+                             asyncio.get_running_loop(), ours.watching).start()  # fmt: skip
+    elector_task = None
+    if elector is not None:
+        elector_task = asyncio.create_task(elector.run(stopped), name="election")
+    loop_task = asyncio.create_task(loop.run(stopped), name="reconcile-loop")
+    loop_task.add_done_callback(_loop_ended)
+    state.started = Started(
+        store=store, stopped=stopped, observers=observers, chart_sources=chart_sources,
+        loop_task=loop_task, elector=elector, elector_task=elector_task,
+        metrics_server=metrics_server,
+    )  # fmt: skip
     await _until_gpus_served(adapter, ours.kopf)
 
 
@@ -159,28 +235,31 @@ def _loop_ended(task: asyncio.Task[None]) -> None:
 
 @kopf.on.cleanup()
 async def stop(memo: kopf.Memo, **_: Any) -> None:
-    memo.stopped.set()
-    memo.observers.stop()
-    memo.chart_sources.stop()
+    """kopf runs it only after `start` succeeded, once its Gpu watch has ended."""
+    started = runtime(memo).started
+    started.stopped.set()
+    started.observers.stop()
+    started.chart_sources.stop()
     try:
-        await asyncio.wait_for(memo.loop_task, timeout=10)
+        await asyncio.wait_for(started.loop_task, timeout=10)
     except TimeoutError:
-        memo.loop_task.cancel()
-    if memo.elector is not None:  # after the last write: hand over at once
-        await memo.elector.release()
-    if memo.metrics_server is not None:
-        await memo.metrics_server.cleanup()
+        started.loop_task.cancel()
+    if started.elector is not None:  # after the last write: hand over at once
+        await started.elector.release()
+    if started.metrics_server is not None:
+        await started.metrics_server.cleanup()
 
 
 @kopf.on.event(*GPU)
 def gpu_changed(type: str, name: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Keep the Gpu's compact facts; the store wakes the loop when they changed."""
+    store = runtime(memo).started.store
     if type == "DELETED":
         gone_at = version_of((body.get("metadata") or {}).get("resourceVersion"))
-        _store(memo).put(GPUS, name, None, gone_at)
+        store.put(GPUS, name, None, gone_at)
         return
     obj = gpu_object(body)
-    _store(memo).put(GPUS, name, Entry(version_of(obj.resource_version), obj))
+    store.put(GPUS, name, Entry(version_of(obj.resource_version), obj))
 
 
 def own_identity(environ: Mapping[str, str]) -> str:
@@ -208,14 +287,10 @@ def run(
     os.environ["POD_ID"] = identity  # kopf's documented source of its identity (detect_own_id)
     # kopf only watches the Gpu and runs the process: no peering (it would pause every replica
     # of equal priority); the Lease picks the one that writes.
+    options = Options(identity, leader_election, metrics_address, settings or Settings())
     kopf.run(
         clusterwide=True,
         liveness_endpoint=liveness,
         standalone=True,
-        memo=kopf.Memo(
-            identity=identity,
-            leader_election=leader_election,
-            metrics_address=metrics_address,
-            settings=settings or Settings(),
-        ),
+        memo=kopf.Memo({MEMO_KEY: Runtime(options)}),
     )
