@@ -806,6 +806,107 @@ def test_a_branch_the_release_does_not_build_is_the_specs_error(catalog: Catalog
     assert plan.preflight.verdict == "error"
 
 
+GL_OLD = "Garden Linux 1877.14"  # in installer release 1.7.0's build matrix
+BUILDS_117 = "(builds: 590.48.01, 580.178.04, 570.211.01)"
+REFUSED = ("error", "UnknownDriverVersion")
+
+
+@pytest.mark.parametrize(
+    ("bodies", "driver", "expected", "pool_versions", "words"),
+    [
+        # A full version the installer release does not build: refused, not made its branch.
+        (
+            [node()],
+            {"version": "590.1.1"},
+            [REFUSED],
+            [None],
+            f"'590.1.1': installer release 1.17.0 does not build it {BUILDS_117}; its Garden "
+            "Linux images are per branch, and branch 590's holds 590.48.01. Set "
+            "spec.driver.version to the branch ('590')",
+        ),
+        # A real NVIDIA driver that 1.17.0 does not build (older releases did: history.yaml).
+        (
+            [node()],
+            {"version": "580.126.20"},
+            [REFUSED],
+            [None],
+            f"'580.126.20': installer release 1.17.0 does not build it {BUILDS_117}",
+        ),
+        (
+            [node(os_image=GL_OLD)],
+            {"version": "580.178.04", "installerRelease": "1.7.0"},
+            [REFUSED],
+            [None],
+            "(builds: 590.48.01, 580.159.03, 570.211.01)",
+        ),
+        ([node()], {"mode": "Precompiled", "version": "590.1.1"}, [REFUSED], [None], ""),
+        # The Garden Linux pool of a mixed fleet would silently get 580.178.04.
+        (
+            [node("gl"), ubuntu_node("ub", pool="ub")],
+            {"version": "580.126.20"},
+            [REFUSED],
+            [None, "580.126.20"],
+            "branch 580's holds 580.178.04",
+        ),
+        # No GPU nodes: the stack is prepared for Garden Linux, with the spec's version.
+        ([cpu_node()], {"version": "590.1.1"}, [("warning", "NoGpuNodes"), REFUSED], [], ""),
+        # What the release builds, and branches, keep working.
+        ([node()], {"version": "590.48.01"}, [], ["590"], ""),
+        ([node()], {"version": "590"}, [], ["590"], ""),
+        (
+            [node(os_image=GL_OLD)],
+            {"version": "580.159.03", "installerRelease": "1.7.0"},
+            [],
+            ["580"],
+            "",
+        ),
+        (
+            [node("gl"), ubuntu_node("ub", pool="ub")],
+            {"version": "580"},
+            [],
+            ["580", "580.126.20"],
+            "",
+        ),
+        # A branch the release does not build is the branch's error, said once.
+        (
+            [node()],
+            {"version": "550.1.2"},
+            [("error", "NoDriverImage")],
+            ["550"],
+            "driver branch 550: installer release 1.17.0 builds no driver of it",
+        ),
+        # Other modes: no installer. Upstream's catalog is not complete: a version it does not
+        # list is a warning (NoDriverImage), as before; Preinstalled ignores the version.
+        (
+            [ubuntu_node()],
+            {"version": "590.1.1"},
+            [("warning", "NoDriverImage")],
+            ["590.1.1"],
+            "does not list driver 590.1.1; check that nvcr.io/nvidia/driver:590.1.1-ubuntu22.04",
+        ),
+        ([node()], {"mode": "Preinstalled", "version": "590.1.1"}, [], [None], ""),
+    ],
+)
+def test_a_full_version_the_installer_release_does_not_build(
+    catalog: Catalog,
+    bodies: list[dict[str, Any]],
+    driver: dict[str, str],
+    expected: list[tuple[str, str]],
+    pool_versions: list[str | None],
+    words: str,
+) -> None:
+    plan = plan_for(catalog, *bodies, spec={"driver": driver})
+    assert reasons(plan) == expected
+    assert [p.version for p in plan.pools] == pool_versions
+    assert not words or any(words in f.message for f in plan.preflight.findings)
+    if REFUSED in expected:
+        assert plan.preflight.verdict == "error"
+        assert plan.objects == ()
+        assert all(f.pool is None for f in plan.preflight.findings)  # the spec's error
+    elif plan.driver_mode == "Precompiled":  # the branch reaches the chart, as before
+        assert plan.values["driver"]["version"] == pool_versions[0]
+
+
 def test_nodes_without_a_pool_label(catalog: Catalog) -> None:
     plan = plan_for(catalog, node("bare", os_image="Garden Linux 2150.10.0", pool=None), node("ok"))
     (finding,) = plan.preflight.findings

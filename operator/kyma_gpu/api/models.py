@@ -173,10 +173,11 @@ class DriverSpec(_Model):
 
     version: str | None = Field(default=None, pattern=DRIVER_VERSION_PATTERN, max_length=16)
     """Driver branch ("590") or full version ("590.48.01"). Precompiled images are built per
-    branch (a full version counts as its branch); Upstream maps a branch to the newest full
-    version NVIDIA publishes as a driver container for the nodes' OSes (values-rules/
-    nvidia-drivers.yaml). Empty: the installer release's default branch (Precompiled), the
-    chart's default driver (Upstream)."""
+    branch; on Garden Linux a full version must be the one of its branch that the installer
+    release builds (its versions.yaml in values-rules/installer/), any other is refused
+    (UnknownDriverVersion). Upstream maps a branch to the newest full version NVIDIA publishes
+    as a driver container for the nodes' OSes (values-rules/nvidia-drivers.yaml). Empty: the
+    installer release's default branch (Precompiled), the chart's default driver (Upstream)."""
 
     installer_release: str | None = Field(
         default=None, pattern=INSTALLER_RELEASE_PATTERN, max_length=32

@@ -81,6 +81,20 @@ class Resolved:
     def node_mode(self, node: NodeFacts) -> DriverMode:
         return node_mode(node, self.spec.driver.mode, self.catalog.defaults.auto_driver_mode)
 
+    @property
+    def unbuilt_version(self) -> str | None:
+        """spec.driver.version when Garden Linux needs it and it is a full version that the
+        installer release does not build (a preflight error). The release builds one version
+        of each branch, and its images are per branch: another full version would silently be
+        that one. None too when the release builds no driver of the branch (branch_not_built
+        says so)."""
+        version, installer = self.spec.driver.version, self.installer
+        if not (self.uses_installer and installer and version and "." in version):
+            return None
+        if installer.full_version(version) or not installer.full_version(self.branch):
+            return None
+        return version
+
 
 def node_mode(node: NodeFacts, spec_mode: DriverMode, auto: Mapping[str, str]) -> DriverMode:
     if spec_mode is not DriverMode.AUTO:
@@ -137,7 +151,8 @@ def _versioned(pool: DriverPool, r: Resolved) -> DriverPool:
     """The pool with the driver version it gets and where that comes from."""
     spec_version = r.spec.driver.version
     if pool.mode is DriverMode.PRECOMPILED:
-        if not r.branch:  # an unknown installer release: a preflight error
+        # Preflight errors: an unknown installer release, a full version it does not build.
+        if not r.branch or (pool.os is OsFamily.GARDENLINUX and r.unbuilt_version):
             return pool
         source = VersionSource.SPEC_BRANCH if spec_version else VersionSource.INSTALLER_DEFAULT
         return replace(pool, version=r.branch, source=source)

@@ -83,6 +83,20 @@ def unknown_driver_version(r: Resolved) -> list[Finding]:
     return [Finding(Severity.ERROR, R.UNKNOWN_DRIVER_VERSION, message)]
 
 
+def unbuilt_precompiled_version(r: Resolved) -> list[Finding]:
+    """A full version the installer release does not build must not become its branch."""
+    version, installer = r.unbuilt_version, r.installer
+    if version is None or installer is None:
+        return []
+    message = (
+        f"spec.driver.version {version!r}: installer release {installer.tag} does not build it "
+        f"(builds: {', '.join(installer.drivers)}); its Garden Linux images are per branch, and "
+        f"branch {r.branch}'s holds {installer.full_version(r.branch)}. Set spec.driver.version "
+        f"to the branch ({r.branch!r}) or to a version the release builds"
+    )
+    return [Finding(Severity.ERROR, R.UNKNOWN_DRIVER_VERSION, message)]
+
+
 def unknown_chart_version(r: Resolved) -> list[Finding]:
     if r.chart is not None:
         return []
@@ -155,6 +169,7 @@ CHECKS: tuple[Check, ...] = (
     unknown_machine_type,
     unknown_installer_release,
     unknown_driver_version,
+    unbuilt_precompiled_version,
     unknown_chart_version,
     branch_not_built,
     garden_linux_images,
