@@ -465,7 +465,9 @@ def test_uninstalling_lifts_the_modules_marks(
         local_cluster.kubectl("cordon", SECOND)
         _run_documented(local_cluster, WITHDRAW_GPU, FIRST)
         _timed(lambda: _marked(local_cluster, FIRST, "GpusUnhealthy"), "the node marked")
-        assert _cordoned(_node(local_cluster, FIRST)) == (True, NODE_CONDITION)
+        # The condition and the cordon are two patches, in that order: wait for the second.
+        _timed(lambda: _cordoned(_node(local_cluster, FIRST)) == (True, NODE_CONDITION) or None,
+               "the node cordoned")  # fmt: skip
 
         local_cluster.kubectl("delete", GPUS, "gpu", "--wait=false")
         wait_until(lambda: gpu(local_cluster) is None, 240, "the Gpu gone after Flux uninstalled")
