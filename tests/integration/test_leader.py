@@ -32,9 +32,6 @@ from tests.harness.nodes import DEMO_FLEET
 pytestmark = pytest.mark.integration
 
 LEASE = "kyma-gpu-manager"
-FAILOVER_BOUND_SECONDS = 20.0
-SHUTDOWN_BOUND_SECONDS = 14.0
-"""Below OperatorProcess.stop's 15 s, after which it would SIGKILL (and returncode != 0)."""
 WRITE_VERBS = {"create", "update", "patch", "delete"}
 AGENT = re.compile(r"^kyma-gpu/\S+ \((?P<identity>manager-[ab])\)")
 """This test's two managers (other tests' managers have other identities)."""
@@ -131,6 +128,7 @@ def test_one_writer_failover_and_graceful_handover(
         killed = time.monotonic()
         wait_until(lambda: _holder(local_cluster) == "manager-b", 40, "manager-b taking over")
         failover = time.monotonic() - killed
+        b_log = b.log(400)
         _set_version(local_cluster, "580")
 
         a = _manager(local_cluster, "manager-a")  # back, as a follower
@@ -140,7 +138,7 @@ def test_one_writer_failover_and_graceful_handover(
         b.stop()  # SIGINT: b releases the Lease on its way out
         exited = time.monotonic()
         assert b.process is not None
-        assert b.process.returncode == 0, b.log(30)
+        assert b.process.returncode == 0, b.log(30)  # it exited by itself, not SIGKILLed at 15 s
         wait_until(lambda: _holder(local_cluster) == "manager-a", 40, "manager-a taking over")
         # The handover is the follower's part: from b's release to a's acquire, both Lease
         # writes, on the API server's clock (the audit log): this test's own polling, slow on
@@ -165,12 +163,15 @@ def test_one_writer_failover_and_graceful_handover(
     print(f"failover after SIGKILL {failover:.1f}s; graceful handover {handover:.1f}s from the "
           f"release to the acquire (API server clock); the leader exited {shutdown:.1f}s "
           f"after its SIGINT")  # fmt: skip
-    assert failover < FAILOVER_BOUND_SECONDS
+    # After a SIGKILL the follower takes over because the Lease expired (held by the dead
+    # leader), which its log says: the design bounds it (lease duration + two looks, 16 s),
+    # the test's clock on a loaded machine does not (26 s once, in a CI run beside other
+    # work). The figure is printed above and belongs to a benchmark.
+    assert f"({Move.TAKE_OVER}: expired, held by manager-a)" in b_log, b_log
     # Graceful means the follower took the Lease because the leader released it, not because
     # it expired: that is what its log says, not a clock (10.4 s once on a loaded machine, 0.2 s
     # on a quiet one, both releases). How fast it is belongs to a benchmark.
     assert f"({Move.TAKE_OVER}: released)" in a_log, a_log
-    assert shutdown < SHUTDOWN_BOUND_SECONDS
     writers = _writers_in_order(local_cluster)
     runs = _runs(writers)
     assert runs == ["manager-a", "manager-b", "manager-a"], "\n".join(map(str, writers))
