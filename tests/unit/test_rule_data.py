@@ -134,6 +134,7 @@ FLAT: dict[str, Any] = {
     "components.serviceMonitor": False,
     "components.migManager": False,
     "components.gpuFeatureDiscovery": True,
+    "components.nodeFeatureDiscovery": "GpuNodes",
     "components.nodeStatusExporter": False,
     "components.migStrategy": "Single",
     "components.vgpuManager": False,
@@ -166,6 +167,7 @@ FLAT: dict[str, Any] = {
     "vgpu.repository": None,
     "vgpu.image": None,
     "vgpu.version": None,
+    "nfd.workerAffinity": {"nodeAffinity": {}},
 }
 
 

@@ -29,6 +29,7 @@ from kyma_gpu.api.operations import (
     IMAGE_PATTERN,
     GpuStack,
     MigStrategy,
+    NfdPlacement,
     SandboxMode,
     SharingMode,
     SharingSpec,
@@ -247,6 +248,12 @@ class ComponentsSpec(_Model):
 
     gpu_feature_discovery: StrictBool = True
     """GPU feature discovery: node labels with GPU model, memory, driver and CUDA versions."""
+
+    node_feature_discovery: NfdPlacement = NfdPlacement.GPU_NODES
+    """Where node-feature-discovery's worker runs: GpuNodes (default: only where a GPU can be:
+    known GPU machine types, nodes with an NVIDIA PCI device or the label
+    gpu.kyma-project.io/gpu=true, nodes without a machine type label) or AllNodes (every node,
+    as NVIDIA's chart does, for other consumers of NFD's labels)."""
 
     node_status_exporter: StrictBool = False
     """Node status exporter: metrics about the operator's validations."""

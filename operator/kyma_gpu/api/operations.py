@@ -202,6 +202,17 @@ class SandboxMode(StrEnum):
     """Kata Containers; nodes opt in with nvidia.com/gpu.workload.config=vm-passthrough."""
 
 
+class NfdPlacement(StrEnum):
+    """Where node-feature-discovery's worker runs (spec.components.nodeFeatureDiscovery)."""
+
+    GPU_NODES = "GpuNodes"
+    """Only where a GPU can be: nodes of a GPU machine type the module knows, nodes NFD found
+    an NVIDIA PCI device on, nodes labelled gpu.kyma-project.io/gpu=true, and nodes without a
+    machine type label. No worker on the CPU nodes of known machine types."""
+    ALL_NODES = "AllNodes"
+    """On every node, as NVIDIA's chart does: for other consumers of NFD's labels."""
+
+
 class MigStrategy(StrEnum):
     """How MIG instances are advertised (device plugin and GPU feature discovery)."""
 

@@ -16,6 +16,7 @@ from kyma_gpu.api.operations import (
 from kyma_gpu.facts.node import OsFamily
 from kyma_gpu.plan.driver import ASSUMED_OS, DriverPool, Resolved
 from kyma_gpu.plan.mirror import replace_registry
+from kyma_gpu.plan.nfd import worker_affinity
 from kyma_gpu.plan.sharing import config_map_name, device_plugin_configs
 from kyma_gpu.rules.context import PoolContext, RuleContext
 
@@ -78,6 +79,7 @@ def _cluster_context(r: Resolved) -> dict[str, Any]:
         "mig.strategy": str(spec.components.mig_strategy).lower(),
         **_sandbox(spec.components.sandbox_workloads),
         **_vgpu(spec.components.vgpu_manager_image),
+        "nfd.workerAffinity": worker_affinity(r.catalog.machine_types),
     }
 
 

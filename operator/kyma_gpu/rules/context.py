@@ -175,6 +175,15 @@ class VgpuContext(_Section):
     version: str | None
 
 
+class NfdContext(_Section):
+    """node-feature-discovery's worker (plan/nfd.py)."""
+
+    worker_affinity: dict[str, Any]
+    """The worker's affinity for components.nodeFeatureDiscovery GpuNodes: the nodes where a
+    GPU can be (a GPU machine type of the registry, NFD's NVIDIA PCI label, the label
+    gpu.kyma-project.io/gpu=true, or no machine type label)."""
+
+
 class RuleContext(_Section):
     """What every rule sees, as dotted keys: cluster.gpuNodes, driver.mode, ..."""
 
@@ -192,6 +201,7 @@ class RuleContext(_Section):
     mig: MigContext
     sandbox: SandboxContext
     vgpu: VgpuContext
+    nfd: NfdContext
 
     @classmethod
     def checked(cls, flat: Mapping[str, Any]) -> dict[str, Any]:
