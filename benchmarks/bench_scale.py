@@ -107,6 +107,7 @@ ROWS: tuple[tuple[str, str, str, Check], ...] = (
     ("flux_helmrelease_ready_s", "Flux: start -> HelmRelease Ready (s)", "", None),
     ("flux_gpu_ready_s", "Flux: start -> Gpu Ready (s)", "", None),
     ("flux_daemonsets_steady_s", "Flux: start -> operand DaemonSets steady (s)", "", None),
+    ("nfd_worker_pods", "Flux: NFD worker pods scheduled", "", None),
     ("source_controller_baseline_cpu_pct", "source-controller CPU in baseline (%)", "", None),
     ("source_controller_rss_mib", "source-controller RSS (MiB)", "", None),
     ("source_controller_peak_rss_mib", "source-controller peak RSS (MiB)", "", None),
@@ -244,7 +245,7 @@ def run_size(cfg: ScaleConfig, label: str, clock: Clock, keep: bool) -> dict[str
             stack.nvidia = NvidiaOperator(cluster, emulate_nfd=False)  # the fleet has NFD's labels
             stack.start()
             install_module_crds(cluster)  # the values policy, the release ServiceAccount's RBAC
-            footprint, gpu = Footprint.of_stack(stack), flux_gpu(stack)
+            footprint, gpu = Footprint.of_stack(stack), flux_gpu(stack, cfg.nfd)
         fleet = build_fleet(cluster, rest, cfg, clock, gpu)
         metrics, breakdown, _ = measure_operator(
             cluster, rest, cfg, fleet, clock, footprint=footprint, details=result["details"]
@@ -264,7 +265,7 @@ def run_size(cfg: ScaleConfig, label: str, clock: Clock, keep: bool) -> dict[str
     return result
 
 
-def flux_gpu(stack: FluxStack) -> dict[str, Any]:
+def flux_gpu(stack: FluxStack, nfd: str = "GpuNodes") -> dict[str, Any]:
     """The Gpu with the local chart repository as its source, and otherwise the default: NFD's
     worker runs only where a GPU can be (plan/nfd.py), as a user gets it (before issue 36 the
     benchmark restricted it by spec.values, which hid the chart's worker on every node)."""
@@ -272,7 +273,10 @@ def flux_gpu(stack: FluxStack) -> dict[str, Any]:
         "apiVersion": "gpu.kyma-project.io/v1beta1",
         "kind": "Gpu",
         "metadata": {"name": "gpu"},
-        "spec": {"source": {"chartRepository": stack.helm_repo_url, "insecure": True}},
+        "spec": {
+            "source": {"chartRepository": stack.helm_repo_url, "insecure": True},
+            "components": {"nodeFeatureDiscovery": nfd},
+        },
     }
 
 
@@ -329,6 +333,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="kube-controller-manager's --kube-api-qps (default: its own, 20/s; large managed "
         "clusters raise it, and it paces the operand pods of an install with --flux)",
     )
+    add(
+        "--nfd",
+        choices=("GpuNodes", "AllNodes"),
+        default="GpuNodes",
+        help="with --flux: the Gpu's spec.components.nodeFeatureDiscovery (default GpuNodes)",
+    )
     add("--no-rollout", action="store_true", help="skip the driver rollout label churn")
     add("--spec-changes", type=int, default=20, help="spec changes to time (default 20)")
     add(
@@ -364,6 +374,7 @@ def config(args: argparse.Namespace, nodes: int) -> ScaleConfig:
         install=args.flux and nodes <= args.install_up_to,
         install_timeout=args.install_timeout,
         controller_qps=args.controller_qps,
+        nfd=args.nfd,
         baseline=not args.no_baseline,
         start_timeout=args.start_timeout,
         step_timeout=args.step_timeout,

@@ -450,6 +450,9 @@ class ScaleConfig:
     """With Flux: how long the chart install (HelmRelease Ready, Gpu Ready) may take."""
     controller_qps: int | None = None
     """kube-controller-manager's --kube-api-qps; None: Kubernetes' default (20/s)."""
+    nfd: str = "GpuNodes"
+    """With Flux: spec.components.nodeFeatureDiscovery of the Gpu (GpuNodes, the default, or
+    AllNodes, NFD's worker on every node as NVIDIA's chart has it)."""
     spec_value: str = "operands"
     """What a spec change changes (measure.spec_body): ``operands`` or ``inert``."""
     baseline: bool = False

@@ -418,11 +418,21 @@ def flux_settled(s: Session) -> None:
     steady_at = _daemonsets_steady(s, deadline)
     s.metrics["flux_daemonsets_steady_s"] = _since(steady_at, started)
     s.details["flux_daemonsets"] = daemonsets(s.rest)
+    s.metrics["nfd_worker_pods"] = nfd_worker_pods(s.details["flux_daemonsets"])
     s.progress(
         f"Flux: Gpu Ready {s.metrics['flux_gpu_ready_s']} s, operand DaemonSets steady "
         f"{s.metrics['flux_daemonsets_steady_s']} s after the start"
     )
     idle(s, s.cfg.settle_quiet)
+
+
+def nfd_worker_pods(sets: dict[str, str]) -> int | None:
+    """The NFD worker DaemonSet's desired pods (the first number of its trace line)."""
+    for name, text in sets.items():
+        if "node-feature-discovery-worker" in name:
+            numbers = [int(word) for word in text.split() if word.isdigit()]
+            return numbers[0] if numbers else None
+    return None
 
 
 def _daemonsets_steady(s: Session, deadline: float) -> float | None:
