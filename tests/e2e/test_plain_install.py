@@ -281,8 +281,10 @@ def test_the_documented_install_runs_the_manager_on_a_real_node(plain: Plain) ->
 
 @pytest.mark.timeout(900)
 def test_the_documented_uninstall_leaves_no_module(plain: Plain) -> None:
+    # Never a skip: an uninstall test that does not run proves nothing. It depends on the
+    # install test of this module (run first, same file); if that failed, this fails too.
     if not plain.installed:
-        pytest.skip("the install test did not finish: nothing to uninstall")
+        pytest.fail("the install test did not finish: nothing to uninstall (see its failure)")
     cluster = plain.cluster
     _run_block(plain.doc.uninstall, "uninstall", plain.checkout, plain.env, 840)
     assert cluster.get_object("crd", "gpus.gpu.kyma-project.io") is None
