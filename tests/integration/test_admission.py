@@ -142,6 +142,9 @@ ROWS: list[tuple[str, dict[str, Any], str]] = [
      f"spec.components: Invalid value: {VGPU_NEEDS_IMAGE}"),
     ("vgpu-image-without-tag", {"components": {"vgpuManagerImage": "r.corp/nv/vgpu-manager"}},
      _pattern("spec.components.vgpuManagerImage", "r.corp/nv/vgpu-manager", IMAGE_PATTERN)),
+    ("nfd-unknown", {"components": {"nodeFeatureDiscovery": "CpuNodes"}},
+     'spec.components.nodeFeatureDiscovery: Unsupported value: "CpuNodes": supported values: '
+     '"GpuNodes", "AllNodes"'),
     ("sandbox-unknown", {"components": {"sandboxWorkloads": "Docker"}},
      'spec.components.sandboxWorkloads: Unsupported value: "Docker": supported values: '
      '"Off", "KubeVirt", "Kata"'),
