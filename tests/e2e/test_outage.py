@@ -1,8 +1,9 @@
 """The API server goes away for minutes: the manager survives, and once it is back a spec change
 reaches the HelmRelease within 30 s (every watch resumes or lists again; nothing is lost).
 
-No Flux here: what counts is the manager's own watches and writes. The other controllers of
-the local cluster reconnect by themselves.
+No Flux here: what counts is the manager's own watches and writes. The harness restarts the
+local cluster's other controllers once the API server is back (LocalCluster.restart_apiserver
+says why); the manager is not restarted.
 """
 
 from __future__ import annotations
