@@ -63,6 +63,11 @@ GATED = {
     "gpuclusters.nvidia.com": GPU_CLUSTERS,
 }
 """CRD name -> the resource it serves: its observer lists again when the CRD appears."""
+NODE_COALESCE = 0.1
+"""Seconds the Node watch waits after an event that came after a wait (adapter._lines): the
+kubelets' status updates (70 a second at 20,000 Nodes) are read about 10 times a second in
+batches instead of one wake-up each, at half the CPU, for at most 0.1 s more delay. Only the
+Nodes: the Gpu and the Flux objects, where a user waits for an answer, are read at once."""
 REQUIRED: tuple[str, ...] = (NODES, DAEMONSETS, CRDS, *FLUX)
 """Listed (or found absent) before the first reconcile: planning without them would be wrong.
 The ClusterPolicy and the GPUCluster are not among them: a CRD of our own chart must never
@@ -77,7 +82,8 @@ def node_source(registry: MachineTypeRegistry) -> Source:
             log.warning("ignoring a Node: %s", err)
             return None
 
-    query = ListQuery("/api/v1/nodes", drop_images=True)  # never read; 70 % of the bytes
+    # status.images: never read, 70 % of the bytes. Heartbeats: read in batches (NODE_COALESCE).
+    query = ListQuery("/api/v1/nodes", drop_images=True, coalesce=NODE_COALESCE)
     return Source(NODES, query, fold, page_size=250, key=_name)
 
 
