@@ -428,3 +428,19 @@ def test_no_nodes() -> None:
     facts = cluster_facts([])
     assert facts.gpu_nodes == ()
     assert facts.cpu_node_count == 0
+
+
+def test_values_that_nodes_repeat_are_one_string_object_across_nodes(
+    registry: MachineTypeRegistry,
+) -> None:
+    """The JSON parser makes a new string per Node; the facts keep one per value (memory at
+    20,000 Nodes, docs/performance.md)."""
+    import json
+
+    one, two = (json.loads(json.dumps(node(name))) for name in ("gpu-1", "gpu-2"))
+    assert one["status"]["nodeInfo"]["osImage"] is not two["status"]["nodeInfo"]["osImage"]
+    a, b = node_facts(one, registry), node_facts(two, registry)
+    for field in ("provider", "machine_type", "os_image", "os_version", "arch", "kernel", "pool"):
+        assert getattr(a, field) is not None, field
+        assert getattr(a, field) is getattr(b, field), field
+    assert a.name is not b.name

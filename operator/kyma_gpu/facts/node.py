@@ -7,10 +7,11 @@ Heartbeats change nothing here, so equal facts mean "nothing to do".
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, overload
 
 from kyma_gpu.api.node_marks import CORDON_ANNOTATION, NODE_CONDITION
 from kyma_gpu.facts.machines import MachineType, MachineTypeRegistry
@@ -394,6 +395,18 @@ def _labelled(labels: Mapping[str, str], key: str, ignored: str = "") -> str | N
     return _bounded(value) if value and value != ignored else None
 
 
+@overload
+def _shared(text: str) -> str: ...
+@overload
+def _shared(text: str | None) -> str | None: ...
+def _shared(text: str | None) -> str | None:
+    """One string object for a value that thousands of Nodes repeat (machine type, OS image,
+    kernel, pool): the JSON parser makes a new one per Node, about 60 bytes each. Shared, the
+    facts of a Node take 426 bytes in-process instead of 786 (docs/performance.md). Interned
+    strings are freed when no Node refers to them any more."""
+    return sys.intern(text) if type(text) is str else text
+
+
 def node_facts(node: Mapping[str, Any], registry: MachineTypeRegistry) -> NodeFacts:
     """Compact facts of one Node body (as the API or `kubectl get node -o yaml` gives it).
 
@@ -422,16 +435,16 @@ def node_facts(node: Mapping[str, Any], registry: MachineTypeRegistry) -> NodeFa
     )
     return NodeFacts(
         name=parts.name,
-        provider=provider,
-        machine_type=machine_type,
-        gpu_model=model,
+        provider=_shared(provider),
+        machine_type=_shared(machine_type),
+        gpu_model=_shared(model),
         gpu_count=count,
         os=family,
-        os_version=version,
-        os_image=os_image,
-        arch=_arch(info, labels, known),
-        kernel=_bounded(info.get("kernelVersion")) or None,
-        pool=labels.get(LABEL_POOL),
+        os_version=_shared(version),
+        os_image=_shared(os_image),
+        arch=_shared(_arch(info, labels, known)),
+        kernel=_shared(_bounded(info.get("kernelVersion")) or None),
+        pool=_shared(labels.get(LABEL_POOL)),
         evidence=tuple(_evidence(labels, known is not None, capacity_gpus)),
         preinstalled_driver=preinstalled,
         opted_out=labels.get(LABEL_OPT_IN) == "false",
