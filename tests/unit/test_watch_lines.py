@@ -94,7 +94,7 @@ def test_a_node_with_json_the_fast_parser_refuses_is_still_read() -> None:
     data = b'{"metadata": {"name": "n"}, "status": {"x": NaN}}'
     with pytest.raises(orjson.JSONDecodeError):
         orjson.loads(data)
-    assert adapter._loads(data, True)["metadata"]["name"] == "n"
+    assert adapter._loads(data, True, fast=True)["metadata"]["name"] == "n"
 
 
 def test_other_objects_keep_integers_beyond_64_bits() -> None:
