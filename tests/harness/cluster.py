@@ -117,6 +117,12 @@ endpoints, volumes, CSRs and cloud controllers are not needed by the tests.
 
 Progress = Callable[[str], None]
 
+RESTART_CONTROLLERS_AFTER = 30.0
+"""An API server outage at least this long (s) restarts the other controllers when it ends
+(LocalCluster._restart_controllers says why). After a short one (test_faults: 3 s) client-go's
+reflectors are back within a second or two, and the controllers keep running through it, as
+they would on a real cluster."""
+
 
 def _quiet(_: str) -> None:
     return None
@@ -388,7 +394,8 @@ class LocalCluster:
         ready = apiserver.wait_healthy(
             lambda: http_ok(f"{self.server}/readyz", context=api_tls), self.start_timeout
         )
-        self._restart_controllers()
+        if down_seconds >= RESTART_CONTROLLERS_AFTER:
+            self._restart_controllers()
         return ready
 
     def _restart_controllers(self) -> None:

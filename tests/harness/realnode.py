@@ -302,6 +302,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%",
                              "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
             "serializeImagePulls": False, "resolvConf": "",
+            # No image garbage collection: the images were loaded into the machine's containerd
+            # once (the manager's, the pause image) and cannot be pulled again. At the default
+            # 85 % the kubelet removed the pause image on a machine whose disk was 86 % full by
+            # its count (CI, 2026-12-04), and no pod of the KLM upgrade could start.
+            "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
         }  # fmt: skip
 
     def _allow_nodes(self) -> None:
