@@ -136,10 +136,12 @@ def main() -> None:
         lambda: make_plan(spec, cfacts, catalog, owner),
     )
     loop = Loop(store=Store(), writer=None, catalog=catalog)  # type: ignore[arg-type]
+    loop.plan(spec, cfacts, owner, Origins())
+    again = cluster_facts(facts)  # a pass builds its own, from the store's unchanged NodeFacts
     timed(
         "memoized plan lookup (reconcile without change)",
         200,
-        lambda: loop.plan(spec, cfacts, owner, Origins()),
+        lambda: loop.plan(spec, again, owner, Origins()),
     )
     plan = make_plan(spec, cfacts, catalog, owner)
     timed("status aggregation", 200, lambda: aggregate(plan, Evidence(), 1, (), "now"))

@@ -128,9 +128,12 @@ class Store:
         if old is None and gone is not None and entry.version is not None and entry.version <= gone:
             return False  # deleted since: the answer of a write made before the deletion
         coll.gone.pop(key, None)
-        coll.entries[key] = entry
         if old is not None and old.facts == entry.facts:
+            # the same facts (a heartbeat): keep their object, so the plan cache's compare of
+            # the cluster's facts stays an identity check per Node (facts.cluster.ClusterFacts)
+            coll.entries[key] = Entry(entry.version, old.facts)
             return False
+        coll.entries[key] = entry
         return self._changed(resource, key, entry.facts)
 
     def replace(
