@@ -47,13 +47,13 @@ def _stream_lines(response: Any) -> Iterator[bytes]:
 
 def _events(reader: str, kubeconfig: str, rv: str, seconds: int) -> Iterator[dict[str, Any]]:
     os.environ["KUBECONFIG"] = kubeconfig
-    from kyma_gpu.adapter import KubeAdapter, ListQuery, _loads
+    from kyma_gpu.adapter import NODE_JSON, KubeAdapter, ListQuery
     from kyma_gpu.observe.sources import NODE_COALESCE
 
     adapter = KubeAdapter.connect("watch-read-bench")
     coalesce = float(os.environ.get("WATCH_READ_COALESCE") or NODE_COALESCE)
     coalesce = coalesce if reader.startswith("coalesced") else 0.0
-    query = ListQuery("/api/v1/nodes", drop_images=True, coalesce=coalesce)
+    query = ListQuery("/api/v1/nodes", parser=NODE_JSON, coalesce=coalesce)
     if reader != "stream":
         yield from adapter.watch(query, rv, seconds)
         return
@@ -62,7 +62,7 @@ def _events(reader: str, kubeconfig: str, rv: str, seconds: int) -> Iterator[dic
     response = adapter._request("watch", "GET", query.path, query=params,
                                 timeout=(10, seconds + 30))  # fmt: skip
     for line in _stream_lines(response):
-        yield _loads(line, True)
+        yield NODE_JSON.page(line)  # the standard library, as before orjson
 
 
 def child(reader: str, kubeconfig: str, rv: str, seconds: int) -> None:

@@ -19,7 +19,7 @@ import re
 import socket
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,6 +98,14 @@ class ObjectRef:
 
 
 @dataclass(frozen=True, slots=True)
+class Parser:
+    """How the JSON of one collection is parsed: its LIST pages and its watch events."""
+
+    page: Callable[[bytes], Any] = json.loads
+    event: Callable[[bytes], Any] = json.loads
+
+
+@dataclass(frozen=True, slots=True)
 class ListQuery:
     """One collection to list and watch: a path such as /api/v1/nodes, and its selectors."""
 
@@ -105,8 +113,8 @@ class ListQuery:
     label_selector: str | None = None
     field_selector: str | None = None
     metadata_only: bool = False
-    drop_images: bool = False
-    """Cut each Node's status.images from the raw JSON before it is parsed (without_images)."""
+    parser: Parser = Parser()
+    """The standard library's JSON, or NODE_JSON for Nodes."""
     coalesce: float = 0.0
     """Seconds to wait after a watch event that came after a wait, so that the events of that
     span are read in one go (_lines). 0: each event as it comes."""
@@ -180,17 +188,15 @@ class KubeAdapter:
         finally:
             response.release_conn()
 
-    def _json(
-        self, what: str, method: str, path: str, drop_images: bool = False, **kwargs: Any
-    ) -> dict[str, Any]:
-        result: dict[str, Any] = _loads(self._bytes(what, method, path, **kwargs), drop_images)
+    def _json(self, what: str, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        result: dict[str, Any] = json.loads(self._bytes(what, method, path, **kwargs))
         return result
 
     # -- reads (blocking: the observers call them from their own threads) --
 
     def list_page(self, query: ListQuery, limit: int, token: str | None = None) -> dict[str, Any]:
         """One page of a LIST: the parsed JSON (items, metadata.continue/resourceVersion)."""
-        result: dict[str, Any] = _loads(self._page(query, limit, token), query.drop_images)
+        result: dict[str, Any] = query.parser.page(self._page(query, limit, token))
         return result
 
     def _page(self, query: ListQuery, limit: int, token: str | None) -> bytes:
@@ -215,7 +221,7 @@ class KubeAdapter:
             while data is not None:
                 token = _continue_of(data)
                 following = ahead.submit(fetch, token) if token else None
-                page: dict[str, Any] = _loads(data, query.drop_images)
+                page: dict[str, Any] = query.parser.page(data)
                 data = None
                 if following is None:  # the head had no token: the last page, or an odd one
                     later = str((page.get("metadata") or {}).get("continue") or "") or None
@@ -252,7 +258,7 @@ class KubeAdapter:
                                  timeout=(10, timeout_seconds + 30))  # fmt: skip
         try:
             for line in _lines(response, what, query.coalesce):
-                event: dict[str, Any] = _loads(line, query.drop_images, fast=True)
+                event: dict[str, Any] = query.parser.event(line)
                 if event.get("type") == "ERROR":
                     raise _status_error(what, event.get("object") or {})
                 yield event
@@ -455,7 +461,7 @@ def without_images(data: bytes) -> bytes:
     inside a JSON string every quote is escaped, so `"images":[{` is always the key `images`
     and its array, whose entries ({"names":[...],"sizeBytes":N}) first close with `}]` at the
     array's end (image references hold no braces). Should a body not parse after the cut,
-    _loads parses the original."""
+    the original is parsed (NODE_JSON)."""
     parts: list[bytes] = []
     at = 0
     while (start := data.find(_IMAGES, at)) >= 0:
@@ -493,19 +499,20 @@ _WAITED = 0.002
 """A read that took longer than this waited for the server (a buffered one takes microseconds)."""
 
 
-def _loads(data: bytes, drop_images: bool, fast: bool = False) -> Any:
-    """A JSON body or watch event. A Node's watch event (drop_images and fast) is parsed by
-    orjson (_fast); anything else by the standard library, which keeps every integer as it is
-    written, and parses a LIST page of 250 Nodes without orjson's whole-document tree (5 MiB
-    more at the peak of a LIST, kept by the manager's heap)."""
-    if drop_images:
-        parse = _fast if fast else json.loads
-        try:
-            return parse(without_images(data))
-        except ValueError:
-            log.debug("a Node body with an unusual status.images: parsed whole")
-        return parse(data)
-    return json.loads(data)
+def _node_page(data: bytes) -> Any:
+    return _without_images(data, json.loads)
+
+
+def _node_event(data: bytes) -> Any:
+    return _without_images(data, _fast)
+
+
+def _without_images(data: bytes, parse: Callable[[bytes], Any]) -> Any:
+    try:
+        return parse(without_images(data))
+    except ValueError:
+        log.debug("a Node body with an unusual status.images: parsed whole")
+    return parse(data)
 
 
 def _fast(data: bytes) -> Any:
@@ -518,6 +525,13 @@ def _fast(data: bytes) -> Any:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
         return json.loads(data)
+
+
+NODE_JSON = Parser(page=_node_page, event=_node_event)
+"""Nodes: status.images cut before parsing (without_images). Watch events by orjson (_fast);
+LIST pages by the standard library, which parses a page of 250 Nodes without orjson's
+whole-document tree (5 MiB more at the peak of a LIST, kept by the manager's heap). Every other
+collection keeps the standard library (Parser()), which keeps every integer as written."""
 
 
 def _lines(response: urllib3.BaseHTTPResponse, what: str, coalesce: float = 0.0) -> Iterator[bytes]:

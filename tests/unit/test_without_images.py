@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from benchmarks.scale import scale_node
-from kyma_gpu.adapter import _loads, without_images
+from kyma_gpu.adapter import NODE_JSON, without_images
 from kyma_gpu.facts import node_facts
 from kyma_gpu.rules.catalog import Catalog
 
@@ -30,7 +30,7 @@ def test_a_page_of_nodes_loses_only_the_images() -> None:
 def test_the_facts_do_not_change() -> None:
     registry = Catalog().machine_types
     node = scale_node(7, gpu=True)
-    assert node_facts(_loads(_raw(node), True), registry) == node_facts(node, registry)
+    assert node_facts(NODE_JSON.page(_raw(node)), registry) == node_facts(node, registry)
 
 
 def test_bodies_without_images_are_left_alone() -> None:
@@ -42,9 +42,9 @@ def test_bodies_without_images_are_left_alone() -> None:
 
 def test_an_image_name_with_brackets_is_parsed_whole() -> None:
     node = {"metadata": {"name": "n"}, "status": {"images": [{"names": ['a"}]b']}, {"x": 1}]}}
-    assert _loads(_raw(node), True) == node
+    assert NODE_JSON.page(_raw(node)) == node
 
 
 def test_the_word_images_in_a_string_is_not_cut() -> None:
     node = {"metadata": {"annotations": {"note": '"images":[{"names":[]}]'}}, "status": {}}
-    assert _loads(_raw(node), True) == node
+    assert NODE_JSON.page(_raw(node)) == node

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
-from kyma_gpu.adapter import ListQuery
+from kyma_gpu.adapter import NODE_JSON, ListQuery
 from kyma_gpu.api.resources import FLUX_KINDS, OURS, FluxKind
 from kyma_gpu.facts import NodeError, NodeFacts, node_facts
 from kyma_gpu.facts.machines import MachineTypeRegistry
@@ -85,7 +85,7 @@ def node_source(registry: MachineTypeRegistry) -> Source:
             return None
 
     # status.images: never read, 70 % of the bytes. Heartbeats: read in batches (NODE_COALESCE).
-    query = ListQuery("/api/v1/nodes", drop_images=True, coalesce=NODE_COALESCE)
+    query = ListQuery("/api/v1/nodes", parser=NODE_JSON, coalesce=NODE_COALESCE)
     return Source(NODES, query, fold, page_size=250, key=_name)
 
 
