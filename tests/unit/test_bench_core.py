@@ -25,3 +25,18 @@ def test_the_core_benchmark_prints_every_row() -> None:
         "memory: compact facts per Node",
     ):
         assert any(r.startswith(row) for r in rows), (row, result.stdout)
+
+
+def test_the_start_replay_folds_every_node_of_the_fleet() -> None:
+    """benchmarks/start_replay.py: this tree's row, its child having read all 300 Nodes (the
+    child fails on a tree whose parser or facts it cannot call)."""
+    replay = BENCH.with_name("start_replay.py")
+    result = subprocess.run(
+        [sys.executable, str(replay), "--nodes", "300"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("300 Nodes, "), result.stdout
+    row = result.stdout.splitlines()[-1].split("|")
+    assert row[1].strip() == str(BENCH.parents[1]), result.stdout
+    assert float(row[4]) > 0, result.stdout
