@@ -68,8 +68,8 @@ NODE_COALESCE = 0.2
 kubelets' status updates (70 a second at 20,000 Nodes) are read about 5 times a second in
 batches instead of one wake-up each, for at most 0.2 s more delay (GPU node join -> status stays
 well under a second). 0.1 s left 2.56 % of a core at 20,000 Nodes, over the 2.5 % goal;
-0.2 s 1.22 % (docs/performance.md). Only the Nodes: the Gpu and the Flux objects, where a user waits for an
-answer, are read at once."""
+0.2 s 1.22 % (docs/performance.md). Only the Nodes: the Gpu and the Flux objects, where a user
+waits for an answer, are read at once."""
 REQUIRED: tuple[str, ...] = (NODES, DAEMONSETS, CRDS, *FLUX)
 """Listed (or found absent) before the first reconcile: planning without them would be wrong.
 The ClusterPolicy and the GPUCluster are not among them: a CRD of our own chart must never
