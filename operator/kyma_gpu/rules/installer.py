@@ -6,6 +6,7 @@ this Garden Linux version, driver branch and CPU architecture?
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from enum import Enum
 
@@ -24,8 +25,10 @@ def parse_version(text: str) -> Version | None:
         return None
 
 
+@functools.lru_cache(maxsize=256)
 def branch_of(version: str) -> str:
-    """The driver branch of a version: '590.48.01' -> '590', '590' -> '590'."""
+    """The driver branch of a version: '590.48.01' -> '590', '590' -> '590'. Cached: a plan
+    asks it for every GPU node, and a fleet has a few driver versions."""
     return str(Version(version).major)
 
 
