@@ -7,8 +7,8 @@ What it measures, on a synthetic fleet of N nodes (a third GPU nodes, Garden Lin
 - cluster_facts + make_plan for the whole fleet (a real change),
 - a memoized plan lookup (what a reconcile without a change costs),
 - status aggregation, and the same while a driver rollout labels every GPU node,
-- make_plan after one node's driver upgrade label moved (the plan's cache key holds the node
-  facts, so every label step of a rollout plans again),
+- the plan after one node's driver upgrade label moved (plan/cache.py: the plan made for the
+  same planning facts, the new facts put into its pools),
 - status aggregation and the GPU health judgement with every GPU node unhealthy (issue 33),
 - memory of the compact facts kept per Node versus the Node bodies.
 """
@@ -30,6 +30,7 @@ from kyma_gpu.facts import DriverUpgradeState, cluster_facts, node_facts
 from kyma_gpu.facts.node import LABEL_DRIVER_UPGRADE
 from kyma_gpu.observe.store import Store
 from kyma_gpu.plan import Origins, Owner, make_plan
+from kyma_gpu.plan.cache import PlanCache
 from kyma_gpu.reconcile.loop import Loop
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status import Evidence, aggregate
@@ -104,16 +105,21 @@ def _rollout_rows(bodies: list[dict[str, Any]], catalog: Catalog, spec: GpuSpec,
     observed = Evidence(driver_upgrades=upgrades)
     timed(f"status aggregation, {len(upgrades)} nodes in a rollout", 200,
           lambda: aggregate(plan, observed, 1, (), "now"))  # fmt: skip
-    first = bodies.index(next(b for b in bodies if LABEL_DRIVER_UPGRADE in b["metadata"]["labels"]))
+    labelled = [i for i, b in enumerate(bodies) if LABEL_DRIVER_UPGRADE in b["metadata"]["labels"]]
+    moves = iter(labelled * 2)
+    plans = PlanCache(catalog)
+    plans.plan(spec, cfacts, owner, Origins())
 
     def one_label_moved() -> object:
-        labels = bodies[first]["metadata"]["labels"]
+        """The next node's label moves (each time another node: no plan of it is cached)."""
+        at = next(moves)
+        labels = bodies[at]["metadata"]["labels"]
         done = labels[LABEL_DRIVER_UPGRADE] == DriverUpgradeState.DONE
         labels[LABEL_DRIVER_UPGRADE] = "upgrade-required" if done else "upgrade-done"
-        facts[first] = node_facts(bodies[first], catalog.machine_types)
-        return make_plan(spec, cluster_facts(facts), catalog, owner)
+        facts[at] = node_facts(bodies[at], catalog.machine_types)
+        return plans.plan(spec, cluster_facts(facts), owner, Origins())
 
-    timed("cluster_facts + make_plan after one upgrade label moved", 20, one_label_moved)
+    timed("cluster_facts + plan after one upgrade label moved", 20, one_label_moved)
 
 
 def main() -> None:

@@ -21,8 +21,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, assert_never
 
-import cachetools
-
 from kyma_gpu.adapter import ObjectRef
 from kyma_gpu.api.models import GpuSpec
 from kyma_gpu.errors import ApiError
@@ -44,8 +42,9 @@ from kyma_gpu.observe.sources import (
     node_source,
 )
 from kyma_gpu.observe.store import Store
-from kyma_gpu.plan import Origins, Owner, Plan, make_plan
+from kyma_gpu.plan import Origins, Owner, Plan
 from kyma_gpu.plan.actions import LiveObject, object_key
+from kyma_gpu.plan.cache import PlanCache
 from kyma_gpu.plan.provision import (
     BUNDLE_HASH,
     PROVIDED_LABEL,
@@ -170,9 +169,6 @@ class Loop:
     """The chart sources a cluster administrator allows (handlers.py: the watched ConfigMap)."""
     required: tuple[str, ...] = REQUIRED
     """Listed before the first reconcile (handlers.py adds the chart sources' ConfigMap)."""
-    plans: cachetools.LRUCache[tuple[str, ClusterFacts, Owner, str], Plan] = field(
-        default_factory=lambda: cachetools.LRUCache(maxsize=16)
-    )
     flux_served: tuple[bool, ...] = ()
     """Which Flux kinds are served: when that changes (Flux installed), failed writes are
     retried at once instead of at their retry time."""
@@ -187,8 +183,10 @@ class Loop:
     recorder: Recorder = field(init=False)
     status: StatusWriter = field(init=False)
     retries: Retries = field(init=False)
+    plans: PlanCache = field(init=False)
 
     def __post_init__(self) -> None:
+        self.plans = PlanCache(self.catalog)
         self.write_back = WriteBack(self.store, node_source(self.catalog.machine_types).fold)
         self.recorder = Recorder(self.writer, self.module_namespace)
         self.retries = Retries(self.settings)
@@ -196,11 +194,7 @@ class Loop:
                                    self.settings)  # fmt: skip
 
     def plan(self, spec: GpuSpec, facts: ClusterFacts, owner: Owner, origins: Origins) -> Plan:
-        key = (spec.model_dump_json(), facts, owner, origins.key)
-        cached = self.plans.get(key)
-        if cached is None:
-            cached = self.plans[key] = make_plan(spec, facts, self.catalog, owner, origins)
-        return cached
+        return self.plans.plan(spec, facts, owner, origins)
 
     # -- the loop --
 
