@@ -14,6 +14,7 @@ from kyma_gpu.facts import MachineTypeRegistry, node_facts
 from kyma_gpu.plan.pools import worker_pools
 from kyma_gpu.status.events import health_event
 from kyma_gpu.status.health import (
+    HealthMemo,
     gpu_health,
     health_condition,
     node_health,
@@ -210,3 +211,32 @@ def test_no_allocatable_reported_is_no_withdrawal(registry: MachineTypeRegistry)
     judged = node_health(node_facts(body(allocatable=None), registry), "gpu", shared=False,
                          device_plugin=True)  # fmt: skip
     assert (judged.reason, judged.healthy) == (None, 4)
+
+
+def test_the_memo_judges_again_only_the_nodes_that_changed(
+    registry: MachineTypeRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HealthMemo gives what gpu_health gives, judging only new facts objects, and a node that
+    moved pool or a plan that shares GPUs now is judged again."""
+    from kyma_gpu.status import health as health_module
+
+    judged: list[str] = []
+    real = health_module.node_health
+
+    def counting(node: Any, pool: str, **flags: bool) -> Any:
+        judged.append(node.name)
+        return real(node, pool, **flags)
+
+    monkeypatch.setattr(health_module, "node_health", counting)
+    facts = [node_facts(body(name=f"n-{i}", pool="a"), registry) for i in range(4)]
+    memo = HealthMemo()
+    assert memo(worker_pools(facts)) == gpu_health(worker_pools(facts))
+    judged.clear()
+    facts[2] = node_facts(body(name="n-2", pool="a", labels=FAILED), registry)
+    again = memo(worker_pools(facts))
+    assert judged == ["n-2"]
+    assert again == gpu_health(worker_pools(facts))
+    assert again.pools[0].unhealthy_nodes == 1
+    judged.clear()
+    memo(worker_pools(facts), shared=True)
+    assert sorted(judged) == ["n-0", "n-1", "n-2", "n-3"]

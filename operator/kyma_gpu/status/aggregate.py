@@ -37,7 +37,7 @@ from kyma_gpu.status import judge as c
 from kyma_gpu.status.deletion import Uninstall, uninstall_wait, workloads_wait
 from kyma_gpu.status.health import (
     Health,
-    gpu_health,
+    HealthMemo,
     health_condition,
     pools_shown,
     unhealthy_nodes,
@@ -123,9 +123,12 @@ def plan_health(plan: Plan) -> Health:
     return health
 
 
+_HEALTH_MEMO = HealthMemo()
+
+
 def _judge(plan: Plan) -> Health:
-    return gpu_health(plan.worker_pools, shared=plan.sharing is not None,
-                      device_plugin=plan.stack is GpuStack.DEVICE_PLUGIN)  # fmt: skip
+    return _HEALTH_MEMO(plan.worker_pools, shared=plan.sharing is not None,
+                        device_plugin=plan.stack is GpuStack.DEVICE_PLUGIN)  # fmt: skip
 
 
 def with_health(status: GpuStatus, health: Health) -> GpuStatus:

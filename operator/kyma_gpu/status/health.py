@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import heapq
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
 
 from kyma_gpu.api.conditions import NODE_FINDINGS, ConditionType, HealthReason
 from kyma_gpu.api.models import (
@@ -178,15 +179,20 @@ def node_health(node: NodeFacts, pool: str, *, shared: bool, device_plugin: bool
     return NodeHealth(node.name, pool, seen.total, healthy, reason, message, advertised, marked)
 
 
+Judge = Callable[[NodeFacts, str], NodeHealth]
+
+
 def gpu_health(
-    pools: Sequence[WorkerPool], *, shared: bool = False, device_plugin: bool = True
-) -> Health:
-    """Every GPU node of every worker pool judged, and the sums per pool."""
+    pools: Sequence[WorkerPool], *, shared: bool = False, device_plugin: bool = True,
+    judge: Judge | None = None,
+) -> Health:  # fmt: skip
+    """Every GPU node of every worker pool judged, and the sums per pool. `judge`: how one node
+    is judged (HealthMemo's), node_health by default."""
+    judge = judge or partial(node_health, shared=shared, device_plugin=device_plugin)
     nodes: list[NodeHealth] = []
     summary: list[PoolHealth] = []
     for pool in pools:
-        judged = [node_health(n, pool.name, shared=shared, device_plugin=device_plugin)
-                  for n in pool.nodes]  # fmt: skip
+        judged = [judge(n, pool.name) for n in pool.nodes]
         nodes += judged
         summary.append(PoolHealth(
             name=pool.name, nodes=len(judged), gpus_healthy=sum(n.healthy for n in judged),
@@ -194,6 +200,34 @@ def gpu_health(
             unhealthy_nodes=sum(1 for n in judged if n.reason is not None),
         ))  # fmt: skip
     return Health.of(tuple(nodes), tuple(summary))
+
+
+@dataclass
+class HealthMemo:
+    """gpu_health that judges again only the nodes whose facts changed since the last call (the
+    store keeps the object of an unchanged Node's facts). After an install at 20,000 Nodes the
+    NVIDIA upgrade controller labels the GPU nodes one at a time, and judging all 2,000 for
+    each label was 19 ms of the pass."""
+
+    judged: dict[str, tuple[NodeFacts, str, bool, bool, NodeHealth]] = field(default_factory=dict)
+
+    def __call__(
+        self, pools: Sequence[WorkerPool], *, shared: bool = False, device_plugin: bool = True
+    ) -> Health:
+        last, fresh = self.judged, {}
+
+        def judge(n: NodeFacts, pool: str) -> NodeHealth:
+            seen = last.get(n.name)
+            if seen is not None and seen[0] is n and seen[1:4] == (pool, shared, device_plugin):
+                result = seen[4]
+            else:
+                result = node_health(n, pool, shared=shared, device_plugin=device_plugin)
+            fresh[n.name] = (n, pool, shared, device_plugin, result)
+            return result
+
+        health = gpu_health(pools, shared=shared, device_plugin=device_plugin, judge=judge)
+        self.judged = fresh
+        return health
 
 
 def unhealthy_nodes(health: Health) -> list[UnhealthyNode]:
