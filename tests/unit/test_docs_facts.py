@@ -226,13 +226,28 @@ def _repo_path(doc: str, text: str) -> Path | None:
     return REPO / text.split(":", 1)[0].rstrip(".,;")
 
 
+@cache
+def built_tools() -> tuple[str, ...]:
+    """The binaries `make tools` links into tools/bin (tools/build.sh --list)."""
+    listed = subprocess.run(["bash", str(REPO / "tools/build.sh"), "--list"], check=True,
+                            capture_output=True, text=True).stdout.split()  # fmt: skip
+    return tuple(listed)
+
+
+def _exists(path: Path) -> bool:
+    """On disk, or a binary `make tools` makes (a new clone has no tools/bin yet)."""
+    if path.parent == REPO / "tools" / "bin":
+        return path.name in built_tools()
+    return path.exists()
+
+
 @pytest.mark.parametrize("doc", DOCS)
 def test_every_repository_path_exists(doc: str) -> None:
     problems: list[str] = []
     for number, text in code_spans(doc):
         for named in PATH.findall(text):
             path = _repo_path(doc, named)
-            if path is not None and not path.exists():
+            if path is not None and not _exists(path):
                 problems.append(f"{doc}:{number}: `{named}` does not exist")
     _fail(problems, "paths that do not exist")
 
@@ -593,8 +608,7 @@ def test_the_readme_holds_no_measured_figures() -> None:
 
 
 def test_the_readme_counts_the_tools_build_sh_builds() -> None:
-    listed = subprocess.run(["bash", str(REPO / "tools/build.sh"), "--list"], check=True,
-                            capture_output=True, text=True).stdout.split()  # fmt: skip
+    listed = built_tools()
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     count = re.search(r"(\d+) Go-built test binaries", readme)
     assert count is not None, "the README no longer says how many Go-built binaries"
@@ -608,6 +622,7 @@ PLANTED = [
      "The plan refuses it with `UnknownChartVersionMismatch`.", "UnknownChartVersionMismatch"),
     (test_every_make_target_exists, "Run `make setup-everything` first.", "setup-everything"),
     (test_every_repository_path_exists, "See `tests/harness/kubelet.py`.", "kubelet.py"),
+    (test_every_repository_path_exists, "Run `tools/bin/kubeadm`.", "kubeadm"),
     (test_every_link_leads_somewhere, "See [there](operations.md#no-such-heading).",
      "no-such-heading"),
     (test_every_metric_is_exported, "Alert on kyma_gpu_nodes_broken_total.", "nodes_broken"),
