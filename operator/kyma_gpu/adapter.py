@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import orjson
@@ -499,14 +500,6 @@ _WAITED = 0.002
 """A read that took longer than this waited for the server (a buffered one takes microseconds)."""
 
 
-def _node_page(data: bytes) -> Any:
-    return _without_images(data, json.loads)
-
-
-def _node_event(data: bytes) -> Any:
-    return _without_images(data, _fast)
-
-
 def _without_images(data: bytes, parse: Callable[[bytes], Any]) -> Any:
     try:
         return parse(without_images(data))
@@ -527,7 +520,8 @@ def _fast(data: bytes) -> Any:
         return json.loads(data)
 
 
-NODE_JSON = Parser(page=_node_page, event=_node_event)
+NODE_JSON = Parser(page=partial(_without_images, parse=json.loads),
+                   event=partial(_without_images, parse=_fast))  # fmt: skip
 """Nodes: status.images cut before parsing (without_images). Watch events by orjson (_fast);
 LIST pages by the standard library, which parses a page of 250 Nodes without orjson's
 whole-document tree (5 MiB more at the peak of a LIST, kept by the manager's heap). Every other
