@@ -228,3 +228,35 @@ def test_the_manager_only_reads_the_config_map(local_cluster: LocalCluster) -> N
         assert answer.stdout.strip() == expected, (verb, answer.stdout)
     sample = yaml.safe_load((ROOT / "config" / "samples" / "chart_sources.yaml").read_text())
     assert sample["metadata"]["name"] == CONFIG_MAP_NAME
+
+
+def _delete_collection(cluster: LocalCluster, user: str, name: str) -> tuple[bool, str]:
+    """A raw DELETECOLLECTION of the ConfigMaps of kyma-system that a field selector picks: the
+    API server calls admission once per item, a DELETE whose request carries no name."""
+    path = f"/api/v1/namespaces/{MODULE_NAMESPACE}/configmaps?fieldSelector=metadata.name%3D{name}"
+    said = cluster.kubectl("delete", "--raw", path, f"--as={user}", check=False)
+    return said.returncode == 0, said.stdout + said.stderr
+
+
+@pytest.mark.parametrize("user", [STOCK_EDITOR, NAMESPACE_OWNER])
+def test_the_allowed_sources_survive_a_delete_collection(
+    local_cluster: LocalCluster, manager: OperatorProcess, user: str
+) -> None:
+    """Issue 43: the policy matched the request's name, which a DELETECOLLECTION leaves empty,
+    so a namespace owner deleted the ConfigMap that way (and every registry was allowed). It
+    matches the object's own name now; another ConfigMap of kyma-system still goes."""
+    other = {"apiVersion": "v1", "kind": "ConfigMap",
+             "metadata": {"name": "not-the-sources", "namespace": MODULE_NAMESPACE}}  # fmt: skip
+    allow_chart_sources(local_cluster)
+    local_cluster.apply(other)
+    try:
+        ok, said = _delete_collection(local_cluster, user, CONFIG_MAP_NAME)
+        assert not ok, said
+        assert "only a cluster administrator can change it" in said, said
+        assert local_cluster.get_object("configmap", CONFIG_MAP_NAME, MODULE_NAMESPACE)
+        ok, said = _delete_collection(local_cluster, user, "not-the-sources")
+        assert ok, said
+        assert local_cluster.get_object("configmap", "not-the-sources", MODULE_NAMESPACE) is None
+    finally:
+        local_cluster.kubectl("delete", "configmap", CONFIG_MAP_NAME, "not-the-sources", "-n",
+                              MODULE_NAMESPACE, "--ignore-not-found")  # fmt: skip

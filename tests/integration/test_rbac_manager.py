@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from kyma_gpu.api.chart_sources import CONFIG_MAP_NAME, REGISTRIES_KEY
-from kyma_gpu.plan.provision import MIRROR_LABEL, FluxImages, bundle
+from kyma_gpu.plan.provision import MIRROR_LABEL, PROVIDED, PROVIDED_LABEL, FluxImages, bundle
 from tests.harness.chart_sources import NVIDIA, chart_sources_config_map
 from tests.harness.cluster import LocalCluster
 from tests.harness.module import MODULE_NAMESPACE, install_crds, install_module_rbac, wait_until
@@ -222,3 +222,90 @@ def test_only_its_own_lease(cluster: LocalCluster) -> None:
     assert ok or "already exists" in said, said
     lease["metadata"]["name"] = "other-component"
     _refused(cluster, lease, f"{POLICY_WORDS} writes only its own Lease")
+
+
+# -- a Flux the module did not install (issue 43, finding 4) --
+
+FOREIGN_CRD = "helmreleases.helm.toolkit.fluxcd.io"
+"""Installed by the harness (tests/harness/flux.py), unlabelled: another team's Flux."""
+OWN_CRD = "helmcharts.source.toolkit.fluxcd.io"
+"""Labelled by the `own_crd` fixture as the module's own Flux labels it."""
+WEBHOOK = {"strategy": "Webhook",
+           "webhook": {"clientConfig": {"url": "https://evil.example/convert"},
+                       "conversionReviewVersions": ["v1"]}}  # fmt: skip
+NOT_OURS = f"{POLICY_WORDS} writes a Flux CRD only while it carries {PROVIDED_LABEL}: {PROVIDED}"
+CONVERSION = f"{POLICY_WORDS} never sets or changes a Flux CRD's spec.conversion"
+
+
+def _bundle_crd(name: str, labelled: bool = True) -> dict[str, Any]:
+    crd = next(copy.deepcopy(dict(o)) for o in bundle() if o["metadata"]["name"] == name)
+    if not labelled:
+        del crd["metadata"]["labels"][PROVIDED_LABEL]
+    return crd
+
+
+def _patch(name: str, patch: Mapping[str, Any]) -> tuple[str, ...]:
+    return ("patch", "crd", name, "--type=merge", "-p", json.dumps(patch))
+
+
+FOREIGN_WRITES: list[tuple[str, tuple[str, ...]]] = [
+    ("delete", ("delete", "crd", FOREIGN_CRD)),
+    ("patch", _patch(FOREIGN_CRD, {"metadata": {"labels": {"team": "mine"}}})),
+    ("take-over", _patch(FOREIGN_CRD, {"metadata": {"labels": {PROVIDED_LABEL: PROVIDED}}})),
+    ("conversion", _patch(FOREIGN_CRD, {"spec": {"conversion": WEBHOOK}})),
+    ("apply", ("apply", "--server-side", "--force-conflicts", "--field-manager=kyma-gpu",
+               "-f", "-")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("write", "args"), FOREIGN_WRITES, ids=[w[0] for w in FOREIGN_WRITES])
+def test_a_foreign_flux_crd_is_never_written(
+    cluster: LocalCluster, write: str, args: tuple[str, ...]
+) -> None:
+    """RBAC lets the manager patch and delete the seven Flux CRDs by name (it must, for its own
+    Flux); admission refuses each write to one that lacks the module's label, whoever owns it.
+    Deleting the HelmRelease CRD would delete every HelmRelease of the cluster."""
+    assert PROVIDED_LABEL not in (cluster.get_object("crd", FOREIGN_CRD) or {})["metadata"].get(
+        "labels", {}
+    )
+    ok, said = _as_manager(cluster, *args, body=_bundle_crd(FOREIGN_CRD))
+    assert not ok, said
+    assert NOT_OURS in said, said
+    assert cluster.get_object("crd", FOREIGN_CRD) is not None
+
+
+def test_it_creates_a_flux_crd_only_with_its_label(cluster: LocalCluster) -> None:
+    """Create carries the module's label (on a cluster without Flux: here the CRD exists, and
+    admission runs before the API server answers AlreadyExists)."""
+    _refused(cluster, _bundle_crd(FOREIGN_CRD, labelled=False), NOT_OURS)
+    ok, said = _as_manager(cluster, "create", "-f", "-", body=_bundle_crd(FOREIGN_CRD))
+    assert ok, said
+    webhook = _bundle_crd(FOREIGN_CRD)
+    webhook["spec"]["conversion"] = WEBHOOK
+    _refused(cluster, webhook, CONVERSION)
+
+
+@pytest.fixture
+def own_crd(cluster: LocalCluster) -> Iterator[str]:
+    """OWN_CRD as the module's own Flux leaves it (the administrator labels it here), and
+    unlabelled again afterwards."""
+    labels = {"metadata": {"labels": {PROVIDED_LABEL: PROVIDED}}}
+    cluster.kubectl(*_patch(OWN_CRD, labels))
+    yield OWN_CRD
+    cluster.kubectl(*_patch(OWN_CRD, {"metadata": {"labels": {PROVIDED_LABEL: None}}}))
+
+
+def test_its_own_flux_crd_is_written_as_today(cluster: LocalCluster, own_crd: str) -> None:
+    """The manager applies its bundle's CRD, hands it over (drops the label) and deletes it,
+    as reconcile/loop.py does; never with a conversion of its spec."""
+    apply = ("apply", "--server-side", "--force-conflicts", "--field-manager=kyma-gpu", "-f", "-")
+    hand_over = {"metadata": {"labels": {PROVIDED_LABEL: None}}}
+    for args in (apply, _patch(own_crd, hand_over), ("delete", "crd", own_crd)):
+        ok, said = _as_manager(cluster, *args, body=_bundle_crd(own_crd))
+        assert ok, (args, said)
+    webhook = _bundle_crd(own_crd)
+    webhook["spec"]["conversion"] = WEBHOOK
+    for args in (apply, _patch(own_crd, {"spec": {"conversion": WEBHOOK}})):
+        ok, said = _as_manager(cluster, *args, body=webhook)
+        assert not ok, said
+        assert CONVERSION in said, said

@@ -9,7 +9,10 @@ ServiceAccount there, privileged and with the host's root mounted (issue 32, fin
   system:serviceaccount:kyma-system:gpu-manager to a kind its RBAC lets it write (WRITABLE; the
   rest RBAC refuses) and allows only:
   - namespaced objects in kyma-system only (its Events too: they are about the Gpu);
-  - cluster-scoped: the Gpu and the bundle's CRDs by name;
+  - cluster-scoped: the Gpu and the bundle's CRDs by name, a CRD only while it carries
+    PROVIDED_LABEL (created with it; changed, unlabelled or deleted only from a stored CRD with
+    it: a Flux the module did not install is never written) and never its spec.conversion;
+  - every name is the object's own (TARGET), so a DELETECOLLECTION is held like a DELETE;
   - Deployments by the bundle's names only, each as the bundle renders it where it matters:
     its own ServiceAccount, one container `manager` with the bundle's arguments, no command,
     only the bundle's environment names, no host namespaces, only emptyDir volumes, no init or
@@ -56,7 +59,14 @@ from kyma_gpu.api.node_marks import (
     NODE_CONDITION,
 )
 from kyma_gpu.api.resources import module_labels
-from kyma_gpu.plan.provision import MIRROR_LABEL, MIRROR_VALUE, bundle, bundle_crds
+from kyma_gpu.plan.provision import (
+    MIRROR_LABEL,
+    MIRROR_VALUE,
+    PROVIDED,
+    PROVIDED_LABEL,
+    bundle,
+    bundle_crds,
+)
 from kyma_gpu.yamlio import dump
 
 NAME = "kyma-gpu-manager"
@@ -136,6 +146,15 @@ NAMESPACED_KINDS = (
     "events.k8s.io/events",
 )
 CLUSTER_KINDS = (f"{API_GROUP}/{PLURAL}", "apiextensions.k8s.io/customresourcedefinitions")
+TARGET = (
+    "has(request.subResource) && request.subResource != '' ? request.name : "
+    "(request.operation == 'DELETE' ? oldObject : object).metadata.name"
+)
+"""The name of the object written: its own (oldObject's on DELETE), not the request's. A
+DELETECOLLECTION reaches admission once per item as a DELETE with an empty request name
+(issue 43); a subresource's request always names its object (and a TokenRequest or Scale
+need not)."""
+CRD_KIND = "apiextensions.k8s.io/customresourcedefinitions"
 _SPEC = "object.spec.template.spec"
 _CONTAINER = f"{_SPEC}.containers[0]"
 _DIGEST = "(@sha256:[0-9a-f]{64})?$"
@@ -246,11 +265,42 @@ def _helm_release_validation() -> dict[str, str]:
     return _rule(f"!variables.helmRelease || ({checks})", _refused(words))
 
 
+def _crd_validations() -> list[dict[str, str]]:
+    """A Flux CRD only while it is the module's own (PROVIDED_LABEL: on the new object when
+    created, on the stored one when changed or deleted; dropping the label is the hand-over),
+    and never its spec.conversion: a webhook there would receive every Flux object of the
+    cluster (issue 43)."""
+    crd = f"variables.kind != {_cel(CRD_KIND)}"
+    label, value = _cel(PROVIDED_LABEL), _cel(PROVIDED)
+    own = {
+        side: f"(has({side}.metadata.labels) && {label} in {side}.metadata.labels"
+        f" && {side}.metadata.labels[{label}] == {value})"
+        for side in ("object", "oldObject")
+    }
+    new, old = "object.spec.conversion", "oldObject.spec.conversion"
+    none = f"(!has({new}) || ({new}.strategy == 'None' && !has({new}.webhook)))"
+    same = f"(has({new}) ? has({old}) && {new} == {old} : !has({old}))"
+    return [
+        _rule(
+            f"{crd} || (request.operation == 'CREATE' ? {own['object']} : {own['oldObject']})",
+            _refused(
+                f"writes a Flux CRD only while it carries {PROVIDED_LABEL}: {PROVIDED} "
+                "(the module's own Flux; a Flux it did not install is never written)"
+            ),
+        ),
+        _rule(
+            f"{crd} || request.operation == 'DELETE' || "
+            f"(request.operation == 'CREATE' ? {none} : {same})",
+            _refused("never sets or changes a Flux CRD's spec.conversion"),
+        ),
+    ]
+
+
 def _variables() -> list[dict[str, str]]:
     writes = "request.operation in ['CREATE', 'UPDATE']"
     return [
         {"name": "ns", "expression": "has(request.namespace) ? request.namespace : ''"},
-        {"name": "target", "expression": "has(request.name) ? request.name : ''"},
+        {"name": "target", "expression": TARGET},
         {
             "name": "subresource",
             "expression": "has(request.subResource) ? request.subResource : ''",
@@ -309,6 +359,7 @@ def _validations() -> list[dict[str, str]]:
         ),
         _deployment_validation(deployments),
         _helm_release_validation(),
+        *_crd_validations(),
     ]
 
 
