@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kyma_gpu.api.conditions import FluxMirrored
+from kyma_gpu.facts.echo import echoed_name, echoed_reason, echoed_text
 from kyma_gpu.facts.node import is_gpu_resource
 
 RESOURCE_GPU = "nvidia.com/gpu"
@@ -47,13 +48,17 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) else None
 
 
+def _name_or_none(value: Any) -> str | None:
+    return echoed_name(value) if isinstance(value, str) else None
+
+
 def flux_object_facts(body: Mapping[str, Any]) -> FluxObjectFacts:
     meta = body.get("metadata") or {}
     status = body.get("status") or {}
     history = status.get("history") or []
     installed = None
     if history and isinstance(history[0], Mapping) and history[0].get("status") == "deployed":
-        installed = history[0].get("chartVersion")
+        installed = _name_or_none(history[0].get("chartVersion"))
     return FluxObjectFacts(
         name=str(meta.get("name", "")),
         namespace=str(meta.get("namespace", "")),
@@ -63,15 +68,15 @@ def flux_object_facts(body: Mapping[str, Any]) -> FluxObjectFacts:
             FluxCondition(
                 type=str(c.get("type", "")),
                 status=str(c.get("status", "Unknown")),
-                reason=FluxMirrored(str(c.get("reason", ""))),
-                message=str(c.get("message", "")),
+                reason=FluxMirrored(echoed_reason(str(c.get("reason", "")))),
+                message=echoed_text(str(c.get("message", ""))),
                 observed_generation=_int(c.get("observedGeneration")),
             )
             for c in status.get("conditions") or []
             if isinstance(c, Mapping)
         ),
         installed_chart_version=installed,
-        last_attempted_revision=status.get("lastAttemptedRevision"),
+        last_attempted_revision=_name_or_none(status.get("lastAttemptedRevision")),
         kind=str(body.get("kind", "HelmRelease")),
     )
 
@@ -143,9 +148,10 @@ SHARING_CONSUMERS = ("nvidia-device-plugin-daemonset", "nvidia-device-plugin-mps
 """The `app` label of the DaemonSets that mount the device plugin's configuration: the device
 plugin and the MPS control daemon (the NVIDIA operator updates them one after the other)."""
 DRIVER_CONTAINER = "nvidia-driver-ctr"
-_DRIVER_TAG = re.compile(r"^([0-9]{3}(?:\.[0-9]+){0,2})(?:-|$)")
+_DRIVER_TAG = re.compile(r"^([0-9]{3}(?:\.[0-9]{1,8}){0,2})(?:-|$)")
 """<version>-<os> (driver container), <version>-<kernel>-<os> (precompiled), or a bare
-version: the NVIDIA operator's tag schemes."""
+version: the NVIDIA operator's tag schemes. Parts of at most 8 digits: the version is shown
+in the Gpu's status, and a DaemonSet's image is anyone's text."""
 
 
 def driver_image_version(image: str) -> str | None:
@@ -188,7 +194,7 @@ def daemonset_facts(body: Mapping[str, Any]) -> DaemonSetFacts:
     available = _int(status.get("numberAvailable")) or 0
     unavailable = _int(status.get("numberUnavailable"))
     return DaemonSetFacts(
-        name=str(meta.get("name", "")),
+        name=echoed_name(str(meta.get("name", ""))),
         generation=_int(meta.get("generation")) or 0,
         observed_generation=_int(status.get("observedGeneration")),
         desired=desired,
@@ -234,15 +240,15 @@ def cluster_policy_facts(body: Mapping[str, Any]) -> OperatorStateFacts:
         if not isinstance(cond, Mapping):
             continue
         if cond.get("type") == "Error" and cond.get("status") == "True":
-            message = str(cond.get("message", ""))
+            message = echoed_text(str(cond.get("message", "")))
         if cond.get("type") == "Ready" and cond.get("status") == "True":
-            ready_reason = str(cond.get("reason", ""))
-    state = str(status["state"]) if status.get("state") else None
+            ready_reason = echoed_reason(str(cond.get("reason", "")))
+    state = echoed_reason(str(status["state"])) if status.get("state") else None
     seen = state != "ready" or ready_reason not in (None, *NO_GPU_NODE_REASONS)
     plugin = ((body.get("spec") or {}).get("devicePlugin") or {}).get("config") or {}
     config = plugin.get("name") if isinstance(plugin, Mapping) else None
     return OperatorStateFacts(state=state, message=message,
-                              device_plugin_config=str(config) if config else None,
+                              device_plugin_config=echoed_name(str(config)) if config else None,
                               gpu_nodes_seen=seen, ready_reason=ready_reason or "")  # fmt: skip
 
 
@@ -311,8 +317,9 @@ def pull_failure(body: Mapping[str, Any]) -> PullFailure | None:
                       *(status.get("containerStatuses") or ())]:  # fmt: skip
         waiting = (container.get("state") or {}).get("waiting") or {}
         if waiting.get("reason") in PULL_REASONS:
-            found.append((str(container.get("image", "")), str(waiting["reason"])))
+            found.append((echoed_name(str(container.get("image", ""))), str(waiting["reason"])))
     if not found:
         return None
     meta, spec = body.get("metadata") or {}, body.get("spec") or {}
-    return PullFailure(str(meta.get("name")), str(spec.get("nodeName") or ""), tuple(found))
+    return PullFailure(echoed_name(str(meta.get("name"))),
+                       echoed_name(str(spec.get("nodeName") or "")), tuple(found))  # fmt: skip

@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from kyma_gpu.api.resources import FLUX_KINDS, HELM_RELEASE
+from kyma_gpu.facts.echo import listed
 
 PROVIDED_LABEL = "gpu.kyma-project.io/flux"
 PROVIDED = "provided"
@@ -282,7 +283,7 @@ def removal(leftovers: Sequence[Leftover], module_namespace: str) -> Removal:
 
 
 def hand_over_message(leftovers: Sequence[Leftover]) -> str:
-    shown = ", ".join(f"{o.kind} {o.name}" for o in leftovers[:5])
+    shown = listed([f"{o.kind} {o.name}" for o in leftovers], 5)
     return (
         f"the Flux CRDs the module installed stay: objects it did not create use them "
         f"({shown}); the module's Flux controllers were removed, the CRDs are no longer "

@@ -3,7 +3,9 @@
 Pure and total: every input combination gives a status. One function per condition
 (status/judge.py), then `summarize` computes Ready from them, as helm-controller does.
 Conditions keep their lastTransitionTime while their status does not change, so that an
-unchanged world yields a byte-identical status and the operator writes nothing.
+unchanged world yields a byte-identical status and the operator writes nothing. Every message
+is cut to facts.echo.MESSAGE_LIMIT and every reason to REASON_LIMIT whatever they quote, and
+every list is bounded, so the status stays below STATUS_SIZE_LIMIT whatever other objects say.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from kyma_gpu.api.models import (
 )
 from kyma_gpu.api.operations import GpuStack
 from kyma_gpu.facts import DriverUpgradeState
+from kyma_gpu.facts.echo import MESSAGE_LIMIT, REASON_LIMIT, cut, listed
 from kyma_gpu.facts.stack import (
     DaemonSetFacts,
     FluxObjectFacts,
@@ -45,6 +48,7 @@ from kyma_gpu.status.health import (
 from kyma_gpu.status.judge import NO_GPU_NODES_MESSAGE, Judgement, cond, flux_failed
 
 __all__ = [
+    "STATUS_SIZE_LIMIT",
     "ConditionType",
     "Evidence",
     "aggregate",
@@ -55,6 +59,16 @@ __all__ = [
 ]
 
 _DRIVER_VERSION = re.compile(DRIVER_VERSION_PATTERN)
+DRIVER_VERSIONS_SHOWN = 8
+"""status.driverVersion names at most this many running versions (a fleet runs one or two):
+every DaemonSet of the GPU operator's namespace with the driver's label adds its own."""
+STATUS_SIZE_LIMIT = 384 * 1024
+"""The Gpu's status, serialized as JSON, stays below this whatever other objects say. It follows
+from the bounds, at about 250 kB: 12 conditions of at most MESSAGE_LIMIT characters (52 kB),
+status.message (4 kB), 100 nodes of at most 1.4 kB (a 253-character name, node facts cut to
+256: 140 kB), 64 components (20 kB), 20 unhealthy nodes (20 kB), 64 pools (10 kB). A quarter
+of the API server's 1.5 MiB request limit; tests/unit/test_echo_bounds.py holds it with every
+input at its worst."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +261,7 @@ def _status(
     release = plan.helm_release["metadata"] if plan.helm_release else None
     return GpuStatus(
         state=state,
-        message=message,
+        message=cut(message, MESSAGE_LIMIT),
         observed_generation=generation,
         conditions=conditions,
         gpu_node_count=gpu_nodes,
@@ -323,7 +337,7 @@ def running_driver_version(sets: Sequence[DaemonSetFacts], before: str | None) -
         rolling = rolling or not ds.rolled_out
     if rolling and before:
         versions.update(v.strip() for v in before.split(",") if _DRIVER_VERSION.match(v.strip()))
-    return ", ".join(sorted(versions, key=_version_key)) or None
+    return listed(sorted(versions, key=_version_key), DRIVER_VERSIONS_SHOWN) or None
 
 
 def _deletion_waits(observed: Evidence, generation: int | None) -> list[tuple[Condition, GpuState]]:
@@ -350,12 +364,17 @@ def _deletion_summary(deletion: Sequence[tuple[Condition, GpuState]]) -> tuple[G
 def stamp(
     conditions: Sequence[Condition], previous: Sequence[Condition], now: str
 ) -> list[Condition]:
-    """The conditions with lastTransitionTime: kept from `previous` while the status holds."""
+    """The conditions with lastTransitionTime (kept from `previous` while the status holds),
+    their messages and reasons cut to MESSAGE_LIMIT and REASON_LIMIT."""
     before = {old.type: old for old in previous}
     out = []
     for condition in conditions:
         old = before.get(condition.type)
         kept = old is not None and old.status == condition.status and old.last_transition_time
         since = old.last_transition_time if kept and old is not None else (now or None)
-        out.append(condition.model_copy(update={"last_transition_time": since}))
+        out.append(condition.model_copy(update={
+            "last_transition_time": since,
+            "message": cut(condition.message, MESSAGE_LIMIT),
+            "reason": cut(condition.reason, REASON_LIMIT),
+        }))  # fmt: skip
     return out

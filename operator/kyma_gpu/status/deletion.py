@@ -23,6 +23,7 @@ from kyma_gpu.api.conditions import (
     WorkloadsReason,
 )
 from kyma_gpu.api.models import SKIP_PROTECTION_ANNOTATION, ConditionStatus, GpuState
+from kyma_gpu.facts.echo import listed
 
 UNINSTALL_GRACE_SECONDS = 60.0
 """Added to the HelmRelease's uninstall timeout before a deletion counts as stalled."""
@@ -92,12 +93,10 @@ def workloads_wait(pods: tuple[str, ...], skipped: bool) -> Wait:
     if not pods:
         return Wait(ConditionType.WORKLOADS_PROTECTED, "True", WorkloadsReason.NO_GPU_WORKLOADS,
                     "no user pod uses a GPU", GpuState.DELETING)  # fmt: skip
-    shown = ", ".join(pods[:PODS_SHOWN])
-    more = f" and {len(pods) - PODS_SHOWN} more" if len(pods) > PODS_SHOWN else ""
     return Wait(
         ConditionType.WORKLOADS_PROTECTED, "False", WorkloadsReason.GPU_WORKLOADS_RUNNING,
-        f"deletion waits for {len(pods)} pods that use GPUs: {shown}{more}. Delete them, or "
-        f"annotate the Gpu with {SKIP_PROTECTION_ANNOTATION}=true to go ahead",
+        f"deletion waits for {len(pods)} pods that use GPUs: {listed(pods, PODS_SHOWN)}. Delete "
+        f"them, or annotate the Gpu with {SKIP_PROTECTION_ANNOTATION}=true to go ahead",
         GpuState.WARNING,
     )  # fmt: skip
 

@@ -25,11 +25,13 @@ from typing import Any
 
 from kyma_gpu.api.conditions import ReadyReason, ReleaseReason
 from kyma_gpu.api.models import GpuState
+from kyma_gpu.facts.echo import cut, echoed_reason
 from kyma_gpu.status.aggregate import ConditionType, flux_failed
 from kyma_gpu.status.deletion import without_pod_names
 
 MESSAGE_LIMIT = 1024
-"""The API server refuses longer Event messages."""
+"""The API server refuses longer Event messages (an Event's reason is cut to
+facts.echo.REASON_LIMIT, which it also bounds)."""
 EVENT_BUDGET = 30
 """At most this many Events per Gpu within EVENT_WINDOW_SECONDS; the rest are dropped (and
 logged): the status says it all anyway."""
@@ -70,7 +72,7 @@ def _ready(status: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _cut(message: str) -> str:
-    return message[: MESSAGE_LIMIT - 3] + "..." if len(message) > MESSAGE_LIMIT else message
+    return cut(message, MESSAGE_LIMIT)
 
 
 def _message(status: Mapping[str, Any]) -> str:
@@ -91,7 +93,7 @@ def event_for(before: Mapping[str, Any], after: Mapping[str, Any]) -> GpuEvent |
         return None
     state = after.get("state")
     warn = state in (GpuState.ERROR, GpuState.WARNING)
-    reason = str(_ready(after).get("reason") or state or "StatusChanged")
+    reason = echoed_reason(str(_ready(after).get("reason") or state or "StatusChanged"))
     return GpuEvent(EventType.WARNING if warn else EventType.NORMAL, reason, _cut(_message(after)))
 
 
@@ -100,7 +102,8 @@ def _failure(status: Mapping[str, Any], type_: ConditionType) -> tuple[str, str]
     cond = _condition(status, type_)
     if cond.get("status") != "False":
         return None
-    reason, message = str(cond.get("reason") or type_), str(cond.get("message") or "")
+    reason = echoed_reason(str(cond.get("reason") or type_))
+    message = str(cond.get("message") or "")
     if type_ is ConditionType.PREFLIGHT:
         return reason, message
     if reason in _NOT_FLUX or not flux_failed(reason, message):
@@ -113,7 +116,7 @@ def _health(status: Mapping[str, Any]) -> tuple[str, str, frozenset[str]]:
     cond = _condition(status, ConditionType.GPUS_HEALTHY)
     nodes = status.get("unhealthyNodes") or ()
     names = frozenset(str(n.get("name")) for n in nodes if isinstance(n, Mapping))
-    return str(cond.get("status") or ""), str(cond.get("reason") or ""), names
+    return str(cond.get("status") or ""), echoed_reason(str(cond.get("reason") or "")), names
 
 
 def health_event(before: Mapping[str, Any], after: Mapping[str, Any]) -> GpuEvent | None:

@@ -24,6 +24,7 @@ from kyma_gpu.api.conditions import (
 )
 from kyma_gpu.api.models import Condition, ConditionStatus
 from kyma_gpu.facts import DriverUpgradeState
+from kyma_gpu.facts.echo import LIST_LIMIT, cut, echoed_text, listed
 from kyma_gpu.facts.stack import (
     DaemonSetFacts,
     FluxCondition,
@@ -148,8 +149,7 @@ def preflight(plan: Plan, generation: int | None) -> Judgement:
 
 def _some(names: Sequence[str]) -> str:
     """At most FINDINGS_SHOWN names: a cluster may have thousands of pools."""
-    more = len(names) - FINDINGS_SHOWN
-    return ", ".join(names[:FINDINGS_SHOWN]) + (f" and {more} more" if more > 0 else "")
+    return listed(names, FINDINGS_SHOWN)
 
 
 def _pool_note(plan: Plan, name: str, bad: int) -> str:
@@ -210,7 +210,8 @@ def release_ready(
         return Judgement(cond(kind, "False", ReleaseReason.NOT_APPLIED, message, generation))
     if apply_error is not None:
         failed = cond(kind, "False", ReleaseReason.APPLY_FAILED,
-                      f"writing the Flux objects failed: {apply_error}", generation)  # fmt: skip
+                      f"writing the Flux objects failed: {echoed_text(apply_error)}",
+                      generation)  # fmt: skip
         return Judgement(failed, error=failed.message)
     meta = plan.helm_release["metadata"]
     name = f"{meta['namespace']}/{meta['name']}"
@@ -336,6 +337,8 @@ def _upgrade_verdict(
     return Judgement(cond(kind, "False", DriverReason.UPGRADING, message, generation))
 
 
+NODES_SHOWN = 5
+"""Nodes the NodeFeaturesMissing message names; the rest are counted."""
 CLUSTER_POLICY = "ClusterPolicy cluster-policy"
 GPU_CLUSTER = "GPUCluster gpu-cluster"
 """The stack's custom resource, as messages name it (spec.stack DevicePlugin, DRA)."""
@@ -344,7 +347,7 @@ GPU_CLUSTER = "GPUCluster gpu-cluster"
 def _features_missing_message(
     nodes: Sequence[str], policy: OperatorStateFacts | None, name: str
 ) -> str:
-    shown = ", ".join(nodes[:5]) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
+    shown = listed(nodes, NODES_SHOWN)
     state = policy.state if policy and policy.state else "not reported"
     return (
         f"{name} is {state}, and GPU nodes lack the node-feature-discovery "
@@ -384,7 +387,7 @@ def image_pull_failed(failures: Sequence[PullFailure], generation: int | None) -
     """ComponentsReady False, naming the images the GPU operator's pods cannot pull."""
     pods: dict[tuple[str, str], list[PullFailure]] = {}
     for failure in failures:
-        for image, reason in failure.images:
+        for image, reason in dict.fromkeys(failure.images):  # a pod counts once per image
             pods.setdefault((image, reason), []).append(failure)
     shown = []
     for (image, reason), where in sorted(pods.items())[:PULL_SHOWN]:
@@ -396,7 +399,8 @@ def image_pull_failed(failures: Sequence[PullFailure], generation: int | None) -
     more = f"; and {rest} more images" if rest > 0 else ""
     message = (
         f"{len(failures)} pods of the GPU operator cannot pull their images: "
-        f"{'; '.join(shown)}{more}. Check that the registry holds them: kyma-gpu images "
+        f"{cut('; '.join(shown), LIST_LIMIT)}{more}. Check that the registry holds them: "
+        "kyma-gpu images "
         "--check (docs/operations.md#check-the-mirror-before-you-switch)"
     )
     return Judgement(cond(ConditionType.COMPONENTS_READY, "False",

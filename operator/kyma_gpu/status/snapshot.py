@@ -13,6 +13,7 @@ from kyma_gpu.api.admission import admission_message
 from kyma_gpu.api.conditions import ConditionType, ReadyReason
 from kyma_gpu.api.models import SINGLETON_NAME, Condition, GpuState, GpuStatus
 from kyma_gpu.facts import NodeFacts
+from kyma_gpu.facts.echo import MESSAGE_LIMIT, cut
 from kyma_gpu.facts.gpu import GpuObject
 from kyma_gpu.facts.stack import (
     DaemonSetFacts,
@@ -127,7 +128,7 @@ def error_status(gpu: GpuObject, reason: ReadyReason, message: str, now: str) ->
     )  # fmt: skip
     return GpuStatus(
         state=GpuState.ERROR,
-        message=message,
+        message=cut(message, MESSAGE_LIMIT),
         observed_generation=gpu.generation,
         conditions=stamp([cond], conditions_of(gpu.status), now),
     )

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kyma_gpu.facts import DriverUpgradeState
+from kyma_gpu.facts.echo import listed
 
 __all__ = ["NAMES_SHOWN", "Rollout", "failed_message", "progress_message", "rollout"]
 
@@ -50,9 +51,7 @@ def rollout(states: Sequence[tuple[str, DriverUpgradeState]]) -> Rollout:
 
 
 def _names(names: Sequence[str]) -> str:
-    shown = ", ".join(names[:NAMES_SHOWN])
-    more = len(names) - NAMES_SHOWN
-    return f"{shown} and {more} more" if more > 0 else shown
+    return listed(names, NAMES_SHOWN)
 
 
 def progress_message(r: Rollout) -> str:
