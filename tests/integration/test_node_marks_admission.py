@@ -6,7 +6,9 @@ its marks: the condition KymaGpuUnhealthy (True only on a node with GPU evidence
 a GPU node with the annotation gpu.kyma-project.io/cordoned, and the uncordon of a node that
 carries it. Each write here is what the manager sends (a strategic merge patch, impersonating
 system:serviceaccount:kyma-system:gpu-manager) to two plain Nodes of its own (no kubelet): one
-with GPU evidence, one without; config/default is in force as KLM applies it.
+with GPU evidence (a g6.xlarge), one without (an m5.large); config/default is in force as KLM
+applies it. GPU evidence is what no tenant writes (issue 43): GPU resources the kubelet
+reports, a GPU machine type of the registry, the mark itself; never NFD's or GFD's labels.
 
 Two writes never reach admission as sent: the API server's own strategies drop a spec change
 through nodes/status and a status change through nodes before any admission plugin sees them,
@@ -25,9 +27,9 @@ import pytest
 from kyma_gpu.api.node_marks import (
     CORDON_ANNOTATION,
     CORDON_VALUE,
-    GPU_EVIDENCE_LABELS,
     GPU_RESOURCE,
     NODE_CONDITION,
+    UNTRUSTED_GPU_LABELS,
 )
 from kyma_gpu.plan.manager_policy import ACCOUNT, NODE_SPEC_FIELDS, NODE_STATUS_FIELDS, NODES_NAME
 from tests.harness.cluster import LocalCluster, close_client
@@ -36,6 +38,7 @@ from tests.harness.module import install_crds, install_module_rbac, wait_until
 pytestmark = pytest.mark.integration
 
 SMP = "application/strategic-merge-patch+json"
+INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 WORDS = "the manager's account gpu-manager (kyma-system)"
 Write = Callable[..., tuple[bool, str]]
 
@@ -105,8 +108,8 @@ def nodes(cluster: LocalCluster) -> Iterator[tuple[str, str]]:
     """(a node with GPU evidence, a node without), fresh for each test."""
     suffix = uuid.uuid4().hex[:6]
     gpu, cpu = f"marks-gpu-{suffix}", f"marks-cpu-{suffix}"
-    cluster.apply(_node(gpu, {GPU_EVIDENCE_LABELS[0]: "true", "team": "a"}),
-                  _node(cpu, {"team": "a"}))  # fmt: skip
+    cluster.apply(_node(gpu, {INSTANCE_TYPE: "g6.xlarge", "team": "a"}),
+                  _node(cpu, {INSTANCE_TYPE: "m5.large", "team": "a"}))  # fmt: skip
     yield gpu, cpu
     cluster.kubectl("delete", "node", gpu, cpu, "--wait=false", check=False)
 
@@ -171,7 +174,20 @@ def test_it_marks_no_node_without_gpu_evidence(
     assert as_manager(cpu, _mark("False", "GpusHealthy"), status=True) == (True, "")
 
 
-@pytest.mark.parametrize("evidence", ["nvidia.com/gpu.present", "capacity"])
+EVIDENCE: dict[str, tuple[dict[str, Any], bool]] = {
+    # the kubelet's device plugin advertises GPUs (a patch of nodes/status)
+    "capacity": ({"status": {"capacity": {GPU_RESOURCE: "4"}}}, True),
+    "allocatable": ({"status": {"allocatable": {GPU_RESOURCE: "1"}}}, True),
+    "a MIG instance": ({"status": {"capacity": {"nvidia.com/mig-1g.10gb": "7"}}}, True),
+    "a GPU machine type": ({"metadata": {"labels": {INSTANCE_TYPE: "g4dn.xlarge"}}}, False),
+    "the beta machine type label": (
+        {"metadata": {"labels": {"beta.kubernetes.io/instance-type": "g2-standard-4"}}},
+        False,
+    ),
+}
+
+
+@pytest.mark.parametrize("evidence", sorted(EVIDENCE))
 def test_other_gpu_evidence(
     cluster: LocalCluster,
     nodes: tuple[str, str],
@@ -180,14 +196,58 @@ def test_other_gpu_evidence(
     evidence: str,
 ) -> None:
     _, cpu = nodes
-    if evidence == "capacity":  # the kubelet's device plugin advertises GPUs
-        gpus = {GPU_RESOURCE: "4"}
-        assert as_admin(cpu, {"status": {"capacity": gpus, "allocatable": gpus}}, status=True)[0]
-    else:
-        assert evidence in GPU_EVIDENCE_LABELS
-        assert as_admin(cpu, {"metadata": {"labels": {evidence: "true"}}})[0]
+    body, status = EVIDENCE[evidence]
+    assert as_admin(cpu, body, status=status)[0]
     assert as_manager(cpu, _mark("True"), status=True) == (True, "")
     assert _marks(cluster, cpu) == ["True"]
+    assert as_manager(cpu, _cordon(True, CORDON_VALUE)) == (True, "")
+
+
+TENANT_LABELS = {
+    **dict.fromkeys(UNTRUSTED_GPU_LABELS, "true"),
+    "nvidia.com/gpu.count": "4",
+    "nvidia.com/gpu.product": "NVIDIA-L4",
+    "nvidia.com/gpu-driver-upgrade-state": "upgrade-failed",
+}
+"""What NFD rules in spec.values (or extraLabelNs), or the node itself, can publish (issue 43)."""
+
+
+@pytest.mark.parametrize("capacity", [None, "0"], ids=["no-capacity", "capacity-0"])
+def test_labels_anyone_can_write_are_no_gpu_evidence(
+    cluster: LocalCluster,
+    nodes: tuple[str, str],
+    as_manager: Write,
+    as_admin: Write,
+    capacity: str | None,
+) -> None:
+    """An m5.large labelled as a GPU node whose driver upgrade failed: the manager's account
+    may neither mark nor cordon it."""
+    _, cpu = nodes
+    assert as_admin(cpu, {"metadata": {"labels": TENANT_LABELS}})[0]
+    if capacity is not None:  # a device plugin that found no GPU
+        assert as_admin(cpu, {"status": {"capacity": {GPU_RESOURCE: capacity}}}, status=True)[0]
+    _refused(as_manager(cpu, _mark("True", "DriverFailed"), status=True),
+             "True only on a Node with GPU evidence")  # fmt: skip
+    _refused(as_manager(cpu, _cordon(True, CORDON_VALUE)), "with GPU evidence")
+    node = _get(cluster, cpu)
+    assert _marks(cluster, cpu) == []
+    assert not node["spec"].get("unschedulable")
+    assert CORDON_ANNOTATION not in node["metadata"]["annotations"]
+
+
+def test_a_marked_node_stays_markable(
+    cluster: LocalCluster, nodes: tuple[str, str], as_manager: Write, as_admin: Write
+) -> None:
+    """A node carrying the mark True had GPU evidence when it was marked ("has reported"): its
+    reason may change, it may be cordoned, and the mark cleared, though the kubelet reports
+    no GPU now (here the mark was set by an administrator on an m5.large)."""
+    _, cpu = nodes
+    assert as_admin(cpu, _mark("True"), status=True)[0]
+    assert as_manager(cpu, _mark("True", "DriverFailed"), status=True) == (True, "")
+    assert as_manager(cpu, _cordon(True, CORDON_VALUE)) == (True, "")
+    assert as_manager(cpu, _mark("False", "GpusHealthy"), status=True) == (True, "")
+    assert as_manager(cpu, _cordon(False, None)) == (True, "")
+    _refused(as_manager(cpu, _mark("True"), status=True), "True only on a Node with GPU")
 
 
 READY = {"type": "Ready", "status": "False", "reason": "KubeletNotReady", "message": "x"}
@@ -251,8 +311,12 @@ def test_what_the_api_server_drops_before_admission_changes_nothing(
 OWNER = {"apiVersion": "v1", "kind": "Namespace", "name": "default", "uid": str(uuid.uuid4())}
 NODE_CHANGES: dict[str, tuple[dict[str, Any], str]] = {
     "a label": ({"metadata": {"labels": {"team": "b"}}}, "changes no label"),
-    "a GPU evidence label": (
-        {"metadata": {"labels": {GPU_EVIDENCE_LABELS[1]: "true"}}},
+    "a GPU label": (
+        {"metadata": {"labels": {UNTRUSTED_GPU_LABELS[1]: "true"}}},
+        "changes no label",
+    ),
+    "its machine type": (
+        {"metadata": {"labels": {INSTANCE_TYPE: "p5.48xlarge"}}},
         "changes no label",
     ),
     "an annotation": ({"metadata": {"annotations": {"team": "b"}}}, "changes no annotation"),

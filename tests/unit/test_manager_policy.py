@@ -16,6 +16,7 @@ import yaml
 from kyma_gpu.api import node_marks
 from kyma_gpu.plan.manager_policy import (
     ACCOUNT,
+    MACHINE_TYPE_LABELS,
     MIRRORS_NAME,
     NAME,
     NODE_CONDITION_TYPE,
@@ -27,9 +28,11 @@ from kyma_gpu.plan.manager_policy import (
     NODES_NAME,
     WRITABLE,
     _image_pattern,
+    gpu_machine_types,
     manager_policy_yaml,
 )
 from kyma_gpu.plan.provision import bundle, bundle_crds
+from kyma_gpu.rules.catalog import Catalog
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "config" / "admission" / "manager_policy.yaml"
@@ -189,7 +192,7 @@ def test_the_nodes_policy_shape() -> None:
     assert NODE_CORDON_ANNOTATION == "gpu.kyma-project.io/cordoned"
     text = " ".join(str(v) for v in spec["variables"] + spec["validations"])
     for name in (NODE_CONDITION_TYPE, NODE_CORDON_ANNOTATION, node_marks.GPU_RESOURCE,
-                 *node_marks.GPU_EVIDENCE_LABELS):  # fmt: skip
+                 *node_marks.GPU_RESOURCE_PREFIXES, *MACHINE_TYPE_LABELS):  # fmt: skip
         assert f"'{name}'" in text, name
     # every named field is compared, between object and oldObject
     for part, fields in (("metadata", NODE_METADATA_FIELDS), ("spec", NODE_SPEC_FIELDS),
@@ -201,3 +204,31 @@ def test_the_nodes_policy_shape() -> None:
     for validation in spec["validations"]:
         assert validation["reason"] == "Forbidden"
         assert "variables.what" in validation["messageExpression"]
+
+
+def _node_variable(name: str) -> str:
+    variables = _policy(NODES_NAME)["spec"]["variables"]
+    return str(next(v["expression"] for v in variables if v["name"] == name))
+
+
+def test_the_nodes_policy_trusts_no_label_a_tenant_writes() -> None:
+    """Issue 43: NFD rules (and a node itself) set NFD's and GFD's labels on any node; GPU
+    evidence is the old Node's GPU resources, its machine type in the registry, or its mark."""
+    text = " ".join(str(v) for v in _policy(NODES_NAME)["spec"].values())
+    for label in node_marks.UNTRUSTED_GPU_LABELS:
+        assert label not in text, label
+    assert "nvidia.com/gpu-driver-upgrade-state" not in text
+    gpu = _node_variable("gpu")
+    assert gpu == "variables.reported || variables.gpuMachineType || variables.marked"
+    assert "object." not in _node_variable("reported").replace("oldObject.", "")
+    assert "object." not in _node_variable("gpuMachineType").replace("oldObject.", "")
+    assert _node_variable("marked") == "variables.oldMarks.exists(c, c.status == 'True')"
+
+
+def test_the_nodes_policy_lists_the_registrys_gpu_machine_types(catalog: Catalog) -> None:
+    """Generated from values-rules/machine-types.yaml: every type of every provider, no other."""
+    types = catalog.machine_types.types
+    listed = yaml.safe_load(_node_variable("gpuMachineTypes"))
+    assert listed == gpu_machine_types(catalog) == sorted({t for p in types.values() for t in p})
+    assert {"g6.xlarge", "g4dn.xlarge", "g2-standard-4"} <= set(listed)
+    assert not {"m5.large", "m6i.large", "n2-standard-4"} & set(listed)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from kyma_gpu.api.conditions import HealthReason
 from kyma_gpu.api.models import HealthSpec, Remediation
 from kyma_gpu.api.node_marks import CORDON_ANNOTATION, NODE_CONDITION
 from kyma_gpu.facts import MachineTypeRegistry, NodeFacts, node_facts
@@ -17,7 +18,7 @@ from kyma_gpu.plan.pools import worker_pools
 from kyma_gpu.reconcile.machine import Phase
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status.health import gpu_health
-from kyma_gpu.status.remediation import allowed, node_writes
+from kyma_gpu.status.remediation import MarkGround, allowed, mark_ground, markable, node_writes
 from tests.unit.builders import cpu_node, node
 from tests.unit.test_loop import World, installed, new_world
 
@@ -186,18 +187,100 @@ def test_a_deletion_clears_every_mark_before_it_releases_the_gpu(catalog: Catalo
     assert (mark.unhealthy, mark.cordoned, mark.unschedulable) == (False, False, False)
 
 
-def test_a_node_without_gpu_evidence_admission_accepts_is_not_marked(
+FAILED_UPGRADE = {"nvidia.com/gpu-driver-upgrade-state": "upgrade-failed"}
+TENANT_LABELS = {"feature.node.kubernetes.io/pci-10de.present": "true",
+                 "nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": "4"}  # fmt: skip
+"""What NFD rules (spec.values, extraLabelNs) or a node itself can publish on any node."""
+
+
+def _node(name: str, *, sections: dict[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
+    """builders.node, with `sections` (status, metadata, spec) merged in as gpu() does."""
+    body = node(name, **kwargs)
+    for key, value in (sections or {}).items():
+        body.setdefault(key, {}).update(copy.deepcopy(value))
+    return body
+
+
+def _labelled_cpu(name: str = "cpu", pool: str = "cpu") -> dict[str, Any]:
+    """An m5.large (no GPU, not in the registry) that NFD rules made look like a GPU node whose
+    driver upgrade failed (issue 43)."""
+    return node(name, instance_type="m5.large", pool=pool,
+                labels={**TENANT_LABELS, **FAILED_UPGRADE})  # fmt: skip
+
+
+@pytest.mark.parametrize(("body", "ground"), [
+    (gpu("a"), MarkGround.REPORTED),
+    (gpu("a", "0"), MarkGround.REPORTED),  # capacity 1, allocatable 0: the kubelet reported it
+    (node("a", capacity={"nvidia.com/mig-1g.10gb": "7"}, instance_type="n1-x",
+          labels=TENANT_LABELS), MarkGround.REPORTED),
+    (node("a", labels=FAILED_UPGRADE), MarkGround.MACHINE_TYPE),  # g6.xlarge, no capacity yet
+    (node("a", instance_type="n1-x", capacity={"nvidia.com/gpu": "0"}, labels=TENANT_LABELS),
+     None),
+    (_node("a", instance_type="n1-x", labels=TENANT_LABELS, sections={"status": MARKED}),
+     MarkGround.MARKED),
+    (_node("a", instance_type="n1-x", labels=TENANT_LABELS, sections={"status": CLEARED}),
+     None),
+    (_labelled_cpu(), None),
+    (node("a", instance_type="m5.large", labels={"gpu.kyma-project.io/gpu": "true"}), None),
+], ids=["capacity", "allocatable-0", "mig", "registry", "capacity-0", "marked", "cleared",
+        "nfd-labels", "opt-in"])  # fmt: skip
+def test_what_grounds_a_mark(
+    registry: MachineTypeRegistry, body: dict[str, Any], ground: MarkGround | None
+) -> None:
+    """Only facts no tenant writes: the kubelet's GPU resources, the registry's machine type,
+    the mark itself; never NFD's or GFD's labels, nor the opt-in label."""
+    facts = node_facts(body, registry)
+    assert facts.is_gpu
+    assert mark_ground(facts) is ground
+
+
+def test_a_cpu_node_with_nfd_labels_is_never_marked_or_cordoned(
     registry: MachineTypeRegistry,
 ) -> None:
-    """Known by machine type only: no NFD/GFD label, no GPU resource (the policy refuses)."""
-    bare = node("a", pool="gpu", labels={"nvidia.com/gpu-driver-upgrade-state": "upgrade-failed"})
-    assert writes(registry, MARK, bare) == []
-    labelled = node(
-        "b",
-        pool="gpu",
-        labels={
-            "nvidia.com/gpu-driver-upgrade-state": "upgrade-failed",
-            "feature.node.kubernetes.io/pci-10de.present": "true",
-        },
+    """Issue 43: an m5.large labelled by NFD rules is a GPU node to detection, judged
+    DriverFailed, and still never marked nor cordoned, at any share of its pool."""
+    every = HealthSpec(remediation=Remediation.MARK_AND_CORDON, max_marked_percent=50)
+    facts = node_facts(_labelled_cpu(), registry)
+    assert facts.is_gpu
+    assert not markable(facts)
+    health = gpu_health(worker_pools([facts]))
+    assert [(n.name, n.reason) for n in health.unhealthy] == [("cpu", HealthReason.DRIVER_FAILED)]
+    assert writes(registry, every, _labelled_cpu()) == []
+    assert writes(registry, MARK, _labelled_cpu()) == []
+
+
+def test_a_node_it_may_not_mark_takes_no_place_in_the_share(
+    registry: MachineTypeRegistry,
+) -> None:
+    """The labelled node sorts first in its pool: the pool's one mark goes to the real GPU."""
+    fake = _labelled_cpu("a-fake", pool="gpu")
+    assert writes(registry, MARK, fake, gpu("b", "0"), gpu("c")) == [("b", True, None)]
+
+
+def test_a_gpu_machine_type_is_marked_before_its_device_plugin_reports(
+    registry: MachineTypeRegistry,
+) -> None:
+    """A g6.xlarge whose driver upgrade failed reports no GPU resource: its machine type is
+    enough (the kubelet and the cloud provider set it)."""
+    bare = node("a", pool="gpu", labels=FAILED_UPGRADE)
+    assert writes(registry, CORDON, bare) == [("a", True, True)]
+
+
+def test_a_marked_node_that_lost_its_gpus_keeps_its_mark_and_is_cleared(
+    registry: MachineTypeRegistry,
+) -> None:
+    """An n1 with attached GPUs (no registry type) was marked while the kubelet reported them;
+    with capacity 0 now it keeps the mark and gets its cordon ("has reported"), and is cleared
+    when it recovers."""
+    labels = {"nvidia.com/gpu.present": "true", "gpu.kyma-project.io/gpu-count": "1"}
+    lost = _node("a", instance_type="n1-x", capacity={"nvidia.com/gpu": "0"}, labels=labels,
+                 sections={"status": MARKED})  # fmt: skip
+    assert writes(registry, CORDON, lost) == [("a", True, True)]  # now GpusMissing
+    back = _node(
+        "a",
+        instance_type="n1-x",
+        capacity={"nvidia.com/gpu": "1"},
+        labels=labels,
+        sections={"status": MARKED, "metadata": OURS, "spec": {"unschedulable": True}},
     )
-    assert writes(registry, MARK, labelled) == [("b", True, None)]
+    assert writes(registry, CORDON, back) == [("a", False, False)]

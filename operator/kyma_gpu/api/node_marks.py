@@ -9,8 +9,16 @@ These names are shared by the code that writes the marks and by the ValidatingAd
 kyma-gpu-manager-nodes (plan/manager_policy.py), which holds the manager's account to exactly
 these writes: a change of one name here changes both, never one alone.
 
-A node has GPU evidence (the only nodes the manager may mark unhealthy or cordon) when one of
-GPU_EVIDENCE_LABELS is "true" or its status.capacity has GPU_RESOURCE.
+The manager marks or cordons a node only on facts no tenant writes (issue 43): the kubelet
+reports NVIDIA GPUs on it (GPU_RESOURCE, or one of GPU_RESOURCE_PREFIXES, above zero in
+status.capacity or status.allocatable: only a device plugin, through the kubelet, puts them
+there), its machine type (node.kubernetes.io/instance-type, which the kubelet and the cloud
+provider set) is a GPU machine type of the registry (values-rules/machine-types.yaml), or it
+already carries the mark True (it had one of those facts when it was marked, "has reported").
+Labels of NFD or GPU feature discovery (feature.node.kubernetes.io/pci-10de.present,
+nvidia.com/gpu.present, nvidia.com/gpu-driver-upgrade-state, ...) never suffice: NFD rules and
+extraLabelNs publish them on any node, and a node may label itself under nvidia.com/. They still
+count for detecting GPU nodes and planning the install (facts/node.py), never for a mark.
 """
 
 from __future__ import annotations
@@ -21,11 +29,14 @@ CORDON_ANNOTATION = "gpu.kyma-project.io/cordoned"
 """Set (value NODE_CONDITION) when the manager cordoned the node; removed when it uncordons."""
 CORDON_VALUE = NODE_CONDITION
 """The value of CORDON_ANNOTATION the manager writes."""
-GPU_EVIDENCE_LABELS = (
+GPU_RESOURCE = "nvidia.com/gpu"
+"""The extended resource the NVIDIA device plugin advertises through the kubelet."""
+GPU_RESOURCE_PREFIXES = (f"{GPU_RESOURCE}.", "nvidia.com/mig-")
+"""Its other names: a shared GPU renamed (nvidia.com/gpu.shared), a MIG instance of the Mixed
+strategy (nvidia.com/mig-1g.10gb). Any of them above zero is the kubelet reporting GPUs."""
+UNTRUSTED_GPU_LABELS = (
     "feature.node.kubernetes.io/pci-10de.present",
     "nvidia.com/gpu.present",
 )
-"""Node labels that, "true", say the node has an NVIDIA GPU (NFD's PCI vendor label, and the
-NVIDIA operator's / GPU feature discovery's)."""
-GPU_RESOURCE = "nvidia.com/gpu"
-"""The extended resource whose presence in status.capacity is GPU evidence too."""
+"""Node labels that say "an NVIDIA GPU is here" but that NFD rules (and a node itself) can set
+on any node: GPU evidence for detection, never for a mark or a cordon."""

@@ -13,7 +13,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, overload
 
-from kyma_gpu.api.node_marks import CORDON_ANNOTATION, NODE_CONDITION
+from kyma_gpu.api.node_marks import (
+    CORDON_ANNOTATION,
+    GPU_RESOURCE,
+    GPU_RESOURCE_PREFIXES,
+    NODE_CONDITION,
+)
 from kyma_gpu.facts.machines import MachineType, MachineTypeRegistry
 
 # Node labels this module reads. Documented in docs/user-guide.md.
@@ -47,7 +52,7 @@ LABEL_MIG_CAPABLE = "nvidia.com/mig.capable"
 """Set by GPU feature discovery: a GPU of the node has MIG."""
 LABEL_SHARING_PROFILE = "nvidia.com/device-plugin.config"
 """The sharing profile the device plugin's config manager picks for the node."""
-RESOURCE_GPU = "nvidia.com/gpu"
+RESOURCE_GPU = GPU_RESOURCE
 
 
 class NodeError(ValueError):
@@ -145,7 +150,7 @@ def parse_provider(provider_id: str | None) -> str:
 def is_gpu_resource(name: str) -> bool:
     """nvidia.com/gpu, a renamed shared GPU (nvidia.com/gpu.shared) or a MIG instance of the
     Mixed strategy (nvidia.com/mig-1g.10gb)."""
-    return name == RESOURCE_GPU or name.startswith((f"{RESOURCE_GPU}.", "nvidia.com/mig-"))
+    return name == RESOURCE_GPU or name.startswith(GPU_RESOURCE_PREFIXES)
 
 
 @dataclass(frozen=True, slots=True)

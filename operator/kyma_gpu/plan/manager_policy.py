@@ -34,7 +34,11 @@ ServiceAccount there, privileged and with the host's root mounted (issue 32, fin
   of Nodes): on nodes/status only the condition NODE_CONDITION may change, and be True only on
   a node with GPU evidence; on nodes only spec.unschedulable and CORDON_ANNOTATION, the
   annotation added only with a cordon of a schedulable node with GPU evidence, an uncordon only
-  of a node carrying it, dropping it. Everything else of the Node (NODE_METADATA_FIELDS, the
+  of a node carrying it, dropping it. GPU evidence is what no tenant writes (issue 43, the
+  manager's MarkGround): a GPU resource above zero in the old Node's capacity or allocatable, a
+  machine-type label (MACHINE_TYPE_LABELS) naming a GPU machine type of the registry
+  (gpu_machine_types, generated from values-rules/machine-types.yaml), or the mark True already;
+  NFD's and GFD's labels never count. Everything else of the Node (NODE_METADATA_FIELDS, the
   other annotations, NODE_SPEC_FIELDS, NODE_STATUS_FIELDS, the other conditions) stays as it
   was. Every kubelet's status update meets its matchCondition (a string comparison), which is
   why kyma-gpu-manager itself never matches Nodes.
@@ -54,11 +58,12 @@ from kyma_gpu.api.image_policy import MIRRORS_EXPRESSION
 from kyma_gpu.api.models import API_GROUP, PLURAL
 from kyma_gpu.api.node_marks import (
     CORDON_ANNOTATION,
-    GPU_EVIDENCE_LABELS,
     GPU_RESOURCE,
+    GPU_RESOURCE_PREFIXES,
     NODE_CONDITION,
 )
 from kyma_gpu.api.resources import module_labels
+from kyma_gpu.facts.node import LABEL_INSTANCE_TYPE, LABEL_INSTANCE_TYPE_BETA
 from kyma_gpu.plan.provision import (
     MIRROR_LABEL,
     MIRROR_VALUE,
@@ -67,6 +72,7 @@ from kyma_gpu.plan.provision import (
     bundle,
     bundle_crds,
 )
+from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.yamlio import dump
 
 NAME = "kyma-gpu-manager"
@@ -107,6 +113,9 @@ NODE_CONDITION_TYPE = NODE_CONDITION
 """The one Node condition the manager may write (api/node_marks.py)."""
 NODE_CORDON_ANNOTATION = CORDON_ANNOTATION
 """The one Node annotation the manager may write, with a cordon (api/node_marks.py)."""
+MACHINE_TYPE_LABELS = (LABEL_INSTANCE_TYPE, LABEL_INSTANCE_TYPE_BETA)
+"""Where a Node names its machine type (the kubelet and the cloud provider set them; NFD may not
+write kubernetes.io labels), read as facts/node.py reads them."""
 NODE_METADATA_FIELDS = ("labels", "finalizers", "ownerReferences")
 """Node metadata the manager never changes (annotations: all but NODE_CORDON_ANNOTATION)."""
 NODE_SPEC_FIELDS = ("taints", "podCIDR", "podCIDRs", "providerID", "configSource", "externalID")
@@ -447,15 +456,42 @@ def _same(path: str) -> str:
     return f"(has({new}) ? has({old}) && {new} == {old} : !has({old}))"
 
 
+def gpu_machine_types(catalog: Catalog | None = None) -> list[str]:
+    """Every GPU machine type of the registry, of any provider, sorted."""
+    registry = (catalog or Catalog()).machine_types
+    return sorted({name for types in registry.types.values() for name in types})
+
+
+def _reported(resources: str) -> str:
+    """CEL: the old Node's `resources` (capacity or allocatable) has a GPU resource above zero
+    (the API server writes a quantity in canonical form: zero is '0')."""
+    names = " || ".join(f"k.startsWith({_cel(p)})" for p in GPU_RESOURCE_PREFIXES)
+    return (
+        f"has({resources}) && {resources}.exists(k, (k == {_cel(GPU_RESOURCE)} || {names})"
+        f" && {resources}[k] != '0')"
+    )
+
+
+def _gpu_evidence() -> dict[str, str]:
+    """The variables that say a Node has GPU evidence no tenant writes (issue 43)."""
+    labels = "oldObject.metadata.labels"
+    machine = " || ".join(
+        f"({_cel(label)} in {labels} && {labels}[{_cel(label)}] in variables.gpuMachineTypes)"
+        for label in MACHINE_TYPE_LABELS
+    )
+    return {
+        "gpuMachineTypes": _list(gpu_machine_types()),
+        "reported": f"({_reported('oldObject.status.capacity')}) || "
+        f"({_reported('oldObject.status.allocatable')})",
+        "gpuMachineType": f"has({labels}) && ({machine})",
+        "marked": "variables.oldMarks.exists(c, c.status == 'True')",
+        "gpu": "variables.reported || variables.gpuMachineType || variables.marked",
+    }
+
+
 def _node_variables() -> list[dict[str, str]]:
     cordon = _cel(NODE_CORDON_ANNOTATION)
     kind = _cel(NODE_CONDITION_TYPE)
-    labels = "oldObject.metadata.labels"
-    evidence = " || ".join(
-        f"({_cel(label)} in {labels} && {labels}[{_cel(label)}] == 'true')"
-        for label in GPU_EVIDENCE_LABELS
-    )
-    capacity = "oldObject.status.capacity"
     conditions = {
         f"{side}{name}": f"has({obj}.status.conditions) ? "
         f"{obj}.status.conditions.filter(c, c.type {op} {kind}) : []"
@@ -474,10 +510,10 @@ def _node_variables() -> list[dict[str, str]]:
         "subresource": "has(request.subResource) ? request.subResource : ''",
         "status": "variables.subresource == 'status'",
         "what": "request.operation + ' nodes' + "
-        "(variables.subresource != '' ? '/' + variables.subresource : '') + ' ' + request.name",
-        "gpu": f"(has({labels}) && ({evidence})) || "
-        f"(has({capacity}) && {_cel(GPU_RESOURCE)} in {capacity})",
+        "(variables.subresource != '' ? '/' + variables.subresource : '') + ' ' + "
+        "oldObject.metadata.name",
         **conditions,
+        **_gpu_evidence(),
         **annotations,
         **unschedulable,
         "newCordoned": f"{cordon} in variables.newAnnotations",
@@ -486,6 +522,14 @@ def _node_variables() -> list[dict[str, str]]:
         f"variables.newAnnotations[{cordon}] == variables.oldAnnotations[{cordon}])",
     }
     return [{"name": name, "expression": expression} for name, expression in plain.items()]
+
+
+EVIDENCE_WORDS = (
+    f"{GPU_RESOURCE} above zero in status.capacity or allocatable, a GPU machine type of the "
+    f"registry in {LABEL_INSTANCE_TYPE}, or the condition True already; NFD's and GPU feature "
+    "discovery's labels never count"
+)
+"""What the policy's refusals call GPU evidence."""
 
 
 def _node_validations() -> list[dict[str, str]]:
@@ -526,8 +570,7 @@ def _node_validations() -> list[dict[str, str]]:
             "!variables.newMarks.exists(c, c.status == 'True') || variables.gpu",
             _refused(
                 f"sets the condition {condition} True only on a Node with GPU evidence "
-                f"(label {' or '.join(GPU_EVIDENCE_LABELS)} 'true', or "
-                f"{GPU_RESOURCE} in status.capacity)"
+                f"({EVIDENCE_WORDS})"
             ),
         ),
         _rule(

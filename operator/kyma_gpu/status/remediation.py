@@ -3,6 +3,10 @@ marks with the Node condition KymaGpuUnhealthy, cordons, clears and uncordons. P
 
 - Only a GPU node with a finding a new machine cures (REMEDIABLE: DriverFailed, GpusMissing,
   GpusUnhealthy) is marked; WrongGpuModel is reported only.
+- Only on facts no tenant writes (MarkGround, api/node_marks.py): the kubelet reports GPUs on
+  it, its machine type is a GPU type of the registry, or it carries the mark already. A node
+  that is a GPU node by NFD's or GFD's labels alone is reported, never marked, and takes no
+  place in its pool's share.
 - At most max(1, maxMarkedPercent of the pool's nodes) of a worker pool carry the mark at once;
   nodes marked already keep their place, the rest wait by name.
 - A mark comes off when the node recovers, when remediation is turned off, and on any node that
@@ -18,8 +22,9 @@ Writes happen when something changes only: the condition's status or reason, the
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 from kyma_gpu.api.conditions import REMEDIABLE
 from kyma_gpu.api.models import HealthSpec, Remediation
@@ -50,15 +55,15 @@ def allowed(nodes: int, percent: int) -> int:
     return max(1, nodes * percent // 100)
 
 
-def chosen(health: Health, spec: HealthSpec) -> dict[str, NodeHealth]:
-    """The nodes that should carry the mark now, by name."""
+def chosen(health: Health, spec: HealthSpec, eligible: Container[str]) -> dict[str, NodeHealth]:
+    """The nodes that should carry the mark now, by name; only `eligible` ones (markable)."""
     if spec.remediation is Remediation.OFF:
         return {}
     sizes = {p.name: p.nodes for p in health.pools}
     picked: dict[str, NodeHealth] = {}
     by_pool: dict[str, list[NodeHealth]] = {}
     for node in health.unhealthy:
-        if node.reason in REMEDIABLE:
+        if node.reason in REMEDIABLE and node.name in eligible:
             by_pool.setdefault(node.pool, []).append(node)
     for pool, nodes in by_pool.items():
         ranked = sorted(nodes, key=lambda n: (not n.marked, n.name))
@@ -88,11 +93,34 @@ def _cordon(mark: NodeMarkFacts, wanted: bool) -> bool | None:
     return None
 
 
+class MarkGround(StrEnum):
+    """Why the manager may mark or cordon a node: a fact no tenant writes. The admission policy
+    kyma-gpu-manager-nodes (plan/manager_policy.py) accepts the same three."""
+
+    REPORTED = "reported"
+    """The kubelet reports NVIDIA GPUs: a GPU resource above zero in capacity or allocatable."""
+    MACHINE_TYPE = "machine-type"
+    """Its machine type is a GPU machine type of the registry."""
+    MARKED = "marked"
+    """It carries the mark True already: it had one of the two when it was marked."""
+
+
+def mark_ground(node: NodeFacts) -> MarkGround | None:
+    """The fact that lets the manager mark the node; None: none (NFD's or GFD's labels, the
+    NVIDIA upgrade controller's label, an opt-in label alone never do)."""
+    devices = node.devices
+    if devices is not None and ((devices.capacity or 0) > 0 or (devices.allocatable or 0) > 0):
+        return MarkGround.REPORTED
+    if node.machine is not None:
+        return MarkGround.MACHINE_TYPE
+    if node.mark is not None and node.mark.unhealthy:
+        return MarkGround.MARKED
+    return None
+
+
 def markable(node: NodeFacts) -> bool:
-    """The node shows GPU evidence the admission policy kyma-gpu-manager-nodes accepts (NFD's
-    or GFD's label, or a GPU resource in its capacity): the manager marks no other node."""
-    seen = node.devices is not None and node.devices.capacity is not None
-    return seen or "nfd-pci" in node.evidence or "gpu-present" in node.evidence
+    """A GPU node the manager may mark and cordon: the marks go on no other node."""
+    return node.is_gpu and mark_ground(node) is not None
 
 
 def node_writes(
@@ -100,11 +128,14 @@ def node_writes(
 ) -> tuple[NodeWrite, ...]:
     """The writes that bring every node's mark and cordon to what `health` and `spec` want.
     `nodes`: all Nodes the manager knows (GPU nodes or not)."""
-    picked = chosen(health, spec)
+    known = tuple(nodes)
+    failing = {n.name for n in health.unhealthy}
+    eligible = {n.name for n in known if n.name in failing and markable(n)}
+    picked = chosen(health, spec, eligible)
     cordons = spec.remediation is Remediation.MARK_AND_CORDON
     writes = []
-    for node in nodes:
-        want = picked.get(node.name) if node.is_gpu and markable(node) else None
+    for node in known:
+        want = picked.get(node.name)
         if node.mark is None and want is None:
             continue
         mark = node.mark or NodeMarkFacts()
