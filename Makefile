@@ -92,7 +92,6 @@ release-rbac: setup tools ## regenerate the HelmRelease ServiceAccount's RBAC fr
 manifests: setup ## regenerate the Gpu CRD, its admission policies and docs/crd-reference.md from the pydantic models
 	$(BIN)/kyma-gpu crd > $(CRD)
 	$(BIN)/kyma-gpu crd --reference > docs/crd-reference.md
-	$(BIN)/kyma-gpu crd --policy > config/admission/gpu_values_policy.yaml
 	$(BIN)/kyma-gpu crd --images-policy > config/admission/gpu_images_policy.yaml
 	$(BIN)/kyma-gpu crd --manager-policy > config/admission/manager_policy.yaml
 	$(BIN)/kyma-gpu crd --flux-policy > config/admission/flux_policy.yaml

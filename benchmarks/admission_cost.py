@@ -31,7 +31,7 @@ from tests.harness.cluster import LocalCluster
 from tests.harness.module import ROOT, install_crds
 
 POLICIES = ROOT / "config" / "admission"
-FILES = ("gpu_values_policy.yaml", "gpu_images_policy.yaml", "chart_sources_policy.yaml",
+FILES = ("gpu_images_policy.yaml", "chart_sources_policy.yaml",
          "manager_policy.yaml", "flux_policy.yaml", "chart_accounts_policy.yaml")  # fmt: skip
 CONTROLLER = "system:serviceaccount:gpu-operator:gpu-operator"
 

@@ -215,16 +215,21 @@ def heartbeats(s: Session) -> None:
 
 
 def spec_body(cfg: ScaleConfig, round_: int) -> Obj:
-    """The merge patch of one spec change. ``operands`` (the default, as in every earlier
-    run): an annotation in ``daemonsets.annotations``, which the NVIDIA controller copies into
-    the pod template of every operand DaemonSet, so each change also rolls them all (with
-    Flux: about 5 RollingUpdate DaemonSets times the GPU nodes). ``inert``: a value no chart
-    template reads, so Helm upgrades with no object changed: the manager's and Flux's part
-    alone."""
+    """The merge patch of one spec change, with values of the allowlist
+    (values-rules/values-allowlist.yaml). ``operands`` (the default): a toleration in
+    ``daemonsets.tolerations``, which the NVIDIA controller copies into the pod template of
+    every operand DaemonSet, so each change also rolls them all (with Flux: about 5
+    RollingUpdate DaemonSets times the GPU nodes). ``inert``: the DCGM exporter's
+    ServiceMonitor interval, while the module writes no ServiceMonitor (spec.components
+    .serviceMonitor false): Helm upgrades the ClusterPolicy and no pod changes, the manager's
+    and Flux's part alone."""
     if cfg.spec_value == "inert":
-        values: Obj = {"benchmark": {"round": str(round_)}}
+        values: Obj = {"dcgmExporter": {"serviceMonitor": {"interval": f"{round_}s"}}}
     else:
-        values = {"daemonsets": {"annotations": {"bench.kyma-project.io/round": str(round_)}}}
+        values = {"daemonsets": {"tolerations": [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+            {"key": f"bench.kyma-project.io/round-{round_}", "operator": "Exists"},
+        ]}}  # fmt: skip
     return {"spec": {"values": values}}
 
 

@@ -2,7 +2,7 @@
 
 kyma-gpu plan -f gpu.yaml --nodes nodes.yaml   print the plan for a Gpu and a node list;
          [--sources chart-sources.yaml]        exit 0: ok or warning, 1: error, 2: bad input
-kyma-gpu crd [--reference|--policy|--images-policy|--manager-policy|--flux-policy]
+kyma-gpu crd [--reference|--images-policy|--manager-policy|--flux-policy]
                                               print the generated CRD (reference, policies)
 kyma-gpu chart-facts CHART.tgz                 print the facts values-rules/charts/ keeps
 kyma-gpu images [--chart-version V] [--installer-release T]   images to mirror
@@ -31,9 +31,7 @@ from kyma_gpu.api.chart_sources import CONFIG_MAP_NAME
 from kyma_gpu.api.crd import crd_yaml
 from kyma_gpu.api.image_policy import images_policy_yaml
 from kyma_gpu.api.models import SINGLETON_MESSAGE, SINGLETON_NAME, Gpu, GpuSpec
-from kyma_gpu.api.policy import policy_yaml
 from kyma_gpu.api.reference import reference_markdown
-from kyma_gpu.api.values import MAX_DEPTH
 from kyma_gpu.facts import NodeError, cluster_facts, node_facts
 from kyma_gpu.plan import Origins, Owner, Plan, Severity, Verdict, make_plan, origins_of
 from kyma_gpu.plan.flux_policy import flux_policy_yaml
@@ -92,8 +90,8 @@ def _documents(path: str, stdin: TextIO) -> list[Any]:
         return [d for d in yaml.load_all(text, Loader=_LOADER) if d is not None]
     except RecursionError as err:  # both parsers read nested nodes recursively
         raise UsageError(
-            f"{path}: nests too deep to read; a Gpu's spec.values may nest at most "
-            f"{MAX_DEPTH} levels deep"
+            f"{path}: nests too deep to read; a Gpu's spec.values holds only the chart "
+            "values of values-rules/values-allowlist.yaml, a few levels deep"
         ) from err
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
@@ -233,9 +231,6 @@ def cmd_plan(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
 
 
 def cmd_crd(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
-    if args.policy:
-        stdout.write(policy_yaml())
-        return 0
     if args.images_policy:
         stdout.write(images_policy_yaml())
         return 0
@@ -411,8 +406,6 @@ def parser() -> argparse.ArgumentParser:
                        description="Print the generated Gpu CRD (or its reference, or a policy). "
                        f"Exit code 0; {BAD_INPUT}.")  # fmt: skip
     c.add_argument("--reference", action="store_true", help="the Markdown reference instead")
-    c.add_argument("--policy", action="store_true",
-                   help="the ValidatingAdmissionPolicy for spec.values instead")  # fmt: skip
     c.add_argument("--images-policy", action="store_true",
                    help="the ValidatingAdmissionPolicy for image registries instead")  # fmt: skip
     c.add_argument("--manager-policy", action="store_true",

@@ -47,7 +47,7 @@ from pydantic import ValidationError
 
 from kyma_gpu.api.chart_sources import NVIDIA_REPOSITORY
 from kyma_gpu.api.models import GpuSpec
-from kyma_gpu.api.values import NAMING_VALUES, is_image_value
+from kyma_gpu.api.values import Allowed, ValueType, allowlist
 from kyma_gpu.cli import load_gpu, load_nodes
 from kyma_gpu.facts import cluster_facts, node_facts
 from kyma_gpu.plan import Plan, Verdict, make_plan, origins_of
@@ -99,25 +99,29 @@ TYPED_FIELDS: tuple[tuple[str | int, ...], ...] = (
 )
 """Every free string of the typed spec that reaches the values or the Flux objects (enums,
 booleans and the chart version aside)."""
-EVERY_SWITCH: dict[str, Any] = {
-    "migManager": {"enabled": True, "config": {"create": True, "name": "kygpu-mig-config",
+EVERY_TEXT: dict[str, Any] = {
+    "migManager": {"config": {"create": True, "name": "kygpu-mig-config",
                    "data": {"config.yaml": "version: v1\nmig-configs: {}\n"}}},
-    "dcgmExporter": {"serviceMonitor": {"enabled": True},
-                     "config": {"create": True, "name": "kygpu-dcgm-metrics",
+    "dcgmExporter": {"config": {"create": True, "name": "kygpu-dcgm-metrics",
                                 "data": "DCGM_FI_DEV_SM_CLOCK, gauge, SM clock frequency\n"}},
-    "nodeStatusExporter": {"enabled": True}, "gds": {"enabled": True},
-    "gdrcopy": {"enabled": True}, "sandboxWorkloads": {"enabled": True},
-    "vgpuManager": {"enabled": True}, "ccManager": {"enabled": True},
 }  # fmt: skip
-"""Through spec.values (the preflight judges typed fields only): every optional component, and
-the two config texts the chart creates ConfigMaps from."""
+"""Through spec.values: the two config texts the chart creates ConfigMaps from."""
+EVERY_SWITCH: dict[str, Any] = {"serviceMonitor": True, "nodeStatusExporter": True}
+"""The optional components the typed fields switch on for this fleet without a finding."""
+CHART_SWITCHES: dict[str, Any] = {
+    key: {"enabled": True}
+    for key in ("migManager", "gds", "gdrcopy", "sandboxWorkloads", "vgpuManager", "ccManager")
+}
+"""The rest, switched on in the planned values directly (the preflight refuses them for this
+fleet, and spec.values may not switch components): the most objects and leaves at once."""
 KITCHEN_SINK: dict[str, Any] = {
     "source": {"imageRegistry": "registry.example/mirror", "imagePullSecrets": ["pull"]},
     "driver": {"upgradePolicy": {"waitForCompletion": {"podSelector": "app=batch"},
                                  "drain": {"enable": True, "podSelector": "tier notin (x)"}}},
     "sharing": {"mode": "TimeSlicing", "replicas": 4,
                 "profiles": [{"name": "mps-2", "mode": "MPS", "replicas": 2}]},
-    "values": EVERY_SWITCH,
+    "components": EVERY_SWITCH,
+    "values": EVERY_TEXT,
 }  # fmt: skip
 """A mixed fleet (one NVIDIADriver per OS pool in extraObjects) with every typed field that
 reaches the chart set and every component on."""
@@ -340,6 +344,21 @@ def _show(leaf: Leaf) -> str:
     return ".".join("<key>" if k == KEY else str(k) for k in leaf)
 
 
+def _listed(keys: Leaf) -> Allowed | None:
+    """The allowlist's entry at or above these keys (values-rules/values-allowlist.yaml)."""
+    node: Any = allowlist().tree
+    for key in keys:
+        node = node.get(key) if isinstance(node, dict) else None
+        if node is None or isinstance(node, Allowed):
+            return node
+    return None
+
+
+def _names_a_config_map(keys: Leaf) -> bool:
+    listed = _listed(keys)
+    return listed is not None and listed.type is ValueType.CONFIG_MAP_NAME
+
+
 def lets_through(leaves: Sequence[Leaf], hostile: str) -> list[Leaf]:
     """The leaves where the model (the CRD's CEL rules and the values policy in Python) takes
     the hostile string. One validation for all of them, then one per leaf only if refused."""
@@ -434,16 +453,15 @@ def check_values(chart: Path, values: dict[str, Any], tally: Tally) -> None:
     (baseline,) = render_all(chart, [values], tally)
     assert not isinstance(baseline, Refused), f"the baseline does not render: {baseline}"
     leaves = leaves_of(chart, values)
-    # Below a key that names an image or a command the model refuses any value: not a leaf.
-    keyed = [leaf for leaf in leaves
-             if any(is_image_value(_keys(leaf)[:i]) for i in range(1, len(leaf) + 1))]  # fmt: skip
+    # Outside the allowlist the model refuses any value: not a leaf.
+    keyed = [leaf for leaf in leaves if _listed(_keys(leaf)) is None]
     tally.refused_by_module += len(keyed) * len(HOSTILE)
     leaves = [leaf for leaf in leaves if leaf not in keyed]
     marked: Marked | None = None
     for hostile in HOSTILE:
         through = lets_through(leaves, hostile)
         if hostile == BENIGN:  # names, on purpose, where the module takes DNS names only
-            through = [leaf for leaf in through if _keys(leaf) not in NAMING_VALUES]
+            through = [leaf for leaf in through if not _names_a_config_map(_keys(leaf))]
         tally.refused_by_module += len(leaves) - len(through)
 
         def attempt(group: Sequence[Leaf], text: str = hostile) -> dict[str, Any]:
@@ -619,7 +637,8 @@ def test_no_value_changes_the_rendered_objects(version: str) -> None:
     plan = planned(planned_spec(version), Catalog())
     assert plan.preflight.verdict is not Verdict.ERROR, plan.preflight.findings
     tally = Tally()
-    check_values(CHARTS / f"gpu-operator-{version}.tgz", plan.values, tally)
+    values = _merge(copy.deepcopy(plan.values), CHART_SWITCHES)
+    check_values(CHARTS / f"gpu-operator-{version}.tgz", values, tally)
     print(f"\nvalues@{version}: {tally}")
     assert tally.violations == [], "\n".join(tally.violations)
     assert tally.rendered > 300, tally  # the test looked at something (400 at v26.7.0)
@@ -640,7 +659,7 @@ def test_no_typed_field_changes_the_rendered_objects(version: str) -> None:
 @pytest.mark.parametrize(
     ("leaf", "hostile"),
     [
-        ((NFD, "nameOverride"), BENIGN),  # what the module refuses (REFUSED_VALUES)
+        ((NFD, "nameOverride"), BENIGN),  # what the module refuses (not on the allowlist)
         (("extraObjects",), '{{ "' + _TPL + '" | b64dec }}'),  # cannot be set: through tpl
         (("kataSandboxDevicePlugin", "imagePullPolicy"), "IfNotPresent\n---\n" + _INJECTED),
     ],

@@ -28,10 +28,9 @@ from tests.harness.nodes import DEMO_FLEET
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "config" / "crd" / "bases" / "gpu.kyma-project.io_gpus.yaml"
-VALUES_POLICY = ROOT / "config" / "admission" / "gpu_values_policy.yaml"
 CHART_SOURCES_POLICY = ROOT / "config" / "admission" / "chart_sources_policy.yaml"
 IMAGES_POLICY = ROOT / "config" / "admission" / "gpu_images_policy.yaml"
-"""The admission policy on spec.values (the module manifest has it next to the CRD)."""
+"""The admission policy on image registries (the module manifest has it next to the CRD)."""
 NAMESPACE_MANIFEST = ROOT / "config" / "namespace" / "namespace.yaml"
 RELEASE_RBAC = ROOT / "config" / "rbac" / "release_rbac.yaml"
 FLUX_CRDS = tuple(k.crd_name for k in FLUX_CRD_KINDS)
@@ -65,10 +64,10 @@ def wait_until(
 
 
 def install_crds(cluster: LocalCluster, flux: bool = True) -> None:
-    """The Gpu CRD, its values policy (generated), the chart sources' policy and (unless
+    """The Gpu CRD (spec.values held by its schema), the images and chart sources' policies and (unless
     flux=False: the manager installs its own Flux) the Flux CRDs the operator writes objects
     of."""
-    policies = [CRD, VALUES_POLICY, IMAGES_POLICY, CHART_SOURCES_POLICY]
+    policies = [CRD, IMAGES_POLICY, CHART_SOURCES_POLICY]
     files = [*policies, *flux_crd_files()] if flux else policies
     args = ["apply", "--server-side", "--field-manager=kyma-gpu-tests"]
     for path in files:

@@ -195,7 +195,7 @@ def test_up_to_date_needs_a_live_object(catalog: Catalog) -> None:
 def test_a_field_removed_from_the_plan_is_applied_again(catalog: Catalog) -> None:
     """contains() cannot see a field the plan dropped; the spec-hash annotation does, and
     server-side apply then removes the field the module no longer sets."""
-    before = _plan(catalog, {"values": {"devicePlugin": {"config": {"name": "x"}}}})
+    before = _plan(catalog, {"values": {"migManager": {"config": {"name": "x"}}}})
     after = _plan(catalog, {})
     live = [live_object(as_live(o)) for o in before.objects]
     actions = plan_actions(after.objects, live)

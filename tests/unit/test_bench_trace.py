@@ -45,9 +45,9 @@ def test_daemonsets_are_steady_only_when_every_pod_is_ready_and_updated() -> Non
 
 def test_a_spec_change_rolls_the_operands_unless_asked_for_an_inert_one() -> None:
     rolling = spec_body(ScaleConfig(nodes=1), 7)
-    assert rolling == {
-        "spec": {"values": {"daemonsets": {"annotations": {"bench.kyma-project.io/round": "7"}}}}
-    }
+    tolerations = rolling["spec"]["values"]["daemonsets"]["tolerations"]
+    assert tolerations[-1] == {"key": "bench.kyma-project.io/round-7", "operator": "Exists"}
+    GpuSpec.model_validate(rolling["spec"])  # the module takes it
     inert = spec_body(ScaleConfig(nodes=1, spec_value="inert"), 7)
-    assert inert == {"spec": {"values": {"benchmark": {"round": "7"}}}}
+    assert inert == {"spec": {"values": {"dcgmExporter": {"serviceMonitor": {"interval": "7s"}}}}}
     GpuSpec.model_validate(inert["spec"])  # the module takes it

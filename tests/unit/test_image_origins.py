@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 import yaml
-from pydantic import ValidationError
 
 from kyma_gpu.api import GpuSpec
 from kyma_gpu.api.chart_sources import (
@@ -20,7 +19,6 @@ from kyma_gpu.api.chart_sources import (
     parse_registries,
 )
 from kyma_gpu.api.image_policy import images_policy_yaml
-from kyma_gpu.api.values import IMAGE_MESSAGE, is_image_value, values_error
 from kyma_gpu.plan import make_plan, origins_of
 from kyma_gpu.plan.origin import image_findings, platform_spec
 from kyma_gpu.rules.catalog import Catalog
@@ -118,34 +116,6 @@ def _image_nodes(values: Any) -> list[dict[str, Any]]:
                 found.append(current)
             stack += list(current.values())
     return found
-
-
-@pytest.mark.parametrize(
-    ("path", "refused"),
-    [
-        (("operator", "repository"), True),
-        (("node-feature-discovery", "image"), True),
-        (("vgpuManager", "driverManager", "version"), True),
-        (("validator", "args"), True),
-        (("node-feature-discovery", "worker", "initContainers"), True),
-        (("driver", "repoConfig"), True),
-        (("kataManager", "config"), True),
-        (("devicePlugin", "config", "data", "version"), False),  # a config file's name
-        (("driver", "imagePullPolicy"), False),
-        (("operator", "imagePullSecrets"), False),
-        (("migManager", "config"), False),
-    ],
-)
-def test_image_bearing_keys(path: tuple[str, ...], refused: bool) -> None:
-    assert is_image_value(path) is refused
-    values: Any = "x"
-    for key in reversed(path):
-        values = {key: values}
-    error = values_error(values)
-    assert (error is not None and error.message == IMAGE_MESSAGE) is refused, error
-    if refused:
-        with pytest.raises(ValidationError, match="the platform's choice"):
-            GpuSpec.model_validate({"values": values})
 
 
 def test_the_committed_images_policy_is_the_generated_one() -> None:

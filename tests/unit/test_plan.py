@@ -623,8 +623,8 @@ def test_spec_values_are_merged_last(catalog: Catalog) -> None:
         "values": {
             "driver": {"imagePullPolicy": "IfNotPresent"},
             "operator": {"priorityClassName": "system-node-critical"},
-            "devicePlugin": {"config": {"name": "time-slicing", "default": "any"}},
-            "toolkit": None,
+            "migManager": {"config": {"name": "mig-layouts", "default": "all-disabled"}},
+            "toolkit": None,  # dropped, as the API server drops it: never unsets the module's
         },
     }
     mirrors = origins_of({"data": {"registries": "mirror.example\n"}})
@@ -632,18 +632,19 @@ def test_spec_values_are_merged_last(catalog: Catalog) -> None:
     assert plan.rules_applied[-2:] == ("image-mirror", "spec.values")
     assert plan.values["driver"]["imagePullPolicy"] == "IfNotPresent"
     assert plan.values["operator"]["priorityClassName"] == "system-node-critical"
-    assert plan.values["devicePlugin"]["config"] == {"name": "time-slicing", "default": "any"}
-    assert plan.values["toolkit"] is None
+    assert plan.values["migManager"]["config"] == {"name": "mig-layouts", "default": "all-disabled"}
+    assert plan.values["toolkit"]["installDir"] == "/opt/nvidia"
     assert plan.values["driver"]["repository"].startswith("mirror.example/")  # untouched
     for path in (
         "driver.imagePullPolicy",
         "operator.priorityClassName",
-        "devicePlugin.config.name",
-        "devicePlugin.config.default",
-        "toolkit",
+        "migManager.config.name",
+        "migManager.config.default",
     ):
         assert plan.provenance[path] == "spec.values", path
-    assert not any(p.startswith("toolkit.") for p in plan.provenance)
+    assert not [
+        p for p, by in plan.provenance.items() if p.startswith("toolkit") and by == "spec.values"
+    ]
     assert plan.provenance["driver.repository"] == "image-mirror"
 
 

@@ -67,9 +67,9 @@ def test_recovery_and_off_clear_the_mark_and_uncordon_only_ours(
 
 
 def test_cordon_only_what_is_schedulable(registry: MachineTypeRegistry) -> None:
-    every = HealthSpec(remediation=Remediation.MARK_AND_CORDON, max_marked_percent=100)
+    every = HealthSpec(remediation=Remediation.MARK_AND_CORDON, max_marked_percent=50)
     assert writes(registry, every, gpu("a", "0"), gpu("b", "0", spec={"unschedulable": True}),
-                  gpu("c")) == [("a", True, True), ("b", True, None)]  # fmt: skip
+                  gpu("c"), gpu("d")) == [("a", True, True), ("b", True, None)]  # fmt: skip
 
 
 @pytest.mark.parametrize(("nodes", "percent", "marks"), [(10, 20, 2), (3, 20, 1), (1, 1, 1),

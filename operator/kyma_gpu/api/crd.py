@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import TypeAdapter
+
 from kyma_gpu.api.models import (
     API_GROUP,
     API_VERSION,
     HTTP_NEEDS_INSECURE,
     KIND,
     PLURAL,
-    REFUSED_VALUES,
     SINGLETON_MESSAGE,
     SINGLETON_NAME,
     VGPU_NEEDS_IMAGE,
@@ -23,9 +24,19 @@ from kyma_gpu.api.models import (
 )
 from kyma_gpu.api.operations import PROFILE_NAME_RESERVED, REPLICAS_NEEDED, TIME_SLICING_ONLY
 from kyma_gpu.api.resources import module_labels
+from kyma_gpu.api.values import (
+    LABEL_VALUE_PATTERN,
+    LABELS_RULE,
+    MAX_LABELS,
+    PYTHON_TYPES,
+    Allowed,
+    Tree,
+    ValueType,
+    allowlist,
+)
 from kyma_gpu.yamlio import dump
 
-_DROP = {"title", "additionalProperties", "x-kyma-raw"}
+_DROP = {"title", "additionalProperties", "x-kyma-values"}
 
 # Validation that JSON schema cannot say, checked by the API server (CEL).
 _ROOT_RULES = [
@@ -75,30 +86,43 @@ def _add_rules(spec: dict[str, Any]) -> None:
     sharing["properties"]["profiles"]["items"]["x-kubernetes-validations"] = _SHARING_RULES
 
 
-def _refuse_values(values: dict[str, Any]) -> None:
-    """Declare each refused chart value in the raw `values` schema and refuse it by CEL.
+def _values_schema(description: str) -> dict[str, Any]:
+    """spec.values: exactly the allowlist's values (values-rules/values-allowlist.yaml), typed,
+    with nothing preserved, so the API server prunes (or, under strict field validation,
+    names) every other key."""
+    out = _object(values_tree(allowlist().tree))
+    out["description"] = " ".join(description.split())
+    return out
 
-    A key of an object that preserves unknown fields is visible to CEL only when the schema
-    declares it with a type, so each refused key is declared with the chart's type for it."""
-    for refused in REFUSED_VALUES:
-        parent = values
-        for key in refused.path[:-1]:
-            props = parent.setdefault("properties", {})
-            parent = props.setdefault(
-                key,
-                {
-                    "type": "object",
-                    "x-kubernetes-preserve-unknown-fields": True,
-                    "description": f"Values of the {key} subchart.",
-                },
-            )
-        leaf = refused.path[-1]
-        declared: dict[str, Any] = {"type": refused.json_type, "description": "Refused."}
-        if refused.json_type == "array":
-            declared["items"] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-        parent.setdefault("properties", {})[leaf] = declared
-        rule = {"rule": f"!has(self.{leaf})", "message": refused.message}
-        parent.setdefault("x-kubernetes-validations", []).append(rule)
+
+def values_tree(tree: Tree) -> dict[str, Any]:
+    """The properties of one level of the allowlist's tree."""
+    return {
+        key: _leaf(sub) if isinstance(sub, Allowed) else _object(values_tree(sub))
+        for key, sub in tree.items()
+    }
+
+
+def _object(properties: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties}
+
+
+def _leaf(allowed: Allowed) -> dict[str, Any]:
+    raw = TypeAdapter(PYTHON_TYPES[allowed.type]).json_schema(by_alias=True, mode="validation")
+    defs = raw.pop("$defs", {})
+    schema: dict[str, Any] = _structural(raw, defs)
+    if allowed.type is ValueType.LABELS:
+        schema = {
+            "type": "object",
+            "maxProperties": MAX_LABELS,
+            "additionalProperties": {
+                "type": "string",
+                "maxLength": 63,
+                "pattern": LABEL_VALUE_PATTERN,
+            },
+            "x-kubernetes-validations": [LABELS_RULE],
+        }
+    return {**schema, "description": f"{allowed.type}: {allowed.why}"}
 
 
 def _structural(node: Any, defs: dict[str, Any]) -> Any:
@@ -107,8 +131,8 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
         return [_structural(n, defs) for n in node]
     if not isinstance(node, dict):
         return node
-    if node.get("x-kyma-raw"):
-        return _raw(node)
+    if node.get("x-kyma-values"):
+        return _values_schema(node.get("description", ""))
     resolved = _resolve(node, defs)
     if resolved is not None:
         return _structural(resolved, defs)
@@ -119,14 +143,6 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
         if key in _DROP or key == "$defs" or (key == "default" and value is None):
             continue
         out[key] = _structural_field(key, value, defs)
-    return out
-
-
-def _raw(node: dict[str, Any]) -> dict[str, Any]:
-    """A field of raw YAML (x-kyma-raw): any object, kept as it is."""
-    out: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-    if "description" in node:
-        out["description"] = " ".join(node["description"].split())
     return out
 
 
@@ -194,7 +210,6 @@ def _open_api_schema() -> dict[str, Any]:
     """The whole object's schema: the generated spec and status, with the CEL rules."""
     spec = _schema(GpuSpec)
     _add_rules(spec)
-    _refuse_values(spec["properties"]["values"])
     status = _schema(GpuStatus)
     return {
         "description": "Gpu makes the GPU worker pools of the cluster "

@@ -9,7 +9,6 @@ Python attributes are snake_case; the wire format is camelCase (aliases).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -35,7 +34,7 @@ from kyma_gpu.api.operations import (
     SharingSpec,
     UpgradePolicySpec,
 )
-from kyma_gpu.api.values import values_error
+from kyma_gpu.api.values import values_error, without_nulls
 
 API_GROUP = "gpu.kyma-project.io"
 API_VERSION = "v1beta1"
@@ -62,72 +61,6 @@ INSTALLER_RELEASE_PATTERN = r"^[0-9]+\.[0-9]+\.[0-9]+$"
 CHART_VERSION_PATTERN = r"^v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$"
 CHART_REPOSITORY_PATTERN = r"^(https|oci|http)://[^\s/$.?#][^\s]*$"
 IMAGE_REGISTRY_PATTERN = r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9._-]+)*$"
-
-
-@dataclass(frozen=True, slots=True)
-class RefusedValue:
-    """A chart value that `spec.values` may not set, and why."""
-
-    path: tuple[str, ...]
-    reason: str
-    json_type: Literal["array", "string"]
-    """The chart's type for it: the CRD declares the key with this type, since CEL sees only
-    declared, typed keys of an object that otherwise preserves unknown fields."""
-
-    @property
-    def message(self) -> str:
-        """What the API server (CEL) and `kyma-gpu plan` answer, word for word."""
-        return f"spec.values.{'.'.join(self.path)} is refused: {self.reason}"
-
-
-REFUSED_VALUES: tuple[RefusedValue, ...] = (
-    RefusedValue(
-        ("extraObjects",),
-        "it creates arbitrary objects with the rights of Flux, and the module reserves it for "
-        "the per-pool NVIDIADriver objects; create other objects yourself with kubectl",
-        "array",
-    ),
-    RefusedValue(
-        ("node-feature-discovery", "namespaceOverride"),
-        "it moves NFD out of the GPU operator's namespace, where Flux may not write and "
-        "uninstall would not find it",
-        "string",
-    ),
-    *(
-        RefusedValue(
-            ("node-feature-discovery", *path),
-            "it renames objects of the release (NFD's roles, bindings or ServiceAccount), "
-            "which the release account may write and bind by their chart names only",
-            "string",
-        )
-        for path in (
-            ("nameOverride",),
-            ("fullnameOverride",),
-            ("master", "serviceAccount", "name"),
-            ("worker", "serviceAccount", "name"),
-            ("gc", "serviceAccount", "name"),
-            ("topologyUpdater", "serviceAccount", "name"),
-        )
-    ),
-)
-"""Chart values that create arbitrary objects or that the module reserves. Refused at admission
-(CEL rules generated from this list, api/crd.py) and by the model, so `kyma-gpu plan` says the
-same."""
-
-
-_ABSENT = object()
-
-
-def refused_in(values: Any) -> list[RefusedValue]:
-    """The refused values that `values` sets (an empty list or null counts as set)."""
-    found = []
-    for refused in REFUSED_VALUES:
-        node = values
-        for key in refused.path:
-            node = node.get(key, _ABSENT) if isinstance(node, dict) else _ABSENT
-        if node is not _ABSENT:
-            found.append(refused)
-    return found
 
 
 HTTP_NEEDS_INSECURE = (
@@ -341,32 +274,24 @@ class GpuSpec(_Model):
     """DevicePlugin (the ClusterPolicy) or DRA (the GPUCluster with the NVIDIA DRA driver; chart
     v26.7.0 and newer, experimental)."""
 
-    values: dict[str, Any] | None = Field(default=None, json_schema_extra={"x-kyma-raw": True})
-    """Raw chart values, deep-merged after every rule. An escape hatch: what is set here wins,
-    and the module cannot check it. Prefer the typed fields above. Keys that create arbitrary
-    objects or that the module reserves (extraObjects, node-feature-discovery.namespaceOverride,
-    the NFD subchart's name overrides and ServiceAccount names) are refused; so are keys that
-    name an image or set a command (repository, image, version, tag, digest, args, extraArgs,
-    command, initContainers at any depth) and driver.repoConfig, driver.certConfig and
-    kataManager.config, since images are the platform's choice; and so are line
-    breaks and control characters in keys and strings (but in the device plugin's and MIG
-    manager's config data and the DCGM metrics list); the config ConfigMap names
-    (devicePlugin, migManager, dcgmExporter .config.name) take DNS names only; at most 20
-    levels deep, 2000 entries and 131072 characters of keys and strings."""
+    values: dict[str, Any] | None = Field(default=None, json_schema_extra={"x-kyma-values": True})
+    """Chart values beyond the typed fields, merged after every rule: only the values listed in
+    values-rules/values-allowlist.yaml, each with its type (operands' resources, tolerations,
+    priority and pull policy, the update strategy, the operator's log level, GPUDirect RDMA,
+    the DCGM exporter's ServiceMonitor and metrics list, the MIG manager's layouts). Anything
+    else is refused (kubectl's strict field validation names it; a client without it sees the
+    value dropped, with a warning). Images, commands, env, host paths, volumes and NFD's
+    configuration are the module's."""
 
     @field_validator("values")
     @classmethod
-    def _no_refused_values(cls, values: dict[str, Any] | None) -> dict[str, Any] | None:
-        found = refused_in(values)
-        if found:
-            owner = ".".join(("spec.values", *found[0].path[:-1]))
-            raise PydanticCustomError("refused_value", found[0].message, {"owner": owner})
+    def _only_listed_values(cls, values: dict[str, Any] | None) -> dict[str, Any] | None:
         bad = values_error(values) if values is not None else None
-        if bad is not None:  # the message last: it quotes the user's text
+        if bad is not None:  # the message last: it may quote the user's text
             raise PydanticCustomError(
                 "values_rule", "{message}", {"owner": bad.path, "message": bad.message}
             )
-        return values
+        return without_nulls(values) if values is not None else None
 
 
 class GpuState(StrEnum):

@@ -1,110 +1,304 @@
-"""What `spec.values` may hold: chart values that stay values.
+"""What `spec.values` may hold: the chart values of values-rules/values-allowlist.yaml, each of
+one type of the closed set below, and nothing else.
 
-Helm prints many values into its YAML without quoting them (the last line of the chart's
-clusterpolicy.yaml: `imagePullPolicy: {{ .Values.kataSandboxDevicePlugin.imagePullPolicy }}`).
-A line break in such a value starts a new key, and a line break followed by `---` a new object
-of the release, installed with the release's rights. YAML counts more than `\\n` as a line
-break (CR, NEL, LS, PS), and other control characters make Helm's YAML unreadable. So no key or
-string of spec.values may contain a line break or a control character (tab excepted). Line
-breaks are allowed in the few texts the charts print as block text or through `toYaml`, where
-they stay text: the device plugin's and the MIG manager's configuration files and the DCGM
-exporter's metrics list (tests/golden/test_render_property.py renders every string leaf with
-hostile strings and proves that no value adds, removes or renames an object).
+An allowlist, not a deny-list: a chart of about 600 values, plus NVIDIA's conventions for
+environment variables (an env entry VALIDATOR_IMAGE made the CUDA validator run an image of the
+Gpu editor's choice, privileged, on every GPU node), always has one more key that names an
+image, a command or a host path. Every type here is bounded and none can name an image, a
+command, an env entry, a host path, a volume, a registry, a Pod label or annotation, or NFD's
+labels, taints or configuration; the two texts (the DCGM metrics list and the MIG layouts) are
+held to their formats line by line.
 
-Size limits keep the values what chart values are, and keep the module able to read and write
-them: at most MAX_DEPTH levels deep, MAX_ENTRIES entries (map keys and list items), MAX_TEXT
-characters of keys and strings. Deeper values once made every reconcile pass fail in silence
-(pydantic's serialiser gave up at about 250 levels).
-
-The same checks run twice with the same words: in the model (`kyma-gpu plan`, the operator's
-Invalid phase) and at admission, in the ValidatingAdmissionPolicy generated from these
-constants (api/policy.py). CEL cannot recurse, so both walk the values level by level.
+The same list is enforced three times with the same data: the Gpu CRD's structural schema for
+spec.values is generated from it (api/crd.py: the API server prunes anything else, and
+refuses it under kubectl's strict field validation), the model refuses it (`kyma-gpu plan`,
+the operator's Invalid phase), and the manager refuses a Gpu whose managedFields still record a
+value the API server pruned after an upgrade of the list (`unlisted_managed_values`).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator, Sequence
+import json
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from enum import StrEnum
+from functools import cache
+from itertools import pairwise
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
-MAX_DEPTH = 20
-MAX_ENTRIES = 2000
-MAX_TEXT = 131072
-PREFIX_SHOWN = 40
-"""A refused string is shown up to its first bad character, at most this many characters."""
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+    WithJsonSchema,
+)
+from pydantic_core import PydanticCustomError
 
-CONTROL = r"[\x00-\x08\x0a-\x1f\x7f-\x9f\x{2028}\x{2029}\x{feff}]"
+from kyma_gpu.api.base import DNS_NAME_PATTERN
+from kyma_gpu.api.base import Model as _Model
+from kyma_gpu.datadir import default_rules_dir
+
+ALLOWLIST_FILE = "values-allowlist.yaml"
+ALLOWLIST_DOC = "values-rules/values-allowlist.yaml"
+REFERENCE_DOC = "docs/crd-reference.md#chart-values-specvalues"
+NOT_LISTED = (
+    f"not a chart value a Gpu may set: spec.values takes only the values listed in "
+    f"{ALLOWLIST_DOC} ({REFERENCE_DOC}); images, commands, env, host paths and NFD's "
+    "configuration are the module's"
+)
+"""Said by `kyma-gpu plan` and the operator for a key outside the list (the API server prunes
+it, or names it as an unknown field under strict field validation)."""
+PRUNED = (
+    "the API server no longer stores it since the module's allowlist changed, and the running "
+    "release keeps it until the Gpu is fixed: remove it from your manifest and apply with "
+    "`kubectl apply --server-side` (or `kubectl replace`)"
+)
+"""Why a Gpu whose managedFields name a value outside the list is Invalid."""
+
+NO_CONTROL = r"\x00-\x08\x0a-\x1f\x7f-\x9f\x{2028}\x{2029}\x{feff}"
 """Line breaks (LF, CR, NEL, LS, PS), other control characters and the byte-order mark: RE2,
-as CEL runs it. Tab is allowed."""
-CONTROL_IN_TEXT = r"[\x00-\x08\x0b-\x1f\x7f-\x9f\x{2028}\x{2029}\x{feff}]"
-"""The same without LF: for the texts below."""
-TEXT_VALUES: tuple[tuple[str, ...], ...] = (
-    ("devicePlugin", "config", "data", "*"),
-    ("migManager", "config", "data", "*"),
-    ("dcgmExporter", "config", "data"),
+as the API server and pydantic's Rust regex engine read it. Tab is allowed."""
+_CHAR = f"[^{NO_CONTROL}]"
+QUANTITY_PATTERN = r"^[0-9]{1,15}(\.[0-9]{1,9})?(m|k|Ki|Mi|Gi|Ti|Pi|M|G|T|P)?$"
+LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
-"""Values the charts print as text (toYaml, or an indented block), where a line break stays
-inside the string: configuration files and the DCGM metrics list. "*" is any key."""
-
-NAMING_VALUES: tuple[tuple[str, ...], ...] = (
-    ("devicePlugin", "config", "name"),
-    ("migManager", "config", "name"),
-    ("dcgmExporter", "config", "name"),
+LABEL_VALUE_PATTERN = r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"
+DURATION_PATTERN = r"^([0-9]{1,6}(ms|s|m|h))+$"
+MAX_UNAVAILABLE_PATTERN = r"^(0|[1-9][0-9]{0,4}|([1-9]?[0-9]|100)%)$"
+MIG_CONFIG_NAME_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+_DCGM_LINE = (
+    rf"(#{_CHAR}*|[ \t]*|[ \t]*DCGM_[A-Z0-9_]{{1,80}}[ \t]*,[ \t]*(gauge|counter|label)"
+    rf"[ \t]*,{_CHAR}*)"
 )
-"""Values that name an object of the release on purpose: the ConfigMap the chart creates from
-the config text beside it (create: true), or the one it reads. DNS names only, so they can
-rename that ConfigMap and nothing else."""
-NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-NAME_MAX = 253
-NAME_MESSAGE = (
-    f"it names a ConfigMap of the release: a DNS name (lowercase letters, digits, '-' and "
-    f"'.', at most {NAME_MAX} characters)"
-)
-
-IMAGE_KEYS: tuple[str, ...] = ("repository", "image", "version", "tag", "digest")
-"""Keys that name an image or part of it, at any depth of either chart (the gpu-operator chart:
-<component>.repository/image/version, driver.manager.*, vgpuManager.driverManager.*; its NFD
-subchart: image.repository/tag). Who picks the images is the platform: a Gpu picks one of the
-registry mirrors a cluster administrator lists (spec.source.imageRegistry)."""
-COMMAND_KEYS: tuple[str, ...] = ("args", "extraArgs", "command", "initContainers")
-"""Keys that set what a container of the release runs: <component>.args (the ClusterPolicy's
-operands), NFD's master/worker/gc/topologyUpdater extraArgs and initContainers."""
-CODE_VALUES: tuple[tuple[str, ...], ...] = (
-    ("driver", "repoConfig"),
-    ("driver", "certConfig"),
-    ("kataManager", "config"),
-)
-"""Values that make a privileged operand fetch code from where the Gpu says: the driver
-container's package repositories and the certificates it trusts for them, the Kata manager's
-artifacts (kernels and runtimes pulled from an OCI registry onto the host)."""
-IMAGE_MESSAGE = (
-    "it names an image, a container's command or where a privileged container fetches code "
-    "from; that is the platform's choice: a cluster administrator lists registry mirrors in "
-    "the ConfigMap kyma-system/kyma-gpu-chart-sources (key registries) and the Gpu picks one "
-    "in spec.source.imageRegistry (docs/security.md#image-registries)"
-)
-
-REASON = (
-    "Helm prints chart values into YAML, where a line break starts new keys or objects; only "
-    "tab is allowed (line breaks only in " + ", ".join(".".join(p) for p in TEXT_VALUES) + ")"
-)
-DEPTH_MESSAGE = (
-    f"spec.values may nest at most {MAX_DEPTH} levels deep: chart values are not deeper, and "
-    "the module must be able to read and write them"
-)
+DCGM_METRICS_PATTERN = rf"^{_DCGM_LINE}(\n{_DCGM_LINE})*$"
+"""DCGM exporter's CSV: comments, blank lines and "DCGM field, type, help" lines."""
+_MIG_LINE = rf"((version|mig-configs):{_CHAR}*|#{_CHAR}*| {_CHAR}*|)"
+MIG_CONFIG_PATTERN = rf"^{_MIG_LINE}(\n{_MIG_LINE})*$"
+"""mig-parted's file: only the top-level keys version and mig-configs (MIG layouts per device),
+comments and indented lines below them."""
+MAX_TEXT = 65536
+MAX_LIST = 32
+MAX_LABELS = 16
 
 
-def _python(pattern: str) -> re.Pattern[str]:
-    """RE2's \\x{...} as Python writes it."""
-    return re.compile(re.sub(r"\\x\{([0-9a-f]+)\}", lambda m: f"\\u{int(m[1], 16):04x}", pattern))
+class ValueType(StrEnum):
+    """The closed set of types a listed value may have."""
+
+    RESOURCES = "Resources"
+    TOLERATIONS = "Tolerations"
+    PRIORITY_CLASS_NAME = "PriorityClassName"
+    PULL_POLICY = "PullPolicy"
+    BOOLEAN = "Boolean"
+    UPDATE_STRATEGY = "UpdateStrategy"
+    MAX_UNAVAILABLE = "MaxUnavailable"
+    LOG_LEVEL = "LogLevel"
+    DURATION = "Duration"
+    LABELS = "Labels"
+    CONFIG_MAP_NAME = "ConfigMapName"
+    MIG_CONFIG_NAME = "MigConfigName"
+    DCGM_METRICS = "DcgmMetrics"
+    MIG_CONFIG = "MigConfig"
 
 
-_CONTROL = _python(CONTROL)
-_NAME = re.compile(NAME_PATTERN)
-_CONTROL_IN_TEXT = _python(CONTROL_IN_TEXT)
+Quantity = Annotated[
+    Annotated[StrictInt, Field(ge=0, le=10**15)]
+    | Annotated[str, StringConstraints(pattern=QUANTITY_PATTERN, max_length=32)],
+    WithJsonSchema(
+        {
+            "x-kubernetes-int-or-string": True,
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": QUANTITY_PATTERN,
+            "maxLength": 32,
+            "minimum": 0,
+            "maximum": 10**15,
+        }
+    ),
+]
 
-Path = tuple[str | int, ...]
+
+class ResourceList(BaseModel):
+    """CPU, memory and ephemeral storage: nothing that grants a device."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    cpu: Quantity | None = None
+    memory: Quantity | None = None
+    ephemeral_storage: Quantity | None = Field(default=None, alias="ephemeral-storage")
+
+
+class Resources(_Model):
+    """A container's requests and limits."""
+
+    requests: ResourceList | None = None
+    limits: ResourceList | None = None
+
+
+class Toleration(_Model):
+    """One toleration of a Pod."""
+
+    key: str | None = Field(default=None, pattern=LABEL_KEY_PATTERN, max_length=317)
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = Field(default=None, pattern=LABEL_VALUE_PATTERN, max_length=63)
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = Field(default=None, ge=0, le=86400 * 365)
+
+
+LabelKey = Annotated[str, StringConstraints(pattern=LABEL_KEY_PATTERN, max_length=317)]
+LabelValue = Annotated[str, StringConstraints(pattern=LABEL_VALUE_PATTERN, max_length=63)]
+LABELS_RULE = {
+    "rule": f"self.all(k, k.size() <= 317 && k.matches(r'{LABEL_KEY_PATTERN}'))",
+    "message": "label keys are qualified names (prefix/name)",
+}
+
+
+def _text(pattern: str) -> Any:
+    return Annotated[str, StringConstraints(pattern=pattern, max_length=MAX_TEXT)]
+
+
+PYTHON_TYPES: Mapping[ValueType, Any] = {
+    ValueType.RESOURCES: Resources,
+    ValueType.TOLERATIONS: Annotated[list[Toleration], Field(max_length=MAX_LIST)],
+    ValueType.PRIORITY_CLASS_NAME: Annotated[
+        str, StringConstraints(pattern=DNS_NAME_PATTERN, max_length=253)
+    ],
+    ValueType.PULL_POLICY: Literal["Always", "IfNotPresent", "Never"],
+    ValueType.BOOLEAN: StrictBool,
+    ValueType.UPDATE_STRATEGY: Literal["RollingUpdate", "OnDelete"],
+    ValueType.MAX_UNAVAILABLE: Annotated[
+        str, StringConstraints(pattern=MAX_UNAVAILABLE_PATTERN, max_length=6)
+    ],
+    ValueType.LOG_LEVEL: Literal["debug", "info", "error"],
+    ValueType.DURATION: Annotated[str, StringConstraints(pattern=DURATION_PATTERN, max_length=16)],
+    ValueType.LABELS: Annotated[dict[LabelKey, LabelValue], Field(max_length=MAX_LABELS)],
+    ValueType.CONFIG_MAP_NAME: Annotated[
+        str, StringConstraints(pattern=DNS_NAME_PATTERN, max_length=253)
+    ],
+    ValueType.MIG_CONFIG_NAME: Annotated[
+        str, StringConstraints(pattern=MIG_CONFIG_NAME_PATTERN, max_length=63)
+    ],
+    ValueType.DCGM_METRICS: _text(DCGM_METRICS_PATTERN),
+    ValueType.MIG_CONFIG: _text(MIG_CONFIG_PATTERN),
+}
+"""Each type as pydantic checks it; api/crd.py turns the same types into the CRD's schema."""
+
+
+FORMATS: Mapping[ValueType, str] = {
+    ValueType.RESOURCES: 'quantities such as "500m", "2Gi" or 1',
+    ValueType.TOLERATIONS: "label keys and values",
+    ValueType.PRIORITY_CLASS_NAME: "a PriorityClass name (a DNS name)",
+    ValueType.MAX_UNAVAILABLE: 'a number ("2") or a percentage ("25%")',
+    ValueType.DURATION: 'a duration such as "15s", "1m" or "500ms"',
+    ValueType.LABELS: "label keys and values",
+    ValueType.CONFIG_MAP_NAME: "a ConfigMap name (a DNS name)",
+    ValueType.MIG_CONFIG_NAME: "a MIG layout name (letters, digits, '-', '_', '.')",
+    ValueType.DCGM_METRICS: (
+        'CSV lines "DCGM_FI_<FIELD>, gauge|counter|label, help", comments and blank lines, '
+        "without control characters"
+    ),
+    ValueType.MIG_CONFIG: (
+        "mig-parted's file with only the top-level keys version and mig-configs (comments "
+        "and indented lines below them), without control characters"
+    ),
+}
+"""What a pattern of each type accepts, in words: said instead of the pattern."""
+
+
+@cache
+def adapter(value_type: ValueType) -> TypeAdapter[Any]:
+    return TypeAdapter(PYTHON_TYPES[value_type])
+
+
+class AllowedValues(_Model):
+    """One entry of the allowlist: paths of one type, for one reason."""
+
+    why: str = Field(min_length=10)
+    """What a user needs these values for."""
+    type: ValueType
+    """The type (and so the bounds) of each value."""
+    paths: list[list[str]] = Field(min_length=1)
+    """Chart value paths, one list of keys each."""
+
+
+class AllowlistFile(_Model):
+    """values-rules/values-allowlist.yaml."""
+
+    charts: list[str] = Field(min_length=1)
+    """The chart versions every listed path holds in."""
+    values: list[AllowedValues] = Field(min_length=1)
+    """The listed values."""
+
+
+@dataclass(frozen=True, slots=True)
+class Allowed:
+    """A listed chart value."""
+
+    path: tuple[str, ...]
+    type: ValueType
+    why: str
+
+    @property
+    def dotted(self) -> str:
+        return ".".join(self.path)
+
+
+Tree = Mapping[str, "Tree | Allowed"]
+
+
+@dataclass(frozen=True, slots=True)
+class Allowlist:
+    """The listed values, as a list and as a tree of keys."""
+
+    charts: tuple[str, ...]
+    values: tuple[Allowed, ...]
+
+    @property
+    def tree(self) -> Tree:
+        return _tree(self.values)
+
+
+def _tree(values: Sequence[Allowed]) -> Tree:
+    root: dict[str, Any] = {}
+    for allowed in values:
+        node = root
+        for key in allowed.path[:-1]:
+            node = node.setdefault(key, {})
+        node[allowed.path[-1]] = allowed
+    return root
+
+
+def parse_allowlist(data: Any) -> Allowlist:
+    """The file's content, checked (a path listed twice, or below another, is an error)."""
+    parsed = AllowlistFile.model_validate(data)
+    values = tuple(
+        Allowed(tuple(path), entry.type, " ".join(entry.why.split()))
+        for entry in parsed.values
+        for path in entry.paths
+    )
+    paths = sorted(v.path for v in values)
+    for first, second in pairwise(paths):
+        if second[: len(first)] == first:
+            raise ValueError(f"{'.'.join(second)} is listed twice or below a listed value")
+    return Allowlist(tuple(parsed.charts), values)
+
+
+@cache
+def allowlist(directory: Path | None = None) -> Allowlist:
+    """The allowlist of values-rules/ (read once per directory; frozen)."""
+    path = (directory or default_rules_dir()) / ALLOWLIST_FILE
+    with path.open(encoding="utf-8") as handle:
+        return parse_allowlist(yaml.safe_load(handle))
+
+
+Path_ = tuple[str | int, ...]
 
 
 def path_text(path: Sequence[str | int]) -> str:
@@ -112,30 +306,9 @@ def path_text(path: Sequence[str | int]) -> str:
     return "spec.values" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
 
 
-def is_text_value(path: Path) -> bool:
-    return any(
-        len(path) == len(p) and all(want in ("*", got) for want, got in zip(p, path, strict=True))
-        for p in TEXT_VALUES
-    )
-
-
-def levels(values: Any) -> Iterator[list[tuple[Path, Any]]]:
-    """The nodes at path length 1, 2, ... MAX_DEPTH: what CEL's variables v1..v20 hold."""
-    level: list[tuple[Path, Any]] = [((), values)]
-    for _ in range(MAX_DEPTH):
-        children: list[tuple[Path, Any]] = []
-        for path, node in level:
-            if isinstance(node, dict):
-                children += [((*path, k), v) for k, v in node.items()]
-            elif isinstance(node, list):
-                children += [((*path, i), v) for i, v in enumerate(node)]
-        yield children
-        level = children
-
-
 @dataclass(frozen=True, slots=True)
 class ValuesError:
-    """The first rule spec.values breaks: where, and the message (the API server's words)."""
+    """The first rule spec.values breaks: where, and the message."""
 
     path: str
     message: str
@@ -145,90 +318,94 @@ class ValuesError:
         return f"{self.path}: Invalid value: {self.message}"
 
 
-def _shown(text: str, bad: re.Pattern[str]) -> str:
-    found = bad.search(text)
-    end = found.start() if found is not None else len(text)
-    return text[: min(end, PREFIX_SHOWN)]
+def values_error(values: Any, listed: Allowlist | None = None) -> ValuesError | None:
+    """None when spec.values holds only listed values of their types (nulls count as unset,
+    as the API server drops them)."""
+    return next(_errors(values, (listed or allowlist()).tree, ()), None)
 
 
-def values_error(values: Any) -> ValuesError | None:
-    """None when spec.values may be written to a HelmRelease as it is."""
-    nodes: list[tuple[Path, Any]] = []
-    deepest: list[tuple[Path, Any]] = []
-    for level in levels(values):
-        nodes += level
-        deepest = level
-    return (
-        _too_deep(deepest)
-        or _too_big(nodes)
-        or next(filter(None, (_bad_key(p) for p, _ in nodes)), None)
-        or next(filter(None, (_bad_string(p, v) for p, v in nodes)), None)
-        or next(filter(None, (_bad_name(p, v) for p, v in nodes)), None)
-        or next(filter(None, (_image_value(p) for p, _ in nodes)), None)
+def without_nulls(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The values without null entries, as the API server stores them (no listed value is
+    nullable): a null never unsets what the module's rules wrote."""
+    out: dict[str, Any] = {}
+    for key, child in values.items():
+        if isinstance(child, Mapping):
+            out[key] = without_nulls(child)
+        elif child is not None:
+            out[key] = child
+    return out
+
+
+def _errors(node: Any, tree: Tree | Allowed, path: tuple[str, ...]) -> Iterator[ValuesError]:
+    if node is None:
+        return
+    if isinstance(tree, Allowed):
+        yield from _leaf_errors(node, tree, path)
+        return
+    if not isinstance(node, Mapping):
+        yield ValuesError(path_text(path), "must be an object (a map of chart values)")
+        return
+    for key, child in node.items():
+        sub = tree.get(key) if isinstance(key, str) else None
+        if sub is None:
+            if child is not None:
+                yield ValuesError(path_text((*path, str(key))), NOT_LISTED)
+            continue
+        yield from _errors(child, sub, (*path, key))
+
+
+def _leaf_errors(node: Any, allowed: Allowed, path: tuple[str, ...]) -> Iterator[ValuesError]:
+    try:
+        adapter(allowed.type).validate_python(node, strict=True)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = path_text((*path, *first["loc"]))
+        said = first["msg"]
+        if first["type"] == "string_pattern_mismatch":
+            said = f"must be {FORMATS.get(allowed.type, 'of its format')}"
+        yield ValuesError(where, f"{said} (a {allowed.type} value, {ALLOWLIST_DOC})")
+
+
+def pruned_error(paths: Sequence[str]) -> ValidationError:
+    """A Gpu's spec as invalid because the API server pruned `paths` (the model's words)."""
+    others = ", ".join(paths[1:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+    message = f"{NOT_LISTED}; {PRUNED}" + (f" (so are {others})" if others else "")
+    error = PydanticCustomError("values_rule", "{message}", {"owner": paths[0], "message": message})
+    return ValidationError.from_exception_data(
+        "GpuSpec", [{"type": error, "loc": ("values",), "input": None}]
     )
 
 
-def _too_deep(deepest: list[tuple[Path, Any]]) -> ValuesError | None:
-    for path, node in deepest:
-        if isinstance(node, dict | list) and node:
-            return ValuesError(path_text(path), DEPTH_MESSAGE)
-    return None
+def unlisted_managed_values(
+    managed_fields: Sequence[Mapping[str, Any]] | None, listed: Allowlist | None = None
+) -> list[str]:
+    """spec.values paths that a manager of the Gpu set and the allowlist does not hold.
+
+    After the list narrows, the API server prunes such values when it reads the Gpu, so the
+    manager never sees them; their managedFields entries stay (metadata is never pruned). They
+    show that the Gpu the user wrote is not the Gpu the module reads."""
+    tree = (listed or allowlist()).tree
+    found: list[str] = []
+    for entry in managed_fields or ():
+        fields = entry.get("fieldsV1")
+        if isinstance(fields, str):
+            fields = json.loads(fields)
+        spec = fields.get("f:spec") if isinstance(fields, Mapping) else None
+        values = spec.get("f:values") if isinstance(spec, Mapping) else None
+        if isinstance(values, Mapping):
+            found += _unlisted_fields(values, tree, ())
+    return sorted(set(found))
 
 
-def text_size(path: Path, node: Any) -> int:
-    key = len(path[-1]) if isinstance(path[-1], str) else 0
-    return key + (len(node) if isinstance(node, str) else 0)
-
-
-def _too_big(nodes: list[tuple[Path, Any]]) -> ValuesError | None:
-    if len(nodes) > MAX_ENTRIES:
-        message = f"spec.values may hold at most {MAX_ENTRIES} entries, it holds {len(nodes)}"
-        return ValuesError("spec.values", message)
-    total = sum(text_size(p, v) for p, v in nodes)
-    if total > MAX_TEXT:
-        message = (
-            f"the keys and strings of spec.values may total at most {MAX_TEXT} characters, "
-            f"they total {total}"
-        )
-        return ValuesError("spec.values", message)
-    return None
-
-
-def _bad_key(path: Path) -> ValuesError | None:
-    key = path[-1]
-    if not isinstance(key, str) or _CONTROL.search(key) is None:
-        return None
-    shown = _shown(key, _CONTROL)
-    message = f'a key holds a line break or control character after "{shown}": {REASON}'
-    return ValuesError(path_text(path[:-1]), message)
-
-
-def _bad_string(path: Path, node: Any) -> ValuesError | None:
-    if not isinstance(node, str):
-        return None
-    bad = _CONTROL_IN_TEXT if is_text_value(path) else _CONTROL
-    if bad.search(node) is None:
-        return None
-    shown = _shown(node, bad)
-    message = f'a line break or control character after "{shown}": {REASON}'
-    return ValuesError(path_text(path), message)
-
-
-def _bad_name(path: Path, node: Any) -> ValuesError | None:
-    if path not in NAMING_VALUES:
-        return None
-    if isinstance(node, str) and len(node) <= NAME_MAX and _NAME.match(node):
-        return None
-    return ValuesError(path_text(path), NAME_MESSAGE)
-
-
-def is_image_value(path: Path) -> bool:
-    """A key of IMAGE_KEYS or COMMAND_KEYS (outside the configuration texts), or CODE_VALUES."""
-    key = path[-1]
-    if key in IMAGE_KEYS or key in COMMAND_KEYS:
-        return not is_text_value(path)
-    return path in CODE_VALUES
-
-
-def _image_value(path: Path) -> ValuesError | None:
-    return ValuesError(path_text(path), IMAGE_MESSAGE) if is_image_value(path) else None
+def _unlisted_fields(fields: Mapping[str, Any], tree: Tree, path: tuple[str, ...]) -> list[str]:
+    found: list[str] = []
+    for name, child in fields.items():
+        if not name.startswith("f:"):
+            continue
+        key = name[2:]
+        sub = tree.get(key)
+        if sub is None:
+            found.append(".".join(("spec.values", *path, key)))
+        elif not isinstance(sub, Allowed) and isinstance(child, Mapping):
+            found += _unlisted_fields(child, sub, (*path, key))
+    return found

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kyma_gpu.api.models import SKIP_PROTECTION_ANNOTATION
+from kyma_gpu.api.values import unlisted_managed_values
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +24,9 @@ class GpuObject:
     finalizers: tuple[str, ...]
     skip_protection: bool = False
     """The annotation that lets a deletion go ahead while pods use GPUs."""
+    pruned_values: tuple[str, ...] = ()
+    """spec.values paths its managedFields record and the allowlist does not hold: the API
+    server pruned them after the list narrowed (api/values.py, unlisted_managed_values)."""
 
 
 def gpu_object(body: Mapping[str, Any]) -> GpuObject:
@@ -38,4 +42,5 @@ def gpu_object(body: Mapping[str, Any]) -> GpuObject:
         deleting=bool(meta.get("deletionTimestamp")),
         finalizers=tuple(str(f) for f in meta.get("finalizers") or ()),
         skip_protection=(meta.get("annotations") or {}).get(SKIP_PROTECTION_ANNOTATION) == "true",
+        pruned_values=tuple(unlisted_managed_values(meta.get("managedFields"))),
     )

@@ -36,6 +36,7 @@ from kyma_gpu.api.models import (
     HealthSpec,
     Remediation,
 )
+from kyma_gpu.api.values import pruned_error
 from kyma_gpu.facts import ClusterFacts, NodeFacts, cluster_facts
 from kyma_gpu.facts.gpu import GpuObject
 from kyma_gpu.plan import Origins, Owner, Plan
@@ -625,6 +626,10 @@ def phase_table() -> str:
 
 
 def _parse(gpu: GpuObject) -> GpuSpec | ValidationError:
+    """The spec, or why it is invalid: also when the API server pruned a value the user wrote
+    that the allowlist no longer holds (the running release then stays as it is)."""
+    if gpu.pruned_values:
+        return pruned_error(gpu.pruned_values)
     try:
         return GpuSpec.model_validate(gpu.spec)
     except ValidationError as err:

@@ -4,15 +4,14 @@ installer release matrices and chart facts. File reading only; no API I/O.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property, partial
-from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from kyma_gpu.datadir import ENV_RULES_DIR, default_rules_dir
 from kyma_gpu.facts.machines import MachineType, MachineTypeRegistry
 from kyma_gpu.rules.data_models import (
     ChartFacts,
@@ -38,21 +37,6 @@ __all__ = [
     "locate",
     "machine_type_registry",
 ]
-
-ENV_RULES_DIR = "KYMA_GPU_RULES_DIR"
-PACKAGE_DATA = "values-rules"
-"""values-rules/ inside the installed package (pyproject: hatch force-include)."""
-
-
-def default_rules_dir() -> Path:
-    """$KYMA_GPU_RULES_DIR; else the package data of the installed package; else, in a source
-    checkout (an editable install), values-rules/ next to operator/."""
-    env = os.environ.get(ENV_RULES_DIR)
-    if env:
-        return Path(env)
-    package = Path(str(files("kyma_gpu")))
-    shipped = package / PACKAGE_DATA
-    return shipped if shipped.is_dir() else package.parent.parent / PACKAGE_DATA
 
 
 def _load(path: Path) -> Any:

