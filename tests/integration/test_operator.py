@@ -26,12 +26,15 @@ from tests.harness.module import (
     condition,
     gpu,
     helm_release,
+    install_crds,
     module_on,
     operator_writes,
     wait_until,
 )
 
 pytestmark = pytest.mark.integration
+CRD_MANAGER = ("--field-manager=kyma-gpu-tests", "--force-conflicts")
+"""The harness's field manager for the CRDs (tests/harness/module.py install_crds)."""
 
 GPU_MANIFEST: dict[str, Any] = {
     "apiVersion": "gpu.kyma-project.io/v1beta1",
@@ -446,15 +449,76 @@ def _running(cluster: LocalCluster, name: str) -> bool:
 def test_removing_a_value_removes_it_from_the_release(
     local_cluster: LocalCluster, operator: OperatorProcess, show_operator_log: None
 ) -> None:
-    values = {"devicePlugin": {"config": {"name": "time-slicing"}}}
+    values = {"migManager": {"config": {"name": "mig-layouts"}}}
     local_cluster.kubectl("patch", "gpus.gpu.kyma-project.io", "gpu", "--type=merge",
                           "-p", json.dumps({"spec": {"values": values}}))  # fmt: skip
-    wait_until(lambda: _values(local_cluster).get("devicePlugin") == values["devicePlugin"], 30,
-               "spec.values in the HelmRelease")  # fmt: skip
+    wait_until(lambda: _values(local_cluster).get("migManager", {}).get("config") ==
+               {"name": "mig-layouts"}, 30, "spec.values in the HelmRelease")  # fmt: skip
     local_cluster.kubectl("patch", "gpus.gpu.kyma-project.io", "gpu", "--type=json",
                           "-p", json.dumps([{"op": "remove", "path": "/spec/values"}]))  # fmt: skip
-    wait_until(lambda: "devicePlugin" not in _values(local_cluster), 30,
+    wait_until(lambda: "config" not in _values(local_cluster).get("migManager", {}), 30,
                "the value gone from the HelmRelease once gone from the spec")  # fmt: skip
+
+
+VALIDATOR_IMAGE = {"cuda": {"env": [{"name": "VALIDATOR_IMAGE", "value": "evil.example/v:1"}]}}
+"""Issue 43: NVIDIA's controller ran this image, privileged, as the CUDA validator."""
+
+
+def _crd_before_the_allowlist() -> dict[str, Any]:
+    """The Gpu CRD as it was before issue 43: spec.values kept whatever it was given."""
+    from kyma_gpu.api.crd import crd
+
+    old = crd()
+    schema = old["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    schema["properties"]["spec"]["properties"]["values"] = {
+        "type": "object", "x-kubernetes-preserve-unknown-fields": True}  # fmt: skip
+    return old
+
+
+def _ready_reason(cluster: LocalCluster, *words: str) -> dict[str, Any] | None:
+    ready = condition(gpu(cluster), "Ready") or {}
+    message = str(ready.get("message", ""))
+    return ready if all(w in message for w in words) else None
+
+
+def test_a_value_the_allowlist_dropped_leaves_the_release_as_it_was(
+    local_cluster: LocalCluster, operator: OperatorProcess, show_operator_log: None
+) -> None:
+    """A Gpu written while spec.values kept anything: once the CRD holds the allowlist, the
+    API server prunes the value on every read, the Gpu is Invalid (its managedFields still
+    name the value) and nothing is written; a server-side apply without it makes it valid."""
+    manifest = {**GPU_MANIFEST, "spec": {"values": {"operator": {"logging": {"level": "debug"}}}}}
+    path = local_cluster.workdir / "gpu-tenant.json"
+    path.write_text(json.dumps(manifest), encoding="utf-8")
+    local_cluster.kubectl("apply", "-f", str(path))  # a client-side apply, as most users do
+    wait_until(lambda: _values(local_cluster).get("operator", {}).get("logging"), 30,
+               "the listed value in the HelmRelease")  # fmt: skip
+    local_cluster.kubectl("apply", "--server-side", *CRD_MANAGER, "-f", "-",
+                          input=json.dumps(_crd_before_the_allowlist()))  # fmt: skip
+    manifest["spec"]["values"]["validator"] = VALIDATOR_IMAGE
+    path.write_text(json.dumps(manifest), encoding="utf-8")
+    local_cluster.kubectl("apply", "-f", str(path))
+    wait_until(lambda: _ready_reason(local_cluster, 'unknown field "spec.values.validator.cuda"'),
+               30, "Invalid while the old CRD kept the value")  # fmt: skip
+    release = helm_release(local_cluster) or {}
+    assert "validator" not in release["spec"]["values"]
+    install_crds(local_cluster)  # the CRD of today
+    stored = gpu(local_cluster) or {}
+    assert "cuda" not in stored["spec"]["values"].get("validator", {}), stored["spec"]
+    local_cluster.kubectl("label", "gpus.gpu.kyma-project.io", "gpu", "touched=yes")
+    wait_until(lambda: _ready_reason(local_cluster, "spec.values.validator.cuda", "--server-side"),
+               30, "Invalid: the pruned value named, with the way out")  # fmt: skip
+    after = helm_release(local_cluster) or {}
+    assert after["metadata"]["generation"] == release["metadata"]["generation"]
+    assert after["spec"] == release["spec"]
+    del manifest["spec"]["values"]["validator"]
+    manifest["spec"]["values"]["operator"]["logging"]["level"] = "info"
+    path.write_text(json.dumps(manifest), encoding="utf-8")
+    local_cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
+    wait_until(lambda: _values(local_cluster).get("operator", {}).get("logging") ==
+               {"level": "info"}, 30, "the fixed Gpu applied again")  # fmt: skip
+    local_cluster.kubectl("patch", "gpus.gpu.kyma-project.io", "gpu", "--type=json",
+                          "-p", json.dumps([{"op": "remove", "path": "/spec/values"}]))  # fmt: skip
 
 
 def _events_in_the_module_namespace_name_no_pods(cluster: LocalCluster) -> None:

@@ -58,7 +58,7 @@ def refusal(values: Any) -> str:
 
 def test_the_validator_image_env_entry_is_refused_naming_the_key() -> None:
     message = refusal(VALIDATOR_IMAGE)
-    assert message.startswith("spec.values.validator.cuda: Invalid value: "), message
+    assert message.startswith('unknown field "spec.values.validator.cuda": '), message
     assert NOT_LISTED in message
     assert "values-rules/values-allowlist.yaml" in message
 
@@ -94,7 +94,7 @@ def test_doors_of_earlier_reviews_and_their_kin_are_refused(values: dict[str, An
 
 def test_a_listed_value_of_the_wrong_type_is_refused_with_its_type() -> None:
     message = refusal({"operator": {"resources": {"requests": {"nvidia.com/gpu": 1}}}})
-    assert "spec.values.operator.resources.requests.nvidia.com/gpu" in message, message
+    assert 'unknown field "spec.values.operator.resources.requests.nvidia.com/gpu"' in message
     assert "a Resources value" in message
 
 
@@ -269,7 +269,7 @@ def test_every_other_value_of_the_charts_is_refused(version: str) -> None:
             continue
         error = values_error(nested(leaf, "x"))
         assert error is not None, leaf
-        refused += error.message == NOT_LISTED  # else: a map of listed values, not a string
+        refused += NOT_LISTED in error.text  # else: a map of listed values, not a string
     assert refused > 300, refused  # each chart refuses some 370 to 450 leaves by name
 
 
@@ -296,5 +296,5 @@ def test_a_gpu_with_a_pruned_value_is_invalid_in_the_api_servers_words() -> None
     gpu = gpu_object(body)
     assert gpu.pruned_values == ("spec.values.hostPaths",)
     message = admission_message(pruned_error(gpu.pruned_values))
-    assert message.startswith("spec.values.hostPaths: Invalid value: "), message
+    assert message.startswith('unknown field "spec.values.hostPaths": '), message
     assert PRUNED in message

@@ -128,6 +128,7 @@ _FORMATS: Mapping[str, Callable[[str, ErrorDetails], str]] = {
     "refused_value": _custom,
     "field_rule": _field_rule,
     "values_rule": _custom,
+    "spec_values": lambda path, err: err["msg"],  # api/values.py said it all already
     **dict.fromkeys(_EXPECTED_TYPE, _wrong_type),
 }
 
@@ -135,11 +136,15 @@ _FORMATS: Mapping[str, Callable[[str, ErrorDetails], str]] = {
 def admission_message(err: ValidationError, root: str = "spec") -> str:
     """The first error in the API server's words (pydantic's own words for the rest)."""
     first = err.errors()[0]
-    path = field_path(first["loc"], root)
-    formatter = _FORMATS.get(first["type"])
-    text = formatter(path, first) if formatter else f"{path}: {first['msg']}"
+    text = error_text(first, field_path(first["loc"], root))
     more = err.error_count() - 1
     return f"{text} (and {more} more)" if more else text
+
+
+def error_text(err: ErrorDetails, path: str) -> str:
+    """One error at `path` in the API server's words (pydantic's own words where none)."""
+    formatter = _FORMATS.get(err["type"])
+    return formatter(path, err) if formatter else f"{path}: {err['msg']}"
 
 
 def allowed_keys(model: type[BaseModel], loc: Sequence[int | str]) -> list[str]:

@@ -288,9 +288,7 @@ class GpuSpec(_Model):
     def _only_listed_values(cls, values: dict[str, Any] | None) -> dict[str, Any] | None:
         bad = values_error(values) if values is not None else None
         if bad is not None:  # the message last: it may quote the user's text
-            raise PydanticCustomError(
-                "values_rule", "{message}", {"owner": bad.path, "message": bad.message}
-            )
+            raise PydanticCustomError("spec_values", "{message}", {"message": bad.text})
         return without_nulls(values) if values is not None else None
 
 

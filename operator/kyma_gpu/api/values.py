@@ -41,6 +41,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from kyma_gpu.api.admission import error_text, json_type
 from kyma_gpu.api.base import DNS_NAME_PATTERN
 from kyma_gpu.api.base import Model as _Model
 from kyma_gpu.datadir import default_rules_dir
@@ -56,9 +57,10 @@ NOT_LISTED = (
 """Said by `kyma-gpu plan` and the operator for a key outside the list (the API server prunes
 it, or names it as an unknown field under strict field validation)."""
 PRUNED = (
-    "the API server no longer stores it since the module's allowlist changed, and the running "
-    "release keeps it until the Gpu is fixed: remove it from your manifest and apply with "
-    "`kubectl apply --server-side` (or `kubectl replace`)"
+    "the API server no longer stores it since the module's allowlist narrowed, and the running "
+    "release keeps it until the Gpu is fixed: remove it from your manifest and apply it with "
+    "`kubectl apply --server-side` (a client-side apply leaves the API server's record of the "
+    "old field behind; docs/troubleshooting.md#a-gpu-value-the-allowlist-dropped)"
 )
 """Why a Gpu whose managedFields name a value outside the list is Invalid."""
 
@@ -308,14 +310,16 @@ def path_text(path: Sequence[str | int]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ValuesError:
-    """The first rule spec.values breaks: where, and the message."""
+    """The first rule spec.values breaks: where, and the whole message (the API server's words
+    first, then ours)."""
 
     path: str
-    message: str
+    text: str
 
-    @property
-    def text(self) -> str:
-        return f"{self.path}: Invalid value: {self.message}"
+
+def _unlisted(path: str) -> ValuesError:
+    """kubectl's strict field validation names the key the same way."""
+    return ValuesError(path, f'unknown field "{path}": {NOT_LISTED}')
 
 
 def values_error(values: Any, listed: Allowlist | None = None) -> ValuesError | None:
@@ -343,13 +347,16 @@ def _errors(node: Any, tree: Tree | Allowed, path: tuple[str, ...]) -> Iterator[
         yield from _leaf_errors(node, tree, path)
         return
     if not isinstance(node, Mapping):
-        yield ValuesError(path_text(path), "must be an object (a map of chart values)")
+        where = path_text(path)
+        got = json_type(node)
+        yield ValuesError(where, f'{where}: Invalid value: "{got}": {where} in body must be of '
+                          f'type object: "{got}"')  # fmt: skip
         return
     for key, child in node.items():
         sub = tree.get(key) if isinstance(key, str) else None
         if sub is None:
             if child is not None:
-                yield ValuesError(path_text((*path, str(key))), NOT_LISTED)
+                yield _unlisted(path_text((*path, str(key))))
             continue
         yield from _errors(child, sub, (*path, key))
 
@@ -358,19 +365,33 @@ def _leaf_errors(node: Any, allowed: Allowed, path: tuple[str, ...]) -> Iterator
     try:
         adapter(allowed.type).validate_python(node, strict=True)
     except ValidationError as err:
-        first = err.errors()[0]
-        where = path_text((*path, *first["loc"]))
-        said = first["msg"]
-        if first["type"] == "string_pattern_mismatch":
-            said = f"must be {FORMATS.get(allowed.type, 'of its format')}"
-        yield ValuesError(where, f"{said} (a {allowed.type} value, {ALLOWLIST_DOC})")
+        yield _leaf_error(err, allowed, path)
+
+
+_BRANCHES = ("constrained-int", "constrained-str")
+"""pydantic's names of the int-or-string branches, which are no keys of the values."""
+
+
+def _leaf_error(err: ValidationError, allowed: Allowed, path: tuple[str, ...]) -> ValuesError:
+    """In the API server's words (its OpenAPI or CEL rule), with the type's format in ours."""
+    errors = err.errors()
+    first = next((e for e in errors if e["type"] != "int_type"), errors[0])
+    loc = tuple(p for p in first["loc"] if p not in _BRANCHES)
+    said = FORMATS.get(allowed.type)
+    hint = f"(a {allowed.type} value{': ' + said if said else ''}; {ALLOWLIST_DOC})"
+    if "[key]" in loc:
+        where = path_text((*path, *loc[: loc.index("[key]") - 1]))
+        said = f'{where}: Invalid value: "object": {LABELS_RULE["message"]}'
+        return ValuesError(where, f"{said} {hint}")
+    where = path_text((*path, *loc))
+    return ValuesError(where, f"{error_text(first, where)} {hint}")
 
 
 def pruned_error(paths: Sequence[str]) -> ValidationError:
     """A Gpu's spec as invalid because the API server pruned `paths` (the model's words)."""
     others = ", ".join(paths[1:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
-    message = f"{NOT_LISTED}; {PRUNED}" + (f" (so are {others})" if others else "")
-    error = PydanticCustomError("values_rule", "{message}", {"owner": paths[0], "message": message})
+    message = f"{_unlisted(paths[0]).text}; {PRUNED}" + (f" (so are {others})" if others else "")
+    error = PydanticCustomError("spec_values", "{message}", {"message": message})
     return ValidationError.from_exception_data(
         "GpuSpec", [{"type": error, "loc": ("values",), "input": None}]
     )
