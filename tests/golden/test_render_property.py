@@ -641,7 +641,11 @@ def test_no_value_changes_the_rendered_objects(version: str) -> None:
     check_values(CHARTS / f"gpu-operator-{version}.tgz", values, tally)
     print(f"\nvalues@{version}: {tally}")
     assert tally.violations == [], "\n".join(tally.violations)
-    assert tally.rendered > 300, tally  # the test looked at something (400 at v26.7.0)
+    # The test looked at something: every leaf of both charts' values, with each hostile
+    # string; since issue 43 the allowlist refuses nearly all of them before Helm runs, and the
+    # few the listed types take (names, durations, texts) render without changing an object.
+    assert tally.refused_by_module > 1000, tally
+    assert tally.rendered > 0, tally
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -64,9 +64,9 @@ def wait_until(
 
 
 def install_crds(cluster: LocalCluster, flux: bool = True) -> None:
-    """The Gpu CRD (spec.values held by its schema), the images and chart sources' policies and (unless
-    flux=False: the manager installs its own Flux) the Flux CRDs the operator writes objects
-    of."""
+    """The Gpu CRD (spec.values held by its schema), the images and chart sources' policies
+    and (unless flux=False: the manager installs its own Flux) the Flux CRDs the operator
+    writes objects of."""
     policies = [CRD, IMAGES_POLICY, CHART_SOURCES_POLICY]
     files = [*policies, *flux_crd_files()] if flux else policies
     args = ["apply", "--server-side", "--field-manager=kyma-gpu-tests"]

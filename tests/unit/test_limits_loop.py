@@ -26,7 +26,8 @@ def test_a_deep_spec_from_before_the_policy_is_invalid_with_a_reason(catalog: Ca
     ready = status["conditions"][0]
     assert status["state"] == "Error"
     assert ready["reason"] == "InvalidSpec"
-    assert "spec.values.a" in ready["message"] and NOT_LISTED in ready["message"]
+    assert "spec.values.a" in ready["message"]
+    assert NOT_LISTED in ready["message"]
     assert not [w for w in world.api.writes() if w.startswith("apply")]
     # A second pass finds nothing new to say: no write, no exception.
     assert world.run() is Phase.INVALID

@@ -113,6 +113,8 @@ def test_a_listed_value_of_the_wrong_type_is_refused_with_its_type() -> None:
         (ValueType.LABELS, {"release": "prometheus", "example.com/team": "ml"}),
         (ValueType.CONFIG_MAP_NAME, "custom-dcgm-metrics"),
         (ValueType.MIG_CONFIG_NAME, "all-1g.10gb"),
+        (ValueType.KERNEL_MODULE_TYPE, "open"),
+        (ValueType.FEATURE_GATES, {"TimeSlicingSettings": True, "MPSSupport": False}),
         (ValueType.DCGM_METRICS, "# clocks\nDCGM_FI_DEV_SM_CLOCK, gauge, SM clock (in MHz).\n"),
         (
             ValueType.MIG_CONFIG,
@@ -182,6 +184,12 @@ def test_a_path_listed_twice_is_an_error_of_the_list() -> None:
         parse_allowlist({"charts": ["v1.0.0"], "values": [entry]})
 
 
+def test_an_entrys_charts_are_the_lists() -> None:
+    entry = {"why": "a reason for it", "type": "Boolean", "paths": [["a"]], "charts": ["v9.9.9"]}
+    with pytest.raises(ValueError, match="not among the list's"):
+        parse_allowlist({"charts": ["v1.0.0"], "values": [entry]})
+
+
 def test_the_list_names_the_supported_charts() -> None:
     shipped = sorted(p.stem for p in (ROOT / "values-rules" / "charts").glob("v*.yaml"))
     assert sorted(allowlist().charts) == shipped
@@ -235,8 +243,8 @@ def _holds(values: dict[str, Any], path: tuple[str, ...], templates: str) -> boo
 
 
 def _listed() -> Iterator[tuple[str, Allowed]]:
-    for version in allowlist().charts:
-        for allowed in allowlist().values:
+    for allowed in allowlist().values:
+        for version in allowed.charts or allowlist().charts:
             yield version, allowed
 
 

@@ -25,6 +25,7 @@ from kyma_gpu.api.models import (
 from kyma_gpu.api.operations import PROFILE_NAME_RESERVED, REPLICAS_NEEDED, TIME_SLICING_ONLY
 from kyma_gpu.api.resources import module_labels
 from kyma_gpu.api.values import (
+    GATES_RULE,
     LABEL_VALUE_PATTERN,
     LABELS_RULE,
     MAX_LABELS,
@@ -121,6 +122,13 @@ def _leaf(allowed: Allowed) -> dict[str, Any]:
                 "pattern": LABEL_VALUE_PATTERN,
             },
             "x-kubernetes-validations": [LABELS_RULE],
+        }
+    if allowed.type is ValueType.FEATURE_GATES:
+        schema = {
+            "type": "object",
+            "maxProperties": MAX_LABELS,
+            "additionalProperties": {"type": "boolean"},
+            "x-kubernetes-validations": [GATES_RULE],
         }
     return {**schema, "description": f"{allowed.type}: {allowed.why}"}
 

@@ -52,6 +52,9 @@ STATUS_POOLS_LIMIT = 64
 STATUS_COMPONENTS_LIMIT = 64
 """status.components lists at most this many DaemonSets: whoever may create DaemonSets in the
 GPU operator's namespace must not grow the Gpu without bound (a chart renders about 15)."""
+MAX_MARKED_PERCENT = 50
+"""The most of a pool that spec.health may mark at once: half keeps a pool serving while
+Gardener replaces machines, whatever a Gpu editor sets."""
 SINGLETON_MESSAGE = f"the Gpu resource is a singleton: metadata.name must be '{SINGLETON_NAME}'"
 """Said by the CEL rule on the Gpu and by `kyma-gpu plan`."""
 
@@ -244,9 +247,10 @@ class HealthSpec(_Model):
     remediation: Remediation = Remediation.OFF
     """Off (the default), MarkNodes or MarkAndCordon."""
 
-    max_marked_percent: int = Field(default=20, ge=1, le=100)
-    """At most this share of a worker pool's nodes is marked at once (at least one node): a
-    fault that hits a whole pool (a bad driver) must not have every machine replaced."""
+    max_marked_percent: int = Field(default=20, ge=1, le=MAX_MARKED_PERCENT)
+    """At most this share of a worker pool's nodes is marked at once (at least one node), and
+    never more than half: a fault that hits a whole pool (a bad driver) must not have every
+    machine replaced."""
 
 
 class GpuSpec(_Model):

@@ -7,6 +7,7 @@ from typing import Any
 
 from kyma_gpu.api.conditions import REASONS
 from kyma_gpu.api.crd import crd
+from kyma_gpu.api.values import ALLOWLIST_DOC, TYPE_TAKES, ValueType, allowlist
 
 
 def _type(prop: dict[str, Any]) -> str:
@@ -44,6 +45,8 @@ def _rows(schema: dict[str, Any], path: str) -> Iterator[str]:
         extra = _constraints(prop).replace("|", "\\|")
         yield f"| `{here}` | {_type(prop)} | {default} | {description} {extra}".rstrip() + " |"
         nested = prop.get("items") if prop.get("type") == "array" else prop
+        if here == "spec.values":
+            continue  # the allowlist has a section of its own
         if nested and nested.get("properties"):
             yield from _rows(nested, here + ("[]" if prop.get("type") == "array" else ""))
 
@@ -68,6 +71,7 @@ def reference_markdown() -> str:
         "|---|---|---|---|",
         *_rows(schema["properties"]["spec"], "spec"),
         "",
+        *_values_rows(),
         "## status",
         "",
         "Written by the operator only.",
@@ -85,6 +89,29 @@ def reference_markdown() -> str:
         *_condition_rows(),
     ]
     return "\n".join(lines)
+
+
+def _values_rows() -> list[str]:
+    """spec.values: the allowlist (values-rules/values-allowlist.yaml) and its types."""
+    return [
+        "## Chart values (spec.values)",
+        "",
+        f"Only these chart values, listed in `{ALLOWLIST_DOC}` for every supported chart",
+        f"({', '.join(allowlist().charts)}); the CRD's schema is generated from the list, so the",
+        "API server prunes any other key, and names it (`unknown field`) under kubectl's strict",
+        "field validation (kubectl's default); a client without it sees the key dropped, with a",
+        "warning. Images, commands, env entries, host paths, volumes, registries, Pod labels and",
+        "annotations, and NFD's labels, taints and configuration are the module's.",
+        "",
+        "| value | type | why |",
+        "|---|---|---|",
+        *(f"| `{a.dotted}` | {a.type} | {a.why} |" for a in allowlist().values),
+        "",
+        "| type | takes |",
+        "|---|---|",
+        *(f"| {t} | {TYPE_TAKES[t]} |" for t in ValueType),
+        "",
+    ]
 
 
 def _condition_rows() -> list[str]:

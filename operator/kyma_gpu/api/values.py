@@ -103,6 +103,8 @@ class ValueType(StrEnum):
     UPDATE_STRATEGY = "UpdateStrategy"
     MAX_UNAVAILABLE = "MaxUnavailable"
     LOG_LEVEL = "LogLevel"
+    KERNEL_MODULE_TYPE = "KernelModuleType"
+    FEATURE_GATES = "FeatureGates"
     DURATION = "Duration"
     LABELS = "Labels"
     CONFIG_MAP_NAME = "ConfigMapName"
@@ -156,6 +158,12 @@ class Toleration(_Model):
 
 LabelKey = Annotated[str, StringConstraints(pattern=LABEL_KEY_PATTERN, max_length=317)]
 LabelValue = Annotated[str, StringConstraints(pattern=LABEL_VALUE_PATTERN, max_length=63)]
+GATE_PATTERN = r"^[A-Za-z][A-Za-z0-9]{0,63}$"
+GateName = Annotated[str, StringConstraints(pattern=GATE_PATTERN)]
+GATES_RULE = {
+    "rule": f"self.all(k, k.matches(r'{GATE_PATTERN}'))",
+    "message": "feature gate names are letters and digits",
+}
 LABELS_RULE = {
     "rule": f"self.all(k, k.size() <= 317 && k.matches(r'{LABEL_KEY_PATTERN}'))",
     "message": "label keys are qualified names (prefix/name)",
@@ -179,6 +187,8 @@ PYTHON_TYPES: Mapping[ValueType, Any] = {
         str, StringConstraints(pattern=MAX_UNAVAILABLE_PATTERN, max_length=6)
     ],
     ValueType.LOG_LEVEL: Literal["debug", "info", "error"],
+    ValueType.KERNEL_MODULE_TYPE: Literal["auto", "open", "proprietary"],
+    ValueType.FEATURE_GATES: Annotated[dict[GateName, StrictBool], Field(max_length=MAX_LABELS)],
     ValueType.DURATION: Annotated[str, StringConstraints(pattern=DURATION_PATTERN, max_length=16)],
     ValueType.LABELS: Annotated[dict[LabelKey, LabelValue], Field(max_length=MAX_LABELS)],
     ValueType.CONFIG_MAP_NAME: Annotated[
@@ -214,6 +224,30 @@ FORMATS: Mapping[ValueType, str] = {
 """What a pattern of each type accepts, in words: said instead of the pattern."""
 
 
+TYPE_TAKES: Mapping[ValueType, str] = {
+    ValueType.RESOURCES: "`requests` and `limits` of `cpu`, `memory`, `ephemeral-storage`: "
+    'quantities ("500m", "2Gi", 1); no device resources',
+    ValueType.TOLERATIONS: f"at most {MAX_LIST} tolerations (`key`, `operator` Exists or Equal, "
+    "`value`, `effect`, `tolerationSeconds`)",
+    ValueType.PRIORITY_CLASS_NAME: "a PriorityClass name",
+    ValueType.PULL_POLICY: "`Always`, `IfNotPresent` or `Never`",
+    ValueType.BOOLEAN: "`true` or `false`",
+    ValueType.UPDATE_STRATEGY: "`RollingUpdate` or `OnDelete`",
+    ValueType.MAX_UNAVAILABLE: 'a number ("2") or a percentage ("25%")',
+    ValueType.LOG_LEVEL: "`debug`, `info` or `error`",
+    ValueType.KERNEL_MODULE_TYPE: "`auto`, `open` or `proprietary`",
+    ValueType.FEATURE_GATES: f"at most {MAX_LABELS} feature gates: a name (letters and digits) "
+    "and `true` or `false`",
+    ValueType.DURATION: 'a duration ("15s", "1m")',
+    ValueType.LABELS: f"at most {MAX_LABELS} labels (qualified keys, label values)",
+    ValueType.CONFIG_MAP_NAME: "a ConfigMap name (DNS name) in the GPU operator's namespace",
+    ValueType.MIG_CONFIG_NAME: "a MIG layout name of the MIG configuration",
+    ValueType.DCGM_METRICS: f"{FORMATS[ValueType.DCGM_METRICS]}; at most {MAX_TEXT} characters",
+    ValueType.MIG_CONFIG: f"{FORMATS[ValueType.MIG_CONFIG]}; at most {MAX_TEXT} characters",
+}
+"""What each type takes, for the CRD reference."""
+
+
 @cache
 def adapter(value_type: ValueType) -> TypeAdapter[Any]:
     return TypeAdapter(PYTHON_TYPES[value_type])
@@ -228,6 +262,9 @@ class AllowedValues(_Model):
     """The type (and so the bounds) of each value."""
     paths: list[list[str]] = Field(min_length=1)
     """Chart value paths, one list of keys each."""
+    charts: list[str] | None = None
+    """The chart versions that read these values, where not all of the file's: the others
+    ignore them (a chart ignores values it does not know)."""
 
 
 class AllowlistFile(_Model):
@@ -246,6 +283,8 @@ class Allowed:
     path: tuple[str, ...]
     type: ValueType
     why: str
+    charts: tuple[str, ...] = ()
+    """The chart versions that read it (every supported one where empty)."""
 
     @property
     def dotted(self) -> str:
@@ -281,10 +320,13 @@ def parse_allowlist(data: Any) -> Allowlist:
     """The file's content, checked (a path listed twice, or below another, is an error)."""
     parsed = AllowlistFile.model_validate(data)
     values = tuple(
-        Allowed(tuple(path), entry.type, " ".join(entry.why.split()))
+        Allowed(tuple(path), entry.type, " ".join(entry.why.split()), tuple(entry.charts or ()))
         for entry in parsed.values
         for path in entry.paths
     )
+    unknown = {c for v in values for c in v.charts} - set(parsed.charts)
+    if unknown:
+        raise ValueError(f"charts {sorted(unknown)} are not among the list's {parsed.charts}")
     paths = sorted(v.path for v in values)
     for first, second in pairwise(paths):
         if second[: len(first)] == first:
@@ -381,7 +423,7 @@ def _leaf_error(err: ValidationError, allowed: Allowed, path: tuple[str, ...]) -
     hint = f"(a {allowed.type} value{': ' + said if said else ''}; {ALLOWLIST_DOC})"
     if "[key]" in loc:
         where = path_text((*path, *loc[: loc.index("[key]") - 1]))
-        said = f'{where}: Invalid value: "object": {LABELS_RULE["message"]}'
+        said = f"{where}: Invalid value: {LABELS_RULE['message']}"
         return ValuesError(where, f"{said} {hint}")
     where = path_text((*path, *loc))
     return ValuesError(where, f"{error_text(first, where)} {hint}")
