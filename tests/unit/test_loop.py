@@ -435,6 +435,18 @@ def test_removing_the_module_hands_over_crds_that_others_use(catalog: Catalog) -
     assert "HelmRelease team-a/app" in handed[0]
 
 
+def test_a_retried_hand_over_writes_only_the_crds_still_labelled(catalog: Catalog) -> None:
+    """An earlier try unlabelled three CRDs and failed: admission (kyma-gpu-manager) refuses
+    any write to a Flux CRD without the module's label, so the retry leaves them alone."""
+    world = _provided_and_installed(catalog)
+    world.api.others = [("HelmRelease", {"metadata": {"namespace": "team-a", "name": "app"}})]
+    crds = sorted(k for k in world.api.objects if k[0] == "CustomResourceDefinition")
+    for key in crds[:3]:
+        world.api.objects[key]["metadata"]["labels"].pop(PROVIDED_LABEL)
+    assert world.run() is Phase.RELEASED
+    assert world.api.calls.count("unlabel CustomResourceDefinition") == len(crds) - 3
+
+
 def test_removal_waits_while_an_object_of_the_module_terminates(catalog: Catalog) -> None:
     world = _provided_and_installed(catalog)
     chart = {"metadata": {"namespace": "kyma-system", "name": "kyma-system-gpu-operator",

@@ -53,6 +53,7 @@ from kyma_gpu.plan.provision import (
     FluxApi,
     FluxImages,
     Leftover,
+    crd_facts,
 )
 from kyma_gpu.reconcile.effects import (
     GPUS,
@@ -382,7 +383,9 @@ class Loop:
 
     async def _remove_flux(self, removal: RemoveFlux) -> int:
         """The module's own Flux goes: its controllers, then its CRDs (deleted, or unlabelled
-        and left to the owners of the objects that use them)."""
+        and left to the owners of the objects that use them). Only CRDs that still carry the
+        module's label: kyma-gpu-manager refuses any other write to a Flux CRD, so a retry
+        after a partial hand-over must not touch the ones already handed over."""
         done = 0
         for obj in removal.workloads:
             log.info("removing the module's Flux: %s", ObjectRef.of(obj))
@@ -390,6 +393,9 @@ class Loop:
             done += 1
         for name in removal.crds:
             ref = ObjectRef("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", name)
+            current = await self.writer.read(ref)
+            if current is None or not crd_facts(current.get("metadata") or {}).provided:
+                continue  # gone, or handed over by an earlier try: no longer the module's
             if removal.hand_over:
                 self.write_back.crd(await self.writer.unlabel(ref, PROVIDED_LABEL, BUNDLE_HASH))
             else:
