@@ -26,6 +26,7 @@ from tests.harness.cluster import LocalCluster
 from tests.harness.flux import FluxStack
 from tests.harness.module import (
     MODULE_NAMESPACE,
+    ROOT,
     TARGET_NAMESPACE,
     OperatorProcess,
     condition,
@@ -428,6 +429,102 @@ def test_toolkit_and_components(
     wait_until(lambda: "nvidia-dcgm-exporter" in _daemonsets(local_cluster), 180,
                "the DCGM exporter DaemonSet back")  # fmt: skip
     wait_until(lambda: _state(local_cluster) == "Ready", 120, "Ready with the DCGM exporter")
+
+
+EDITOR = "gpu-e2e-editor"
+EVIL_VALIDATOR = "evil.example/validator:1"
+VALIDATOR_IMAGE_PATCH = {"spec": {"values": {"validator": {
+    "cuda": {"env": [{"name": "VALIDATOR_IMAGE", "value": EVIL_VALIDATOR}]},
+    "resources": {"requests": {"cpu": "11m"}},
+}}}}  # fmt: skip
+"""Issue 43's door, with a listed value beside it: the release moves, the door stays shut."""
+
+
+def _bind_editor(cluster: LocalCluster) -> None:
+    """A user bound only to the module's view and edit roles, as the shipped file defines them
+    (the stock `edit` role aggregates both)."""
+    shipped = yaml.safe_load_all(
+        (ROOT / "config" / "rbac" / "aggregate_user_roles.yaml").read_text(encoding="utf-8")
+    )
+    roles = [
+        r for r in shipped if r and r["metadata"]["name"] in ("kyma-gpu-view", "kyma-gpu-edit")
+    ]
+    assert len(roles) == 2, [r["metadata"]["name"] for r in roles]
+    bindings = [{
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": f"test-{EDITOR}-{role['metadata']['name']}"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": role["metadata"]["name"]},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": EDITOR}],
+    } for role in roles]  # fmt: skip
+    cluster.apply(*roles, *bindings)
+    for verb in ("get", "patch"):
+        wait_until(lambda v=verb: cluster.kubectl(  # type: ignore[misc]
+            "auth", "can-i", v, "gpus.gpu.kyma-project.io", f"--as={EDITOR}", check=False,
+        ).stdout.strip() == "yes", 30, f"the editor may {verb} the Gpu")  # fmt: skip
+
+
+def _validator_env(cluster: LocalCluster) -> dict[str, dict[str, str]]:
+    """VALIDATOR_IMAGE and the image of each container of the validator DaemonSet, as the
+    NVIDIA controller wrote them."""
+    template = _daemonsets(cluster)["nvidia-operator-validator"]["spec"]["template"]["spec"]
+    containers = [*template.get("initContainers", []), *template["containers"]]
+    return {c["name"]: {"image": c["image"], **_env(c)} for c in containers}
+
+
+def _validator_runs_cpu(cluster: LocalCluster, cpu: str) -> bool:
+    template = _daemonsets(cluster)["nvidia-operator-validator"]["spec"]["template"]["spec"]
+    containers = [*template.get("initContainers", []), *template["containers"]]
+    return any(
+        ((c.get("resources") or {}).get("requests") or {}).get("cpu") == cpu for c in containers
+    )
+
+
+def _validator_cpu(cluster: LocalCluster) -> str:
+    spec = _cluster_policy(cluster).get("spec", {}).get("validator", {})
+    return str(((spec.get("resources") or {}).get("requests") or {}).get("cpu", ""))
+
+
+def test_an_editor_cannot_pick_the_validators_image(
+    local_cluster: LocalCluster, flux_stack: FluxStack, stack: OperatorProcess
+) -> None:
+    """Issue 43 on the real NVIDIA controller: the CUDA validator's env entry VALIDATOR_IMAGE
+    once ran the Gpu editor's image, privileged, on every GPU node. Now strict field validation
+    refuses it, naming the key; without it (kubectl patch's default) the API server drops it
+    and warns. The release still takes
+    the listed value of the same patch, and the validator keeps the platform's image."""
+    _bind_editor(local_cluster)
+    before = _validator_env(local_cluster)
+    platform = {c["VALIDATOR_IMAGE"] for c in before.values() if "VALIDATOR_IMAGE" in c}
+    assert platform, before  # the controller names the image the CUDA workload runs
+    patch = ("patch", "gpus.gpu.kyma-project.io", "gpu", "--type=merge", f"--as={EDITOR}",
+             "-p", json.dumps(VALIDATOR_IMAGE_PATCH))  # fmt: skip
+    manifest = {"apiVersion": "gpu.kyma-project.io/v1beta1", "kind": "Gpu",
+                "metadata": {"name": "gpu"}, **VALIDATOR_IMAGE_PATCH}  # fmt: skip
+    strict = local_cluster.kubectl("apply", f"--as={EDITOR}", "-f", "-",
+                                   input=json.dumps(manifest), check=False)  # fmt: skip
+    assert strict.returncode != 0, strict.stdout
+    assert 'unknown field "spec.values.validator.cuda"' in strict.stderr, strict.stderr
+    loose = local_cluster.kubectl(*patch, check=False)  # kubectl patch only warns
+    assert loose.returncode == 0, loose.stderr
+    assert 'Warning: unknown field "spec.values.validator.cuda"' in loose.stderr, loose.stderr
+    stored = (gpu(local_cluster) or {})["spec"]["values"]["validator"]
+    assert "cuda" not in stored, stored
+    wait_until(lambda: _validator_cpu(local_cluster) == "11m", 300,
+               "the listed value of the same patch in the ClusterPolicy")  # fmt: skip
+    assert "cuda" not in _cluster_policy(local_cluster)["spec"]["validator"]
+    released = (helm_release(local_cluster) or {})["spec"]["values"]
+    assert "cuda" not in released["validator"], released["validator"]
+    assert released["validator"]["resources"] == {"requests": {"cpu": "11m"}}, released
+    wait_until(lambda: _validator_runs_cpu(local_cluster, "11m"), 180,
+               "the validator DaemonSet rewritten by the NVIDIA controller")  # fmt: skip
+    after = _validator_env(local_cluster)
+    assert EVIL_VALIDATOR not in json.dumps(after), after
+    assert {c["VALIDATOR_IMAGE"] for c in after.values() if "VALIDATOR_IMAGE" in c} == platform
+    local_cluster.kubectl("patch", "gpus.gpu.kyma-project.io", "gpu", "--type=json",
+                          "-p", json.dumps([{"op": "remove", "path": "/spec/values"}]))  # fmt: skip
+    wait_until(lambda: _validator_cpu(local_cluster) == "", 300, "the value gone again")
+    wait_until(lambda: _state(local_cluster) == "Ready", 180, "Ready after the values went")
 
 
 DRIVER_STEP_S = 120

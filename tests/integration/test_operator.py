@@ -460,6 +460,62 @@ def test_removing_a_value_removes_it_from_the_release(
                "the value gone from the HelmRelease once gone from the spec")  # fmt: skip
 
 
+FLOOD_PODS = 40
+FLOOD_IMAGE = "registry.example/" + "a" * 10_000 + ":1"
+"""Issue 43: any pod creator in the GPU operator's namespace chose the length of the image
+names the Gpu's ComponentsReady message quoted."""
+
+
+def _flood_pod(i: int) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"flood-{i}", "namespace": TARGET_NAMESPACE},
+            "spec": {"nodeSelector": {"kyma-gpu.test/nowhere": "true"}, "containers": [
+                {"name": "c", "image": f"{FLOOD_IMAGE}{i}"}]}}  # fmt: skip
+
+
+def _cannot_pull(i: int) -> dict[str, Any]:
+    """What a kubelet reports of a pod whose image it cannot pull (the status subresource)."""
+    waiting = {"reason": "ErrImagePull", "message": "x" * 10_000}
+    return {"status": {"phase": "Pending", "containerStatuses": [{
+        "name": "c", "image": f"{FLOOD_IMAGE}{i}", "imageID": "", "ready": False,
+        "restartCount": 0, "state": {"waiting": waiting}}]}}  # fmt: skip
+
+
+def test_echoed_image_names_leave_the_status_bounded(
+    local_cluster: LocalCluster, operator: OperatorProcess, show_operator_log: None
+) -> None:
+    """40 pending pods with 10 kB image names: ComponentsReady names a few, each cut, and the
+    whole status stays under STATUS_SIZE_LIMIT (it once quoted every image whole)."""
+    from kyma_gpu.facts.echo import MESSAGE_LIMIT, NAME_LIMIT
+    from kyma_gpu.status.aggregate import STATUS_SIZE_LIMIT
+
+    if local_cluster.get_object("namespace", TARGET_NAMESPACE) is None:
+        local_cluster.create_namespace(TARGET_NAMESPACE)
+    local_cluster.apply(*(_flood_pod(i) for i in range(FLOOD_PODS)))
+    for i in range(FLOOD_PODS):
+        local_cluster.kubectl("patch", "pod", f"flood-{i}", "-n", TARGET_NAMESPACE,
+                              "--subresource=status", "--type=merge",
+                              "-p", json.dumps(_cannot_pull(i)))  # fmt: skip
+    counted = f"{FLOOD_PODS} pods of the GPU operator cannot pull"
+
+    def components() -> dict[str, Any] | None:
+        said = condition(gpu(local_cluster), "ComponentsReady")
+        return said if said and counted in str(said.get("message")) else None
+
+    said = wait_until(components, 30, "ComponentsReady naming all the pods")
+    message = str(said["message"])
+    assert said["reason"] == "ImagePullFailed", said
+    assert len(message) <= MESSAGE_LIMIT, len(message)
+    assert FLOOD_IMAGE[: NAME_LIMIT - 3] in message
+    assert FLOOD_IMAGE[:NAME_LIMIT] not in message  # cut, each name to NAME_LIMIT
+    assert "kyma-gpu images --check" in message  # the advice survives the cut
+    size = len(json.dumps((gpu(local_cluster) or {})["status"]))
+    assert size < STATUS_SIZE_LIMIT, size
+    local_cluster.kubectl("delete", "pods", "-n", TARGET_NAMESPACE, "--all", "--wait=false")
+    wait_until(lambda: (condition(gpu(local_cluster), "ComponentsReady") or {}).get("reason")
+               != "ImagePullFailed", 60, "ComponentsReady without the pods")  # fmt: skip
+
+
 VALIDATOR_IMAGE = {"cuda": {"env": [{"name": "VALIDATOR_IMAGE", "value": "evil.example/v:1"}]}}
 """Issue 43: NVIDIA's controller ran this image, privileged, as the CUDA validator."""
 

@@ -283,9 +283,9 @@ class GpuSpec(_Model):
     values-rules/values-allowlist.yaml, each with its type (operands' resources, tolerations,
     priority and pull policy, the update strategy, the operator's log level, GPUDirect RDMA,
     the DCGM exporter's ServiceMonitor and metrics list, the MIG manager's layouts). Anything
-    else is refused (kubectl's strict field validation names it; a client without it sees the
-    value dropped, with a warning). Images, commands, env, host paths, volumes and NFD's
-    configuration are the module's."""
+    else is refused (strict field validation names it, kubectl apply's default; without it, as
+    kubectl patch by default, the value is dropped with a warning). Images, commands, env,
+    host paths, volumes and NFD's configuration are the module's."""
 
     @field_validator("values")
     @classmethod
