@@ -225,6 +225,9 @@ ROWS: list[tuple[str, dict[str, Any], str]] = [
         "additionalLabels": {"a\nb": "c"}}}}},
      "spec.values.dcgmExporter.serviceMonitor.additionalLabels: Invalid value: "
      f"{LABELS_RULE['message']}"),
+    ("values-feature-gate-name", {"values": {"draDriver": {"featureGates": {"A=b": True}}}},
+     "spec.values.draDriver.featureGates: Invalid value: feature gate names are letters and "
+     "digits"),
     ("values-too-many-tolerations",
      {"values": {"daemonsets": {"tolerations": [{"operator": "Exists"}] * (MAX_LIST + 1)}}},
      f"spec.values.daemonsets.tolerations: Too many: {MAX_LIST + 1}: must have at most "

@@ -109,7 +109,7 @@ DOORS: list[tuple[str, dict[str, Any], str]] = [
      {"values": {"operator": {"env": [{"name": "DRIVER_MANAGER_IMAGE", "value": "evil"}]}}},
      _unknown("spec.values.operator.env")),
     ("dra-driver-env", {"values": {"draDriver": {"env": [{"name": "A", "value": "b"}]}}},
-     _unknown("spec.values.draDriver")),
+     _unknown("spec.values.draDriver.env")),
     ("toolkit-install-dir", {"values": {"toolkit": {"installDir": "/tmp/evil"}}},
      _unknown("spec.values.toolkit.installDir")),
     ("dcgm-job-mapping-host-path",

@@ -300,10 +300,8 @@ class Allowlist:
 
     charts: tuple[str, ...]
     values: tuple[Allowed, ...]
-
-    @property
-    def tree(self) -> Tree:
-        return _tree(self.values)
+    tree: Tree
+    """The same values by key, level by level (built once, read at every validation)."""
 
 
 def _tree(values: Sequence[Allowed]) -> Tree:
@@ -331,7 +329,7 @@ def parse_allowlist(data: Any) -> Allowlist:
     for first, second in pairwise(paths):
         if second[: len(first)] == first:
             raise ValueError(f"{'.'.join(second)} is listed twice or below a listed value")
-    return Allowlist(tuple(parsed.charts), values)
+    return Allowlist(tuple(parsed.charts), values, _tree(values))
 
 
 @cache
@@ -340,9 +338,6 @@ def allowlist(directory: Path | None = None) -> Allowlist:
     path = (directory or default_rules_dir()) / ALLOWLIST_FILE
     with path.open(encoding="utf-8") as handle:
         return parse_allowlist(yaml.safe_load(handle))
-
-
-Path_ = tuple[str | int, ...]
 
 
 def path_text(path: Sequence[str | int]) -> str:
@@ -421,10 +416,10 @@ def _leaf_error(err: ValidationError, allowed: Allowed, path: tuple[str, ...]) -
     loc = tuple(p for p in first["loc"] if p not in _BRANCHES)
     said = FORMATS.get(allowed.type)
     hint = f"(a {allowed.type} value{': ' + said if said else ''}; {ALLOWLIST_DOC})"
-    if "[key]" in loc:
+    if "[key]" in loc:  # a map's key: the CRD's CEL rule on the map says it
         where = path_text((*path, *loc[: loc.index("[key]") - 1]))
-        said = f"{where}: Invalid value: {LABELS_RULE['message']}"
-        return ValuesError(where, f"{said} {hint}")
+        rule = GATES_RULE if allowed.type is ValueType.FEATURE_GATES else LABELS_RULE
+        return ValuesError(where, f"{where}: Invalid value: {rule['message']} {hint}")
     where = path_text((*path, *loc))
     return ValuesError(where, f"{error_text(first, where)} {hint}")
 
