@@ -108,28 +108,26 @@ def _object(properties: dict[str, Any]) -> dict[str, Any]:
     return {"type": "object", "properties": properties}
 
 
+_MAPS: dict[ValueType, tuple[dict[str, Any], dict[str, str]]] = {
+    ValueType.LABELS: (
+        {"type": "string", "maxLength": 63, "pattern": LABEL_VALUE_PATTERN},
+        LABELS_RULE,
+    ),
+    ValueType.FEATURE_GATES: ({"type": "boolean"}, GATES_RULE),
+}
+"""The map types: their values' schema and the CEL rule on their keys (a structural schema
+has no propertyNames)."""
+
+
 def _leaf(allowed: Allowed) -> dict[str, Any]:
-    raw = TypeAdapter(PYTHON_TYPES[allowed.type]).json_schema(by_alias=True, mode="validation")
-    defs = raw.pop("$defs", {})
-    schema: dict[str, Any] = _structural(raw, defs)
-    if allowed.type is ValueType.LABELS:
-        schema = {
-            "type": "object",
-            "maxProperties": MAX_LABELS,
-            "additionalProperties": {
-                "type": "string",
-                "maxLength": 63,
-                "pattern": LABEL_VALUE_PATTERN,
-            },
-            "x-kubernetes-validations": [LABELS_RULE],
-        }
-    if allowed.type is ValueType.FEATURE_GATES:
-        schema = {
-            "type": "object",
-            "maxProperties": MAX_LABELS,
-            "additionalProperties": {"type": "boolean"},
-            "x-kubernetes-validations": [GATES_RULE],
-        }
+    if allowed.type in _MAPS:
+        values, keys = _MAPS[allowed.type]
+        schema: dict[str, Any] = {"type": "object", "maxProperties": MAX_LABELS,
+                                  "additionalProperties": values,
+                                  "x-kubernetes-validations": [keys]}  # fmt: skip
+    else:
+        raw = TypeAdapter(PYTHON_TYPES[allowed.type]).json_schema(by_alias=True, mode="validation")
+        schema = _structural(raw, raw.pop("$defs", {}))
     return {**schema, "description": f"{allowed.type}: {allowed.why}"}
 
 

@@ -347,16 +347,15 @@ def path_text(path: Sequence[str | int]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ValuesError:
-    """The first rule spec.values breaks: where, and the whole message (the API server's words
-    first, then ours)."""
+    """The first rule spec.values breaks, in whole (the API server's words first, then ours:
+    each message starts with the path)."""
 
-    path: str
     text: str
 
 
 def _unlisted(path: str) -> ValuesError:
     """kubectl's strict field validation names the key the same way."""
-    return ValuesError(path, f'unknown field "{path}": {NOT_LISTED}')
+    return ValuesError(f'unknown field "{path}": {NOT_LISTED}')
 
 
 def values_error(values: Any, listed: Allowlist | None = None) -> ValuesError | None:
@@ -386,8 +385,8 @@ def _errors(node: Any, tree: Tree | Allowed, path: tuple[str, ...]) -> Iterator[
     if not isinstance(node, Mapping):
         where = path_text(path)
         got = json_type(node)
-        yield ValuesError(where, f'{where}: Invalid value: "{got}": {where} in body must be of '
-                          f'type object: "{got}"')  # fmt: skip
+        yield ValuesError(f'{where}: Invalid value: "{got}": {where} in body must be of type '
+                          f'object: "{got}"')  # fmt: skip
         return
     for key, child in node.items():
         sub = tree.get(key) if isinstance(key, str) else None
@@ -419,9 +418,9 @@ def _leaf_error(err: ValidationError, allowed: Allowed, path: tuple[str, ...]) -
     if "[key]" in loc:  # a map's key: the CRD's CEL rule on the map says it
         where = path_text((*path, *loc[: loc.index("[key]") - 1]))
         rule = GATES_RULE if allowed.type is ValueType.FEATURE_GATES else LABELS_RULE
-        return ValuesError(where, f"{where}: Invalid value: {rule['message']} {hint}")
+        return ValuesError(f"{where}: Invalid value: {rule['message']} {hint}")
     where = path_text((*path, *loc))
-    return ValuesError(where, f"{error_text(first, where)} {hint}")
+    return ValuesError(f"{error_text(first, where)} {hint}")
 
 
 def pruned_error(paths: Sequence[str]) -> ValidationError:
