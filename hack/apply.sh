@@ -58,8 +58,8 @@ if [[ -s "${WORK}/first.yaml" ]]; then
   crds="$(awk '/^kind: CustomResourceDefinition$/ {c=1} c && /^  name: / {print "crd/" $2; c=0} /^---$/ {c=0}' "${WORK}/first.yaml")"
   if [[ -n "${crds}" ]]; then
     # kubectl wait fails at once ("accessor error: <nil> ... expected []interface{}") on a CRD
-    # whose status.conditions the API server has not written yet (seen once on a loaded
-    # machine with the 137 kB Gpu CRD): let each CRD get its conditions first, 60 s at most.
+    # whose status.conditions the API server has not written yet (a big CRD such as the Gpu's
+    # on a loaded machine): let each CRD get its conditions first, 60 s at most.
     for crd in ${crds}; do
       for _ in $(seq 1 120); do
         [[ -n "$("${KUBECTL}" get "${crd}" -o jsonpath='{.status.conditions}')" ]] && break

@@ -211,8 +211,9 @@ class KubeAdapter:
         """The pages of a whole LIST in order, each parsed as list_page parses it, while the
         request for the next one already runs: its continue token is read from the head of
         the page's raw JSON (`_continue_of`), so the API server encodes and sends page n+1
-        while the caller parses and folds page n (at 20,000 Nodes, 80 pages of 3 MB). At most
-        two pages are held: the one handed out and the next one arriving."""
+        while the caller parses and folds page n: on a big fleet the LIST is many pages of
+        megabytes each, and the two overlap instead of taking turns. At most two pages are
+        held: the one handed out and the next one arriving."""
 
         def fetch(token: str | None) -> bytes:
             return self._page(query, limit, token)
@@ -456,13 +457,14 @@ _IMAGES_END = b"}]"
 def without_images(data: bytes) -> bytes:
     """The JSON of Nodes (a list page or a watch event) with every status.images emptied.
 
-    The module never reads a Node's images, but they are 70 % of its bytes (40 entries of
-    names and sizes, ~8.6 kB of 12): cutting them before parsing halves the cost of parsing
-    and freeing a Node, which at 20,000 Nodes was most of the start. The cut needs no parser:
-    inside a JSON string every quote is escaped, so `"images":[{` is always the key `images`
-    and its array, whose entries ({"names":[...],"sizeBytes":N}) first close with `}]` at the
-    array's end (image references hold no braces). Should a body not parse after the cut,
-    the original is parsed (NODE_JSON)."""
+    The module never reads a Node's images, but a kubelet reports up to 50 of them with all
+    their names and sizes, most of a Node's bytes: cutting them before parsing saves most of
+    the cost of parsing and freeing a Node, which on a big fleet is most of the manager's start
+    (docs/performance.md, "20,000 Nodes, with Flux and the NVIDIA controller"). The cut needs
+    no parser: inside a JSON string every quote is escaped, so `"images":[{` is always the key
+    `images` and its array, whose entries ({"names":[...],"sizeBytes":N}) first close with `}]`
+    at the array's end (image references hold no braces). Should a body not parse after the
+    cut, the original is parsed (NODE_JSON)."""
     parts: list[bytes] = []
     at = 0
     while (start := data.find(_IMAGES, at)) >= 0:
@@ -509,8 +511,9 @@ def _without_images(data: bytes, parse: Callable[[bytes], Any]) -> Any:
 
 
 def _fast(data: bytes) -> Any:
-    """orjson: 2-3 times faster than the standard library on a Node, about 15 % of what a Node
-    heartbeat costs the manager (benchmarks/watch_read.py). Only for Nodes, whose fields the
+    """orjson: faster than the standard library on a Node, and a Node heartbeat is the event
+    the manager reads most (docs/performance.md, "What a heartbeat costs, and why";
+    benchmarks/watch_read.py measures it). Only for Nodes, whose fields the
     module reads are strings: orjson reads an integer beyond 64 bits as a float, which would
     make a HelmRelease's values differ from what was applied. What it refuses (NaN) goes to
     the standard library: a Node must not stop a whole LIST or watch."""
@@ -523,8 +526,9 @@ def _fast(data: bytes) -> Any:
 NODE_JSON = Parser(page=partial(_without_images, parse=json.loads),
                    event=partial(_without_images, parse=_fast))  # fmt: skip
 """Nodes: status.images cut before parsing (without_images). Watch events by orjson (_fast);
-LIST pages by the standard library, which parses a page of 250 Nodes without orjson's
-whole-document tree (5 MiB more at the peak of a LIST, kept by the manager's heap). Every other
+LIST pages by the standard library, which parses a page of Nodes without orjson's
+whole-document tree: that tree raises the peak of a LIST, and the manager's heap keeps the peak
+(docs/performance.md, "What a heartbeat costs, and why"). Every other
 collection keeps the standard library (Parser()), which keeps every integer as written."""
 
 
@@ -533,8 +537,9 @@ def _lines(response: urllib3.BaseHTTPResponse, what: str, coalesce: float = 0.0)
 
     With `coalesce`, a read that had to wait for the server is followed by a sleep that long;
     the reads after it find their data buffered and do not wait. A wake-up of the thread costs
-    more than reading a Node event (benchmarks/watch_read.py), so at 70 Node heartbeats a
-    second 0.2 s (observe.sources.NODE_COALESCE) turns 70 wake-ups into about 5."""
+    more than reading a Node event (benchmarks/watch_read.py), so however many heartbeats a
+    second a fleet sends, the Node watch (observe.sources.NODE_COALESCE) wakes up at most about
+    1 / coalesce times a second, each event at most `coalesce` seconds later."""
     pending = b""
     began = time.monotonic()
     try:
