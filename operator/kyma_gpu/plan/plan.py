@@ -2,7 +2,7 @@
 
 Pure. The same function serves the operator and the offline `kyma-gpu plan` command. The steps:
 resolve the driver modes, run the preflight checks, build the rule context, evaluate the rules,
-point the images at a mirror, build the Flux objects.
+pin the images by the release's digests, point them at a mirror, build the Flux objects.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from kyma_gpu.facts.cluster import ClusterFacts
 from kyma_gpu.plan.driver import DriverPool, Resolved, resolve
 from kyma_gpu.plan.features import FEATURE_CHECKS
 from kyma_gpu.plan.flux_objects import FluxSettings, Owner, flux_objects
-from kyma_gpu.plan.mirror import mirror_values
+from kyma_gpu.plan.mirror import mirror_values, pin_digests
 from kyma_gpu.plan.narrowing import for_version, post_renderers
 from kyma_gpu.plan.node_checks import NODE_CHECKS
 from kyma_gpu.plan.origin import (
@@ -209,13 +209,17 @@ def wanted_source(r: Resolved) -> Wanted:
 
 
 def evaluate_rules(r: Resolved, contexts: Contexts, findings: list[Finding]) -> Values:
-    """Rules, then the mirror, then spec.values. Nothing while the installer is unknown."""
+    """Rules, then the release's digests, then the mirror, then spec.values. Nothing while the
+    installer is unknown."""
     if r.installer is None and r.uses_installer:
         return Values()
     rules = r.catalog.rules
     evaluation = evaluate(rules.rules, contexts.cluster, contexts.pools, r.catalog.values_file)
     values, provenance = evaluation.values, evaluation.provenance
     applied = evaluation.applied
+    if r.chart is not None and r.catalog.image_digests:
+        pin_digests(values, provenance, r.chart, r.catalog.image_digests)
+        applied = (*applied, "image-digests")
     if matches(rules.mirror_when, contexts.cluster) and r.spec.source.image_registry:
         mirrored = mirror(r, values, provenance)
         findings.extend(mirrored)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property, partial
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -19,6 +20,7 @@ from kyma_gpu.rules.data_models import (
     ChartRbacFile,
     Defaults,
     GpuFamiliesFile,
+    ImageDigestsFile,
     MachineFamily,
     MachineTypesFile,
     parse,
@@ -27,8 +29,12 @@ from kyma_gpu.rules.engine import RuleError, RuleSet
 from kyma_gpu.rules.installer import InstallerRelease
 from kyma_gpu.rules.nvidia import NvidiaDrivers
 
+IMAGE_DIGESTS = "image-digests.yaml"
+"""A release's operand digests below values-rules/ (rules/data_models.py ImageDigestsFile)."""
+
 __all__ = [
     "ENV_RULES_DIR",
+    "IMAGE_DIGESTS",
     "Catalog",
     "ChartFacts",
     "ChartImage",
@@ -161,6 +167,16 @@ class Catalog:
         """NVIDIA's driver container images per OS (nvidia-drivers.yaml)."""
         return NvidiaDrivers.from_mapping(_load(self.root / "nvidia-drivers.yaml"))
 
+    @cached_property
+    def image_digests(self) -> Mapping[str, str]:
+        """The release's operand digests by image reference (image-digests.yaml); empty in a
+        source checkout, which names images by tag."""
+        path = self.root / IMAGE_DIGESTS
+        if not path.is_file():
+            return MappingProxyType({})
+        parsed = parse(ImageDigestsFile, _load(path), IMAGE_DIGESTS)
+        return MappingProxyType(dict(parsed.images))
+
     def values_file(self, relative: str) -> Mapping[str, Any]:
         """A values fragment below values-rules/ (path checked to stay inside)."""
         if relative not in self._files:
@@ -183,6 +199,7 @@ class Catalog:
             ("nvidia-drivers.yaml", lambda: self.nvidia_drivers),
             ("chart-rbac.yaml", lambda: self.chart_rbac),
             ("rules.yaml", lambda: self.rules),
+            (IMAGE_DIGESTS, lambda: self.image_digests),
         ]
         for tag in self.installer_releases():
             steps.append((f"installer/{tag}/versions.yaml", partial(self.installer, tag)))

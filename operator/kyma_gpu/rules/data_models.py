@@ -441,6 +441,26 @@ class ChartFacts(_CamelData):
     images: tuple[ChartImage, ...]
 
 
+# --- image-digests.yaml (a release's, not committed) ---------------------------------------
+
+IMAGE_REFERENCE_PATTERN = r"^[a-z0-9.-]+(:[0-9]+)?/[a-z0-9._/-]+:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"
+"""host[:port]/path:tag, no digest: an image as the chart facts and rules name it."""
+IMAGE_DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
+
+
+class ImageDigestsFile(_Data):
+    """values-rules/image-digests.yaml: the manifest digest of every operand image of a
+    release, by the reference the chart facts and the rules give it. `hack/module.py release`
+    asks the registry the release copies from and writes it into the release's image and
+    folder; a source checkout has none, and the plan then names its images by tag only."""
+
+    images: dict[
+        Annotated[str, Field(pattern=IMAGE_REFERENCE_PATTERN)],
+        Annotated[str, Field(pattern=IMAGE_DIGEST_PATTERN)],
+    ] = Field(max_length=4096)
+    """host/path:tag -> sha256:<64 hex> (an image index's digest for a multi-arch image)."""
+
+
 # --- chart-rbac.yaml ----------------------------------------------------------------------
 
 RbacWord = Annotated[StrictStr, Field(pattern=r"^[a-z0-9.*/-]*$")]

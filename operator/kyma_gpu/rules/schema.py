@@ -18,6 +18,7 @@ from kyma_gpu.rules.data_models import (
     ChartRbacFile,
     Defaults,
     GpuFamiliesFile,
+    ImageDigestsFile,
     InstallerValues,
     InstallerVersions,
     MachineTypesFile,
@@ -36,6 +37,7 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "installer-versions": InstallerVersions,
     "installer-values": InstallerValues,
     "values-allowlist": AllowlistFile,
+    "image-digests": ImageDigestsFile,
 }
 """Schema name (values-rules/schema/<name>.json) -> the model of its files."""
 
@@ -51,7 +53,8 @@ FILES: tuple[tuple[str, str], ...] = (
     ("installer/*/gpu-operator-values.yaml", "installer-values"),
     ("values-allowlist.yaml", "values-allowlist"),
 )
-"""Which files (globs below values-rules/) each schema describes."""
+"""Which committed files (globs below values-rules/) each schema describes. image-digests.yaml
+is a release's (hack/module.py writes it with its header), never committed."""
 
 
 def json_schema(name: str) -> str:
