@@ -64,33 +64,84 @@ def test_the_schema_is_structural(path: str, node: dict[str, Any]) -> None:
             assert node[key] is not None, path
 
 
-def test_crd_shape() -> None:
-    doc = crd()
-    assert doc["metadata"]["name"] == "gpus.gpu.kyma-project.io"
-    spec = doc["spec"]
-    assert spec["scope"] == "Cluster"
-    assert spec["names"]["kind"] == "Gpu"
-    version = spec["versions"][0]
-    assert version["name"] == "v1beta1"
-    assert version["subresources"] == {"status": {}}
-    columns = [c["name"] for c in version["additionalPrinterColumns"]]
+def _version() -> dict[str, Any]:
+    version: dict[str, Any] = crd()["spec"]["versions"][0]
+    return version
+
+
+def _spec_properties() -> dict[str, Any]:
+    props: dict[str, Any] = _schema()["properties"]["spec"]["properties"]
+    return props
+
+
+def _status_properties() -> dict[str, Any]:
+    props: dict[str, Any] = _schema()["properties"]["status"]["properties"]
+    return props
+
+
+def test_the_crd_is_named_for_the_group_and_plural() -> None:
+    assert crd()["metadata"]["name"] == "gpus.gpu.kyma-project.io"
+
+
+def test_the_gpu_is_cluster_scoped() -> None:
+    assert crd()["spec"]["scope"] == "Cluster"
+
+
+def test_the_kind_is_gpu() -> None:
+    assert crd()["spec"]["names"]["kind"] == "Gpu"
+
+
+def test_the_served_version_is_v1beta1() -> None:
+    assert _version()["name"] == "v1beta1"
+
+
+def test_the_status_is_a_subresource() -> None:
+    assert _version()["subresources"] == {"status": {}}
+
+
+def test_kubectl_get_shows_the_state_nodes_gpus_driver_and_chart_first() -> None:
+    columns = [c["name"] for c in _version()["additionalPrinterColumns"]]
     assert columns[:6] == ["State", "Ready Nodes", "GPUs", "Driver", "Driver Version", "Chart"]
-    schema = version["schema"]["openAPIV3Schema"]
-    assert "self.metadata.name == 'gpu'" in schema["x-kubernetes-validations"][0]["rule"]
-    props = schema["properties"]["spec"]["properties"]
-    assert props["driver"]["properties"]["mode"]["enum"] == [
+
+
+def test_the_one_gpu_must_be_named_gpu() -> None:
+    assert "self.metadata.name == 'gpu'" in _schema()["x-kubernetes-validations"][0]["rule"]
+
+
+def test_the_driver_modes_are_the_four_documented_ones() -> None:
+    assert _spec_properties()["driver"]["properties"]["mode"]["enum"] == [
         "Auto",
         "Precompiled",
         "Preinstalled",
         "Upstream",
     ]
-    assert "http://" in props["source"]["x-kubernetes-validations"][0]["rule"]
-    values = props["values"]
-    assert values["type"] == "object"
-    assert set(values["properties"]) == set(allowlist().tree)
-    status = schema["properties"]["status"]["properties"]
-    assert status["state"]["enum"] == ["Ready", "Processing", "Warning", "Error", "Deleting"]
-    for column in version["additionalPrinterColumns"]:
+
+
+def test_a_chart_source_over_plain_http_is_validated() -> None:
+    assert "http://" in _spec_properties()["source"]["x-kubernetes-validations"][0]["rule"]
+
+
+def test_spec_values_is_an_object() -> None:
+    assert _spec_properties()["values"]["type"] == "object"
+
+
+def test_spec_values_holds_the_allowlists_fields() -> None:
+    assert set(_spec_properties()["values"]["properties"]) == set(allowlist().tree)
+
+
+def test_the_states_are_kymas_module_states() -> None:
+    assert _status_properties()["state"]["enum"] == [
+        "Ready",
+        "Processing",
+        "Warning",
+        "Error",
+        "Deleting",
+    ]
+
+
+def test_every_status_printer_column_shows_a_status_field() -> None:
+    status = _status_properties()
+    for column in _version()["additionalPrinterColumns"]:
         field = column["jsonPath"].rsplit(".", 1)[-1]
         if column["jsonPath"].startswith(".status."):
             assert field in status, column

@@ -174,35 +174,72 @@ def test_the_managers_node_rights_are_patch_and_held_by_the_nodes_policy() -> No
     assert set(NODE_WRITABLE[""]) == written
 
 
-def test_the_nodes_policy_shape() -> None:
-    policy = _policy(NODES_NAME)
-    spec = policy["spec"]
-    assert spec["failurePolicy"] == "Fail"
-    assert "paramKind" not in spec
-    assert spec["matchConditions"] == [
+def _nodes_spec() -> dict[str, Any]:
+    spec: dict[str, Any] = _policy(NODES_NAME)["spec"]
+    return spec
+
+
+def _nodes_text() -> str:
+    """The nodes policy's variables and validations as one text, to find what they name."""
+    spec = _nodes_spec()
+    return " ".join(str(v) for v in spec["variables"] + spec["validations"])
+
+
+def test_the_nodes_policy_fails_closed() -> None:
+    assert _nodes_spec()["failurePolicy"] == "Fail"
+
+
+def test_the_nodes_policy_takes_no_parameters() -> None:
+    assert "paramKind" not in _nodes_spec()
+
+
+def test_the_nodes_policy_matches_only_the_managers_account() -> None:
+    assert _nodes_spec()["matchConditions"] == [
         {"name": "the-manager-account",
          "expression": f"request.userInfo.username == '{ACCOUNT}'"}
     ]  # fmt: skip
+
+
+def test_the_nodes_policys_binding_denies() -> None:
     binding = next(d for d in _docs() if d["kind"] == "ValidatingAdmissionPolicyBinding"
                    and d["metadata"]["name"] == NODES_NAME)  # type: ignore[index]  # fmt: skip
     assert binding["spec"] == {"policyName": NODES_NAME, "validationActions": ["Deny"]}
+
+
+def test_the_nodes_policy_holds_the_names_the_core_writes() -> None:
     # the names the core writes (api/node_marks.py) are the names the policy holds
     assert NODE_CONDITION_TYPE == node_marks.NODE_CONDITION == "KymaGpuUnhealthy"
     assert NODE_CORDON_ANNOTATION == node_marks.CORDON_ANNOTATION
     assert NODE_CORDON_ANNOTATION == "gpu.kyma-project.io/cordoned"
-    text = " ".join(str(v) for v in spec["variables"] + spec["validations"])
+
+
+def test_the_nodes_policy_names_the_marks_and_the_gpu_evidence() -> None:
+    text = _nodes_text()
     for name in (NODE_CONDITION_TYPE, NODE_CORDON_ANNOTATION, node_marks.GPU_RESOURCE,
                  *node_marks.GPU_RESOURCE_PREFIXES, *MACHINE_TYPE_LABELS):  # fmt: skip
         assert f"'{name}'" in text, name
-    # every named field is compared, between object and oldObject
+
+
+def test_the_nodes_policy_compares_every_named_field_with_the_old_object() -> None:
+    text = _nodes_text()
     for part, fields in (("metadata", NODE_METADATA_FIELDS), ("spec", NODE_SPEC_FIELDS),
                          ("status", NODE_STATUS_FIELDS)):  # fmt: skip
         for field in fields:
             assert f"object.{part}.{field} == oldObject.{part}.{field}" in text, field
+
+
+def test_the_fields_the_manager_writes_are_not_held_whole() -> None:
     assert "unschedulable" not in NODE_SPEC_FIELDS
     assert "conditions" not in NODE_STATUS_FIELDS
-    for validation in spec["validations"]:
+
+
+def test_every_refusal_of_the_nodes_policy_is_forbidden() -> None:
+    for validation in _nodes_spec()["validations"]:
         assert validation["reason"] == "Forbidden"
+
+
+def test_every_refusal_of_the_nodes_policy_says_what() -> None:
+    for validation in _nodes_spec()["validations"]:
         assert "variables.what" in validation["messageExpression"]
 
 
