@@ -78,20 +78,32 @@ def test_plan_from_stdin(files: Path) -> None:
     assert run(["plan", "-f", str(files / "gpu.yaml"), "--nodes", "-"], NODES) == by_file
 
 
-def test_plan_defaults(files: Path) -> None:
+def test_plan_without_input_plans_the_default_gpu_for_no_nodes() -> None:
     code, out, _ = run(["plan"])
     assert code == 0
-    doc = yaml.safe_load(out)
-    assert doc["preflight"]["findings"][0]["reason"] == "NoGpuNodes"
-    assert "ownerReferences" not in doc["objects"][0]["metadata"]
+    assert yaml.safe_load(out)["preflight"]["findings"][0]["reason"] == "NoGpuNodes"
+
+
+def test_plan_without_a_cluster_writes_no_owner_references() -> None:
+    _, out, _ = run(["plan"])
+    assert "ownerReferences" not in yaml.safe_load(out)["objects"][0]["metadata"]
+
+
+def test_plan_takes_a_single_node_object() -> None:
     single = NODES.split("items:\n- ", 1)[1].replace("\n  ", "\n")
     code, out, _ = run(["plan", "--nodes", "-"], single)
     assert code == 0
     assert [n["name"] for n in yaml.safe_load(out)["nodes"]] == ["gpu-1"]
+
+
+def test_plan_refuses_an_empty_node_list() -> None:
     code, _, err = run(["plan", "--nodes", "-"], "")
     assert code == 2  # an empty node list is a failed `kubectl get nodes`, not zero nodes
     assert "empty" in err
-    code, out, _ = run(["plan", "--nodes", "-"], "apiVersion: v1\nkind: List\nitems: []\n")
+
+
+def test_plan_takes_a_list_of_zero_nodes() -> None:
+    code, _, _ = run(["plan", "--nodes", "-"], "apiVersion: v1\nkind: List\nitems: []\n")
     assert code == 0  # zero nodes said so
 
 
@@ -224,25 +236,56 @@ def test_crd() -> None:
     assert run(["crd"]) == (0, crd_yaml(), "")
 
 
-def test_images() -> None:
+def _images() -> list[str]:
     code, out, err = run(["images"])
     assert (code, err) == (0, "")
-    refs = out.splitlines()
-    assert "nvcr.io/nvidia/k8s-device-plugin:v0.20.0" in refs
-    assert "registry.k8s.io/nfd/node-feature-discovery:v0.19.0" in refs
-    assert "nvcr.io/nvidia/gpu-operator:v26.7.0" in refs
+    return out.splitlines()
+
+
+def test_images_succeeds_quietly() -> None:
+    code, _, err = run(["images"])
+    assert (code, err) == (0, "")
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "nvcr.io/nvidia/k8s-device-plugin:v0.20.0",
+        "registry.k8s.io/nfd/node-feature-discovery:v0.19.0",
+        "nvcr.io/nvidia/gpu-operator:v26.7.0",
+    ],
+)
+def test_images_lists_the_charts_images(ref: str) -> None:
+    assert ref in _images()
+
+
+def test_images_lists_nvidias_driver_container_per_os() -> None:
     # NVIDIA's driver container per OS it is published for, the tag as the NVIDIA operator forms it
-    drivers = [r for r in refs if r.startswith("nvcr.io/nvidia/driver:")]
+    drivers = [r for r in _images() if r.startswith("nvcr.io/nvidia/driver:")]
     assert drivers == [f"nvcr.io/nvidia/driver:595.91.07-{os}"
                        for os in ("rhel8", "rhel9", "ubuntu22.04", "ubuntu24.04")]  # fmt: skip
+
+
+def test_images_lists_each_image_once() -> None:
+    refs = _images()
     assert len(refs) == len(set(refs))
+
+
+def test_images_lists_the_garden_linux_installer_per_kernel() -> None:
     assert (
         "ghcr.io/gardenlinux/gardenlinux-nvidia-installer/1.17.0/driver:590-<kernel>-gardenlinux0"
-        in refs
+        in _images()
     )
+
+
+def test_images_lists_the_modules_own_images() -> None:
+    refs = _images()
     assert "europe-docker.pkg.dev/kyma-project/prod/gpu-manager:0.1.0" in refs  # the module too
     assert "europe-docker.pkg.dev/kyma-project/prod/external/fluxcd/helm-controller:v1.6.4" in refs
-    code, out, _ = run(["images", "--installer-release", "1.7.0"])
+
+
+def test_images_follows_the_installer_release_asked_for() -> None:
+    _, out, _ = run(["images", "--installer-release", "1.7.0"])
     assert "gardenlinux-nvidia-installer/1.17.0" not in out
     assert "gardenlinux-nvidia-installer/1.7.0" in out
 
