@@ -175,29 +175,61 @@ def _drivers(plan: Plan) -> dict[str, dict[str, Any]]:
     return {o["metadata"]["name"]: o["spec"] for o in plan.values.get("extraObjects", [])}
 
 
-def test_mixed_fleet_gets_one_nvidiadriver_per_pool(catalog: Catalog) -> None:
-    plan = plan_for(catalog, node("gl-1"), node("gl-2"), ubuntu_node("ub-1"), cpu_node())
-    assert plan.driver_mode == PER_POOL
-    assert [(str(p.os), str(p.mode)) for p in plan.pools] == [
+@pytest.fixture(scope="module")
+def mixed(catalog: Catalog) -> Plan:
+    """The plan of a fleet with two Garden Linux GPU nodes, an Ubuntu one and a CPU node."""
+    return plan_for(catalog, node("gl-1"), node("gl-2"), ubuntu_node("ub-1"), cpu_node())
+
+
+def test_a_mixed_fleet_gets_a_driver_per_pool(mixed: Plan) -> None:
+    assert mixed.driver_mode == PER_POOL
+
+
+def test_a_mixed_fleets_pools_get_their_os_driver_modes(mixed: Plan) -> None:
+    assert [(str(p.os), str(p.mode)) for p in mixed.pools] == [
         ("gardenlinux", "Precompiled"),
         ("ubuntu", "Upstream"),
     ]
-    assert plan.values["driver"]["nvidiaDriverCRD"] == {"enabled": True, "deployDefaultCR": False}
-    drivers = _drivers(plan)
-    assert sorted(drivers) == ["gpu-gardenlinux", "gpu-ubuntu"]
-    gl, ub = drivers["gpu-gardenlinux"], drivers["gpu-ubuntu"]
+
+
+def test_a_mixed_fleet_enables_nvidiadriver_objects_without_the_default_one(mixed: Plan) -> None:
+    assert mixed.values["driver"]["nvidiaDriverCRD"] == {"enabled": True, "deployDefaultCR": False}
+
+
+def test_a_mixed_fleet_gets_one_nvidiadriver_per_pool(mixed: Plan) -> None:
+    assert sorted(_drivers(mixed)) == ["gpu-gardenlinux", "gpu-ubuntu"]
+
+
+def test_the_garden_linux_nvidiadriver_runs_the_precompiled_installer(mixed: Plan) -> None:
+    gl = _drivers(mixed)["gpu-gardenlinux"]
     assert gl["usePrecompiled"] is True
     assert gl["repository"] == INSTALLER
     assert gl["version"] == "590"
     assert gl["imagePullPolicy"] == "Always"
-    assert gl["nodeSelector"] == {"feature.node.kubernetes.io/system-os_release.ID": "gardenlinux"}
+
+
+def test_the_ubuntu_nvidiadriver_runs_nvidias_driver_container(mixed: Plan) -> None:
+    ub = _drivers(mixed)["gpu-ubuntu"]
     assert ub["usePrecompiled"] is False
     assert ub["repository"] == "nvcr.io/nvidia"
     assert ub["version"] == "595.91.07"
     assert ub["imagePullPolicy"] == "IfNotPresent"
+
+
+def test_no_nvidiadriver_needs_a_pull_secret(mixed: Plan) -> None:
+    drivers = _drivers(mixed)
+    gl, ub = drivers["gpu-gardenlinux"], drivers["gpu-ubuntu"]
     assert gl["imagePullSecrets"] == ub["imagePullSecrets"] == []
-    assert ub["nodeSelector"] == {"feature.node.kubernetes.io/system-os_release.ID": "ubuntu"}
-    assert plan.provenance["extraObjects"] == "per-pool-driver-objects"
+
+
+@pytest.mark.parametrize("os", ["gardenlinux", "ubuntu"])
+def test_each_nvidiadriver_selects_the_nodes_of_its_os(mixed: Plan, os: str) -> None:
+    selector = _drivers(mixed)[f"gpu-{os}"]["nodeSelector"]
+    assert selector == {"feature.node.kubernetes.io/system-os_release.ID": os}
+
+
+def test_the_per_pool_driver_rule_writes_the_extra_objects(mixed: Plan) -> None:
+    assert mixed.provenance["extraObjects"] == "per-pool-driver-objects"
 
 
 def test_mixed_fleet_preinstalled_pools_get_no_driver(catalog: Catalog) -> None:
