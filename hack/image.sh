@@ -3,6 +3,9 @@
 # push it to a registry with podman.
 #
 #   hack/image.sh build [VERSION]            -> localhost/gpu-manager:VERSION
+#     IMAGE_DIGESTS=FILE: a release's operand digests (hack/module.py release) become the
+#     image's values-rules/image-digests.yaml (the build context is then a copy of what
+#     .dockerignore lets in, with that file; the repository is not touched)
 #   hack/image.sh push VERSION REPOSITORY    -> REPOSITORY/gpu-manager:VERSION; prints its digest
 #
 # The Dockerfile's base image (FROM) is pulled when a registry serves it. Where none does
@@ -67,6 +70,24 @@ ensure_base() {
   fi
 }
 
+# The repository, or with IMAGE_DIGESTS a copy of what .dockerignore lets in plus the digests.
+build_context() {
+  if [[ -z ${IMAGE_DIGESTS:-} ]]; then
+    echo "$ROOT"
+    return
+  fi
+  [[ -f $IMAGE_DIGESTS ]] || { say "IMAGE_DIGESTS=$IMAGE_DIGESTS is no file"; exit 1; }
+  local copy path
+  copy=$(mktemp -d)
+  cp "$ROOT/.dockerignore" "$copy/"
+  while read -r path; do
+    (cd "$ROOT" && cp -a --parents "${path%/}" "$copy/")
+  done < <(sed -n 's/^!//p' "$ROOT/.dockerignore")
+  cp "$IMAGE_DIGESTS" "$copy/values-rules/image-digests.yaml"
+  say "the image carries the operand digests of $IMAGE_DIGESTS"
+  echo "$copy"
+}
+
 build() {
   local version=${1:-$DEFAULT_VERSION} start=$SECONDS ca=${BUILD_CA:-/etc/ssl/certs/ca-certificates.crt}
   need buildah podman
@@ -78,10 +99,14 @@ build() {
   ensure_base
   local mounts=()
   [[ -f $ca ]] && mounts=(-v "$ca:/etc/ssl/certs/ca-certificates.crt:ro")
+  local context
+  context=$(build_context)
   say "building $NAME:$version from the Dockerfile (buildah) ..."
-  # The context is the repository; .dockerignore lets only what the Dockerfile copies in.
+  # The context is the repository (or its copy with the release's digests); .dockerignore
+  # lets only what the Dockerfile copies in.
   buildah bud --quiet --isolation chroot --pull=never --layers "${mounts[@]}" \
-    --build-arg "VERSION=$version" -t "$NAME:$version" -f "$ROOT/Dockerfile" "$ROOT" >/dev/null
+    --build-arg "VERSION=$version" -t "$NAME:$version" -f "$ROOT/Dockerfile" "$context" >/dev/null
+  [[ $context == "$ROOT" ]] || rm -rf "$context"
   say "built $NAME:$version in $((SECONDS - start))s ($(podman image inspect "$NAME:$version" --format '{{.Size}}') bytes)"
 }
 

@@ -10,19 +10,26 @@
 
     hack/module.py release [--version V] [--image-repository R] [--component-repository URL]
                            [--team kyma/<team>] [--channel C]... [--out DIR] [--no-image]
-        1. the manager image from the Dockerfile (hack/image.sh: buildah), tagged V;
+        0. the digest of every operand image (`kyma-gpu images`' release list: the operands of
+           both charts, NVIDIA's driver per OS), asked of the registry that holds it (one HEAD
+           each): DIR/image-digests.yaml. An image without a digest stops the release
+           (--unpinned-operands: by tag, for a development release where those registries
+           cannot be reached);
+        1. the manager image from the Dockerfile (hack/image.sh: buildah), tagged V, with the
+           digests in its values-rules/, so that the manager names each operand by tag@digest;
         2. pushed to R/gpu-manager:V when R is a registry this machine can push to
            (--push, or R on 127.0.0.1/localhost), and the manifest then pins its digest;
         3. the manifest of V (config/module-bundle with the image and the version label);
         4. `modulectl create` from a copy of the committed module-config with the version,
            the scanning team (--team, the release pipeline's value) and the local files:
            the ModuleTemplate and the OCM component constructor; to which this script adds
-           every image the release can run but the ones modulectl found (`kyma-gpu images`:
-           the operands of both charts, NVIDIA's driver per OS) and each supported chart
+           every image the release can run but the ones modulectl found (by tag@digest) and
+           each supported chart
            (../shared/charts, or --charts), so that `ocm transfer --copy-resources` moves
            the whole module into a sovereign registry (--operand-registry R names the operands
            in R instead: the tests' stand-in for the public registries);
-        5. `ocm add componentversions`: the component version in a CTF archive (DIR/ctf);
+        5. `ocm add componentversions`: the component version in a CTF archive (DIR/ctf), with
+           a digest of every resource (not with --unpinned-operands);
         6. `ocm transfer ctf` to the OCM repository URL (KLM's --oci-registry-host), if given;
         7. the ModuleReleaseMeta: each --channel (default regular) -> V.
         Everything lands in DIR (default dist/module/V).
@@ -48,7 +55,9 @@ import yaml
 
 from kyma_gpu.plan.inventory import module_images, release_images
 from kyma_gpu.plan.mirror import replace_registry
-from kyma_gpu.rules.catalog import Catalog
+from kyma_gpu.registry import manifest_digest
+from kyma_gpu.rules.catalog import IMAGE_DIGESTS, Catalog
+from kyma_gpu.rules.schema import header
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULE = ROOT / "config" / "module"
@@ -76,11 +85,12 @@ def say(message: str) -> None:
     print(f"module: {message}", file=sys.stderr, flush=True)
 
 
-def run(argv: list[str], cwd: Path | None = None) -> str:
+def run(argv: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
     tool = Path(argv[0])
     if not tool.exists() and shutil.which(argv[0]) is None:
         raise ReleaseError(f"{argv[0]} not found; run 'make tools' (and 'make setup') first")
-    result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
+    result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False,
+                            env={**os.environ, **env} if env else None)  # fmt: skip
     if result.returncode != 0:
         raise ReleaseError(
             f"{tool.name} {' '.join(argv[1:3])} failed ({result.returncode}):\n"
@@ -190,6 +200,8 @@ class Release:
     build_image: bool
     charts: Path = CHARTS
     operand_registry: str = ""
+    pinned: bool = True
+    """Every operand by digest (False: --unpinned-operands, by tag)."""
 
     @property
     def image(self) -> str:
@@ -200,10 +212,64 @@ def local_registry(repository: str) -> bool:
     return repository.split("/", 1)[0].split(":", 1)[0] in ("127.0.0.1", "localhost")
 
 
+def operand_references(catalog: Catalog, operand_registry: str) -> dict[str, str]:
+    """Every operand image of the release (not the module's own, no placeholders): the
+    reference the chart facts and rules give it -> the one the release names it by."""
+    module = {i.reference for i in module_images()}
+    charts = [c for v in catalog.chart_versions() if (c := catalog.chart(v)) is not None]
+    found: dict[str, str] = {}
+    for chart in charts:
+        for image in release_images(catalog, chart, catalog.defaults.installer_release):
+            original = image.reference
+            if original not in module and "<" not in original:
+                found[original] = replace_registry(original, operand_registry) \
+                    if operand_registry else original  # fmt: skip
+    return found
+
+
+def digest_step(release: Release) -> dict[str, str]:
+    """The manifest digest of every operand image, asked of the registry that holds it;
+    written to DIR/image-digests.yaml (original reference -> digest)."""
+    if not release.pinned:
+        say("--unpinned-operands: the operands are named by tag, in the component and the values")
+        return {}
+    references = operand_references(Catalog(), release.operand_registry)
+    digests: dict[str, str] = {}
+    failed: list[str] = []
+    for done, (original, named) in enumerate(references.items(), start=1):
+        digest, why = manifest_digest(named)
+        if digest is None:
+            failed.append(f"  {named}: {why}")
+        else:
+            digests[original] = digest
+        if done % 20 == 0 or done == len(references):
+            say(f"digests: {done} of {len(references)} operand images asked")
+    if failed:
+        raise ReleaseError(
+            f"no digest for {len(failed)} of {len(references)} operand images:\n"
+            + "\n".join(failed)
+            + "\na release names every operand by digest; --unpinned-operands cuts a "
+            "development release by tag"
+        )
+    (release.out / IMAGE_DIGESTS).write_text(digests_file(digests), encoding="utf-8")
+    return digests
+
+
+def digests_file(digests: dict[str, str]) -> str:
+    """values-rules/image-digests.yaml as the release writes it (schema: ImageDigestsFile)."""
+    return (
+        f"{header(IMAGE_DIGESTS, 'image-digests')}\n"
+        "# Written by hack/module.py release: the manifest digest of every operand image.\n"
+        + yaml.safe_dump({"images": dict(sorted(digests.items()))}, sort_keys=False)
+    )
+
+
 def image_step(release: Release) -> str:
     """Build (and push) the image; the reference the manifest uses (by digest once pushed)."""
     if release.build_image:
-        run(["bash", str(ROOT / "hack" / "image.sh"), "build", release.version])
+        digests = release.out / IMAGE_DIGESTS
+        env = {"IMAGE_DIGESTS": str(digests)} if digests.is_file() else None
+        run(["bash", str(ROOT / "hack" / "image.sh"), "build", release.version], env=env)
     if not release.push:
         say(f"not pushing: the manifest names {release.image} by tag")
         return release.image
@@ -284,13 +350,19 @@ def config_step(release: Release, manifest: str) -> Path:
 
 
 def operand_resources(
-    catalog: Catalog, charts: Path, operand_registry: str, version: str
+    catalog: Catalog,
+    charts: Path,
+    operand_registry: str,
+    version: str,
+    digests: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """The OCM resources of every operand image and chart of the release (pure but for the
-    chart files' existence): images by reference (ociArtifact), charts as helm inputs, which
-    `ocm transfer --copy-resources` uploads as OCI charts next to the component. An image's
-    tag is not always a version OCM takes (595.91.07-ubuntu22.04): the resource carries the
-    module's version and the tag as its extra identity."""
+    chart files' existence): images by reference (ociArtifact; tag@digest where `digests`
+    has it), charts as helm inputs, which `ocm transfer --copy-resources` uploads as OCI
+    charts next to the component. An image's tag is not always a version OCM takes
+    (595.91.07-ubuntu22.04): the resource carries the module's version and the tag as its
+    extra identity."""
+    digests = digests or {}
     found: list[dict[str, Any]] = []
     for chart_version in catalog.chart_versions():
         tgz = charts / f"gpu-operator-{chart_version}.tgz"
@@ -300,18 +372,9 @@ def operand_resources(
         found.append({"name": "gpu-operator-chart", "type": "helmChart",
                       "version": chart_version, "extraIdentity": {"chart": chart_version},
                       "input": {"type": "helm", "path": str(tgz)}})  # fmt: skip
-    module = {i.reference for i in module_images()}
-    references: dict[str, None] = {}
-    for chart_version in catalog.chart_versions():
-        chart = catalog.chart(chart_version)
-        if chart is None:
-            continue
-        for image in release_images(catalog, chart, catalog.defaults.installer_release):
-            if image.reference not in module and "<" not in image.reference:
-                references[image.reference] = None
-    for original in references:
-        reference = replace_registry(original, operand_registry) if operand_registry else original
-        path, _, tag = reference.rpartition(":")
+    for original, named in operand_references(catalog, operand_registry).items():
+        path, _, tag = named.rpartition(":")
+        reference = f"{named}@{digests[original]}" if original in digests else named
         name = "operand-" + path.split("/", 1)[-1].replace("/", "-").replace(".", "-").lower()
         found.append({"name": name[:63].rstrip("-"), "type": "ociArtifact", "version": version,
                       "relation": "external", "extraIdentity": {"tag": tag},
@@ -319,11 +382,11 @@ def operand_resources(
     return found
 
 
-def operand_step(release: Release, constructor: Path) -> None:
+def operand_step(release: Release, constructor: Path, digests: dict[str, str]) -> None:
     document = yaml.safe_load(constructor.read_text(encoding="utf-8"))
     (component,) = document["components"]
     added = operand_resources(Catalog(), release.charts, release.operand_registry,
-                              release.version)  # fmt: skip
+                              release.version, digests)  # fmt: skip
     component["resources"] = [*component.get("resources", []), *added]
     constructor.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
     say(f"added {len(added)} operand images and charts to the component")
@@ -332,8 +395,11 @@ def operand_step(release: Release, constructor: Path) -> None:
 def component_step(release: Release, constructor: Path) -> Path:
     ctf = release.out / "ctf"
     shutil.rmtree(ctf, ignore_errors=True)
-    run([str(OCM), "add", "componentversions", "--create", "--file", str(ctf),
-         "--skip-digest-generation", str(constructor)], cwd=release.out)  # fmt: skip
+    # Pinned, every resource gets its digest in the component (what a signature covers); by
+    # tag, the public registries would have to be reached to compute them.
+    skip = [] if release.pinned else ["--skip-digest-generation"]
+    run([str(OCM), "add", "componentversions", "--create", "--file", str(ctf), *skip,
+         str(constructor)], cwd=release.out)  # fmt: skip
     if release.component_repository:
         # No https:// before the host: the ocm CLI names what it uploads (the charts) with the
         # scheme it was given, and KLM cannot parse an image reference with one (https is
@@ -347,16 +413,19 @@ def component_step(release: Release, constructor: Path) -> Path:
 def release_step(release: Release) -> None:
     config = module_config()
     release.out.mkdir(parents=True, exist_ok=True)
+    (release.out / IMAGE_DIGESTS).unlink(missing_ok=True)
+    digests = digest_step(release)
     image = image_step(release)
     manifest = manifest_step(release, image)
     _, constructor = modulectl_create(config_step(release, manifest), release.out)
-    operand_step(release, constructor)
+    operand_step(release, constructor, digests)
     component_step(release, constructor)
     (release.out / "modulereleasemeta.yaml").write_text(
         release_meta(config, release.version, release.channels), encoding="utf-8"
     )
     say(f"release {release.version} in {release.out}: template.yaml, "
-        f"modulereleasemeta.yaml, manifest.yaml, component-constructor.yaml, ctf/")  # fmt: skip
+        f"modulereleasemeta.yaml, manifest.yaml, component-constructor.yaml, ctf/"
+        f"{', ' + IMAGE_DIGESTS if digests else ''}")  # fmt: skip
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -396,6 +465,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
         default="",
         help="name the operand images in this registry (tests: no internet)",
     )
+    cut.add_argument(
+        "--unpinned-operands",
+        action="store_true",
+        help="name the operands by tag, asking no registry for digests (development only)",
+    )
     return parser.parse_args(argv)  # fmt: skip
 
 
@@ -411,7 +485,7 @@ def main(argv: list[str]) -> int:
             out=(args.out or ROOT / "dist" / "module" / args.version).resolve(),
             push=args.push or (local_registry(args.image_repository) and not args.no_image),
             build_image=not args.no_image, charts=args.charts.resolve(),
-            operand_registry=args.operand_registry,
+            operand_registry=args.operand_registry, pinned=not args.unpinned_operands,
         ))  # fmt: skip
     except ReleaseError as error:
         say(f"error: {error}")

@@ -7,7 +7,8 @@ before anything is read or sent, and so is a redirect to one; the realm may be o
 (Docker Hub's is auth.docker.io), which gets the challenge's service and scope and nothing
 else. An Authorization header never follows a redirect to another host.
 
-The one place where `kyma-gpu images --check` talks to a registry; the reference parsing is
+The one place where `kyma-gpu images --check` and a release's digests (`manifest_digest`,
+hack/module.py) talk to a registry; the reference parsing is
 pure and unit-tested, the requests run against the real registry in
 tests/integration/test_image_check.py.
 """
@@ -35,6 +36,7 @@ ACCEPT = ", ".join(
     )
 )
 TIMEOUT = 20.0
+DIGEST = r"sha256:[0-9a-f]{64}"
 TOKEN_BODY_LIMIT = 64 * 1024
 """Bytes of a token realm's answer read at most: a token is a few kB."""
 
@@ -71,11 +73,39 @@ def parse_reference(reference: str) -> Reference | None:
     return Reference(host, path, tag)
 
 
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What the registry said of one reference."""
+
+    presence: Presence
+    why: str = ""
+    """Why it is not present ("" when it is)."""
+    digest: str | None = None
+    """The manifest's digest (Docker-Content-Digest) when present."""
+
+
 def presence(reference: str, insecure: bool = False) -> tuple[Presence, str]:
     """Whether the registry of `reference` holds it, and a word on why not."""
+    answer = ask(reference, insecure)
+    return answer.presence, answer.why
+
+
+def manifest_digest(reference: str, insecure: bool = False) -> tuple[str | None, str]:
+    """The digest of the manifest (or image index) `reference` names, and why there is none:
+    what a release pins an operand image by."""
+    answer = ask(reference, insecure)
+    if answer.presence is not Presence.PRESENT:
+        return None, answer.why
+    if answer.digest is None:
+        return None, "the registry named no Docker-Content-Digest for it"
+    return answer.digest, ""
+
+
+def ask(reference: str, insecure: bool = False) -> Answer:
+    """One HEAD request for the manifest (with an anonymous token where one is asked for)."""
     ref = parse_reference(reference)
     if ref is None:
-        return Presence.UNKNOWN, "a placeholder: check each value of it"
+        return Answer(Presence.UNKNOWN, "a placeholder: check each value of it")
     scheme = "http" if insecure else "https"
     url = f"{scheme}://{ref.host}/v2/{ref.name}/manifests/{ref.tag}"
     try:
@@ -85,7 +115,7 @@ def presence(reference: str, insecure: bool = False) -> tuple[Presence, str]:
             return _with_token(url, err.headers.get("WWW-Authenticate", ""), insecure)
         return _answer(err.code)
     except (OSError, ValueError) as err:
-        return Presence.UNREACHABLE, _said(err)
+        return Answer(Presence.UNREACHABLE, _said(err))
 
 
 def _schemes(insecure: bool) -> tuple[str, ...]:
@@ -137,12 +167,15 @@ def _opener(insecure: bool) -> urllib.request.OpenerDirector:
     return opener
 
 
-def _head(url: str, token: str | None, insecure: bool) -> tuple[Presence, str]:
+def _head(url: str, token: str | None, insecure: bool) -> Answer:
     request = urllib.request.Request(url, method="HEAD", headers={"Accept": ACCEPT})
     if token is not None:
         request.add_header("Authorization", f"Bearer {token}")
     with _opener(insecure).open(request, timeout=TIMEOUT) as response:
-        return _answer(int(response.status))
+        digest = response.headers.get("Docker-Content-Digest")
+        found = _answer(int(response.status))
+        valid = isinstance(digest, str) and re.fullmatch(DIGEST, digest) is not None
+        return Answer(found.presence, found.why, digest if valid else None)
 
 
 def _said(err: Exception) -> str:
@@ -150,34 +183,34 @@ def _said(err: Exception) -> str:
     return str(err.reason) if isinstance(err, urllib.error.URLError) else str(err)
 
 
-def _answer(code: int) -> tuple[Presence, str]:
+def _answer(code: int) -> Answer:
     if code == 200:
-        return Presence.PRESENT, ""
+        return Answer(Presence.PRESENT)
     if code == 404:
-        return Presence.MISSING, "the registry has no such manifest"
-    return Presence.UNREACHABLE, f"the registry answered HTTP {code}"
+        return Answer(Presence.MISSING, "the registry has no such manifest")
+    return Answer(Presence.UNREACHABLE, f"the registry answered HTTP {code}")
 
 
-def _with_token(url: str, challenge: str, insecure: bool) -> tuple[Presence, str]:
+def _with_token(url: str, challenge: str, insecure: bool) -> Answer:
     """An anonymous token from the realm the registry names (Docker's token protocol), over
     https (http with --insecure) only: refused_scheme."""
     fields = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
     if not challenge.lower().startswith("bearer") or "realm" not in fields:
-        return Presence.UNREACHABLE, "the registry wants credentials (not supported yet)"
+        return Answer(Presence.UNREACHABLE, "the registry wants credentials (not supported yet)")
     realm = fields["realm"]
     why = refused_scheme(realm, insecure)
     if why:
-        return Presence.UNREACHABLE, why
+        return Answer(Presence.UNREACHABLE, why)
     query = urllib.parse.urlencode({k: v for k, v in fields.items() if k != "realm"})
     joiner = "&" if urllib.parse.urlsplit(realm).query else "?"
     try:
         with _opener(insecure).open(f"{realm}{joiner}{query}", timeout=TIMEOUT) as answer:
             body = json.loads(answer.read(TOKEN_BODY_LIMIT))
         if not isinstance(body, dict):
-            return Presence.UNREACHABLE, "the token realm answered no JSON object"
+            return Answer(Presence.UNREACHABLE, "the token realm answered no JSON object")
         token = body.get("token") or body.get("access_token")
         return _head(url, str(token), insecure)
     except urllib.error.HTTPError as err:
-        return _answer(err.code) if err.code != 401 else (Presence.UNREACHABLE, "denied")
+        return _answer(err.code) if err.code != 401 else Answer(Presence.UNREACHABLE, "denied")
     except (OSError, ValueError) as err:
-        return Presence.UNREACHABLE, _said(err)
+        return Answer(Presence.UNREACHABLE, _said(err))

@@ -10,19 +10,23 @@ from B's copy of its image, the default Gpu (the empty spec KLM creates) gets B'
 an OCIRepository pinned by digest and B's images, Flux installs the chart, and the real NVIDIA
 controller reconciles. Every container and init container of every pod template that the
 module, the chart and the NVIDIA controller created must name B; one that does not fails the
-test by name. Then an image B lacks: the real kubelet fails to pull it, and the Gpu's status
-names it.
+test by name. Every operand container of the chart and the controller but the driver names
+its image by the digest the release recorded (and B serves that digest). Then an image B
+lacks: the real kubelet fails to pull it, and the Gpu's status names it.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 
 from kyma_gpu.registry import Presence, presence
+from kyma_gpu.rules.catalog import IMAGE_DIGESTS
 from tests.harness.air_gapped import AirGapped, administrator_config_map
 from tests.harness.klm import SKR_KYMA, SKR_NAMESPACE, manager_pods
 from tests.harness.module import condition, gpu, gpu_ready, wait_until
@@ -108,6 +112,37 @@ def test_nothing_runs_from_outside_the_sovereign_registry(landscape: AirGapped) 
     assert all(v.startswith(f"{sovereign.host}/") for v in flux.values()), flux
     log.info("air-gapped: %d pod templates, all from %s; Gpu %s", len(images), sovereign.host,
              ready["status"].get("state"))  # fmt: skip
+
+
+def _path(reference: str) -> str:
+    """host/path:tag[@digest] -> path:tag (the part a mirror keeps)."""
+    return reference.split("@", 1)[0].split("/", 1)[1]
+
+
+@pytest.mark.timeout(600)
+def test_the_operands_run_by_the_digests_the_release_copied(landscape: AirGapped) -> None:
+    cluster, sovereign = landscape.cluster, landscape.sovereign
+    wait_until(lambda: gpu_ready(cluster), 300, "the Gpu Ready (the test before)")
+    released = landscape.workdir / landscape.version / IMAGE_DIGESTS
+    recorded = {_path(k): v for k, v in yaml.safe_load(released.read_text())["images"].items()}
+    operands = {k: v for k, v in _images(cluster).items() if k.startswith(
+        ("DaemonSet/gpu-operator/", "Deployment/gpu-operator/"))}  # fmt: skip
+    drivers = {k for k, v in operands.items() if _path(v).split(":")[0].endswith("/driver")}
+    assert len(operands) - len(drivers) >= 5, operands  # operator, NFD, toolkit, plugin, ...
+    by_tag = {k: v for k, v in operands.items() if "@" not in v and k not in drivers}
+    assert by_tag == {}, f"operands by tag only: {by_tag}"
+    pinned = {k: v for k, v in operands.items() if k not in drivers}
+    wrong = {k: v for k, v in pinned.items() if recorded.get(_path(v)) != v.rsplit("@", 1)[1]}
+    assert wrong == {}, f"digests the release did not record for that image: {wrong}"
+    os.environ["SSL_CERT_FILE"] = str(sovereign.ca)
+    try:
+        absent = {v: presence(v)[1] for v in set(pinned.values())
+                  if presence(v)[0] is not Presence.PRESENT}  # fmt: skip
+    finally:
+        del os.environ["SSL_CERT_FILE"]
+    assert absent == {}, f"B does not serve these digests: {absent}"
+    log.info("by digest: %d operand containers, %d driver containers by tag", len(pinned),
+             len(drivers))  # fmt: skip
 
 
 def _components(cluster: Any) -> dict[str, Any]:

@@ -122,12 +122,14 @@ class Registry:
             self.process.stop()
 
     def push_stand_in(self, reference: str) -> None:
-        """An image with an empty config and no layers under `reference` (its host is this
+        """An image with a one-line config and no layers under `reference` (its host is this
         registry): for tools that read manifests and copy artifacts, never run them."""
         host, _, rest = reference.partition("/")
         assert host == self.host, reference
         name, _, tag = rest.rpartition(":")
-        config = b"{}"
+        # A config of its own per reference: each stand-in has a digest of its own, so a digest
+        # pinned to the wrong image shows.
+        config = json.dumps({"standIn": reference}).encode()
         digest = self._blob(name, config)
         manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "layers": [],
                     "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
@@ -194,8 +196,10 @@ def publish(
     ]  # fmt: skip
     if not build_image:
         argv.append("--no-image")
-    if operand_registry:
-        argv += ["--operand-registry", operand_registry]
+    # Without an operand registry the operands are named in the public registries, which
+    # this machine cannot reach: by tag (the air-gapped landscape pins them, from A).
+    argv += ["--operand-registry", operand_registry] if operand_registry else [
+        "--unpinned-operands"]  # fmt: skip
     env = {**os.environ, **({"SSL_CERT_FILE": str(registry.ca)} if registry.tls else {})}
     result = subprocess.run(argv, capture_output=True, text=True, timeout=1800, check=False,
                             env=env)  # fmt: skip

@@ -8,13 +8,15 @@ check reads manifests, never content.
 
 from __future__ import annotations
 
+import hashlib
 import io
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from kyma_gpu.cli import main
-from kyma_gpu.registry import Presence, presence
+from kyma_gpu.registry import Presence, manifest_digest, presence
 from tests.harness.cluster import LocalCluster
 from tests.harness.klm import Registry
 
@@ -66,3 +68,22 @@ def test_an_unreachable_registry_is_not_present(registry: Registry) -> None:
     assert presence(f"{registry.host}/a/placeholder:590-<kernel>-gardenlinux0")[0] == (
         Presence.UNKNOWN
     )
+
+
+def test_a_release_pins_the_manifest_the_registry_holds(registry: Registry) -> None:
+    """What hack/module.py release records per operand: the digest of exactly that manifest."""
+    one, two = f"{registry.host}/pin/one:v1", f"{registry.host}/pin/two:v1"
+    for reference in (one, two):
+        registry.push_stand_in(reference)
+    digest, why = manifest_digest(one, insecure=True)
+    assert digest is not None, why
+    with urllib.request.urlopen(urllib.request.Request(
+        f"{registry.url}/v2/pin/one/manifests/v1",
+        headers={"Accept": "application/vnd.oci.image.manifest.v1+json"},
+    ), timeout=10) as answer:  # fmt: skip
+        assert digest == "sha256:" + hashlib.sha256(answer.read()).hexdigest()
+    assert manifest_digest(two, insecure=True)[0] not in (None, digest), "a digest per image"
+    assert presence(f"{one}@{digest}", insecure=True)[0] is Presence.PRESENT
+    assert manifest_digest(f"{registry.host}/pin/three:v1", insecure=True) == (
+        None, "the registry has no such manifest"
+    )  # fmt: skip

@@ -5,7 +5,9 @@
 supported charts. Registry A stands in for the public registries: the release names its
 operands there (`--operand-registry`), and A holds a stand-in under each name (an empty config,
 no layers: `ocm` copies artifacts, it never runs them). `ocm transfer --copy-resources` moves
-the component from A to B; then A is stopped, and everything is asserted on B alone: every
+the component from A to B. Before, the component in A names every operand by tag and the
+digest A holds for it (the release asked A), and the release's image-digests.yaml is a file
+the manager's catalog loads; then A is stopped, and everything is asserted on B alone: every
 image resource names B (by digest), B answers for each, and B serves each chart as an OCI chart
 that Helm pulls byte for byte. Both registries speak TLS (the ocm CLI and KLM reach registries
 by https only), with the local cluster's CA.
@@ -15,14 +17,15 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from kyma_gpu.registry import Presence, parse_reference, presence
-from kyma_gpu.rules.catalog import Catalog
+from kyma_gpu.registry import Presence, manifest_digest, parse_reference, presence
+from kyma_gpu.rules.catalog import IMAGE_DIGESTS, Catalog
 from tests.harness.air_gapped import CHARTS, resources, stand_ins, transfer
 from tests.harness.binaries import REPO_ROOT, require
 from tests.harness.cluster import LocalCluster
@@ -58,6 +61,7 @@ def test_the_whole_module_moves_into_a_sovereign_registry(
     b = Registry(local_cluster, tls=True, name="registry-b").start()
     env = {**os.environ, "SSL_CERT_FILE": str(a.ca), "HOME": str(tmp_path)}
     held = _release(a, tmp_path / "release", env)
+    _pinned_in_a(a, tmp_path)
 
     transfer(a, b, VERSION)
     a.stop()
@@ -92,3 +96,27 @@ def test_the_whole_module_moves_into_a_sovereign_registry(
             hashlib.sha256(tgz.read_bytes()).digest()
             == hashlib.sha256(original.read_bytes()).digest()
         ), version
+
+
+def _pinned_in_a(a: Registry, tmp_path: Path) -> None:
+    """The released component names each operand by tag@digest, the digest A holds for it; the
+    release's digests file loads in the catalog the manager's image carries."""
+    operands = [r for r in resources(a, VERSION) if str(r["name"]).startswith("operand-")]
+    assert operands, "the component's operand images"
+    os.environ["SSL_CERT_FILE"] = str(a.ca)
+    try:
+        for resource in operands:
+            tagged, _, digest = str(resource["access"]["imageReference"]).partition("@")
+            assert digest, f"{resource['name']} by tag only: {tagged}"
+            assert manifest_digest(tagged)[0] == digest, tagged
+    finally:
+        del os.environ["SSL_CERT_FILE"]
+    rules = tmp_path / "values-rules"
+    shutil.copytree(Catalog().root, rules)
+    shutil.copy(tmp_path / "release" / IMAGE_DIGESTS, rules / IMAGE_DIGESTS)
+    loaded = Catalog(rules)
+    loaded.check()
+    assert len(loaded.image_digests) == len(operands), "one digest per operand image"
+    assert set(loaded.image_digests.values()) == {
+        str(r["access"]["imageReference"]).rsplit("@", 1)[1] for r in operands
+    }

@@ -14,6 +14,7 @@ import yaml
 
 from kyma_gpu.api import GpuSpec
 from kyma_gpu.plan import Plan, make_plan
+from kyma_gpu.plan.inventory import plan_images
 from kyma_gpu.rules.catalog import IMAGE_DIGESTS, Catalog
 from kyma_gpu.rules.chart import image_reference
 from kyma_gpu.rules.engine import RuleError
@@ -131,3 +132,16 @@ def test_a_bad_digest_file_stops_the_start_naming_it(
         Catalog(root).check()
     assert IMAGE_DIGESTS in str(err.value), err.value
     assert said in str(err.value), err.value
+
+
+def test_kyma_gpu_images_lists_the_pinned_references(
+    pinned: tuple[Catalog, dict[str, str]],
+) -> None:
+    """`kyma-gpu images` of the plan: what the kubelet will pull, NFD's tag and digest too."""
+    catalog, digests = pinned
+    plan = _plan(catalog, {"source": {"imageRegistry": MIRROR}})
+    listed = {i.component: i.reference for i in plan_images(plan, catalog)}
+    nfd = listed["node-feature-discovery.image"]
+    assert nfd.startswith(f"{MIRROR}/nfd/"), nfd
+    assert nfd.endswith(f"@{digests[_original(catalog, 'node-feature-discovery.image')]}"), nfd
+    assert "@" not in listed["toolkit"], listed["toolkit"]

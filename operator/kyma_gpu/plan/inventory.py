@@ -107,7 +107,12 @@ def _at(values: Mapping[str, Any], path: str) -> Mapping[str, Any]:
 
 
 def _image_keys(node: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: node[k] for k in ("repository", "image", "version") if node.get(k) is not None}
+    """repository, image and version of a values node (NFD's `tag` is its version; either may
+    carry the release's digest: `v0.19.0@sha256:...`)."""
+    keys = {k: node[k] for k in ("repository", "image", "version") if node.get(k) is not None}
+    if "version" not in keys and node.get("tag") is not None:
+        keys["version"] = node["tag"]
+    return keys
 
 
 def _runs(path: str, values: Mapping[str, Any], stack: GpuStack, drivers: bool) -> bool:
