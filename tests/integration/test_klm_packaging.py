@@ -87,37 +87,91 @@ def test_module_template_is_stored_as_rendered(klm: dict[str, dict[str, Any]]) -
         assert want["metadata"][key].items() <= got["metadata"][key].items()
 
 
-def test_module_template_fields(klm: dict[str, dict[str, Any]]) -> None:
-    config = yaml.safe_load((MODULE / "module-config.yaml").read_text())
-    spec = klm["template"]["spec"]
-    meta = klm["template"]["metadata"]
-    assert meta["name"] == f"gpu-{config['version']}"
-    assert meta["labels"]["operator.kyma-project.io/module-name"] == "gpu"
+@pytest.fixture
+def template(klm: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The ModuleTemplate as the API server stored it."""
+    return klm["template"]
+
+
+@pytest.fixture(scope="module")
+def config() -> dict[str, Any]:
+    """The committed module-config.yaml modulectl renders the template from."""
+    loaded: dict[str, Any] = yaml.safe_load((MODULE / "module-config.yaml").read_text())
+    return loaded
+
+
+def test_the_template_is_named_for_its_version(
+    template: dict[str, Any], config: dict[str, Any]
+) -> None:
+    assert template["metadata"]["name"] == f"gpu-{config['version']}"
+
+
+def test_the_template_is_labelled_with_the_module_name(template: dict[str, Any]) -> None:
+    assert template["metadata"]["labels"]["operator.kyma-project.io/module-name"] == "gpu"
+
+
+def test_the_template_says_the_gpu_is_cluster_scoped(template: dict[str, Any]) -> None:
     # The Gpu is cluster-scoped; KLM creates and deletes the default CR accordingly.
-    assert meta["annotations"]["operator.kyma-project.io/is-cluster-scoped"] == "true"
-    assert spec["moduleName"] == "gpu"
-    assert spec["version"] == config["version"]
-    assert "channel" not in spec, "channels belong to the ModuleReleaseMeta"
-    assert spec.get("mandatory", False) is False
-    assert spec["info"]["repository"] == config["repository"]
-    assert spec["info"]["documentation"] == config["documentation"]
-    assert spec["info"]["icons"] == config["icons"]
+    annotations = template["metadata"]["annotations"]
+    assert annotations["operator.kyma-project.io/is-cluster-scoped"] == "true"
+
+
+def test_the_template_names_the_module(template: dict[str, Any]) -> None:
+    assert template["spec"]["moduleName"] == "gpu"
+
+
+def test_the_template_carries_the_configs_version(
+    template: dict[str, Any], config: dict[str, Any]
+) -> None:
+    assert template["spec"]["version"] == config["version"]
+
+
+def test_the_template_names_no_channel(template: dict[str, Any]) -> None:
+    assert "channel" not in template["spec"], "channels belong to the ModuleReleaseMeta"
+
+
+def test_the_module_is_not_mandatory(template: dict[str, Any]) -> None:
+    assert template["spec"].get("mandatory", False) is False
+
+
+@pytest.mark.parametrize("field", ["repository", "documentation", "icons"])
+def test_the_templates_info_is_the_configs(
+    template: dict[str, Any], config: dict[str, Any], field: str
+) -> None:
+    assert template["spec"]["info"][field] == config[field]
+
+
+def test_the_manifest_is_local(template: dict[str, Any]) -> None:
     # A local manifest: KLM takes it from the component version, not from a link.
-    assert "resources" not in spec
-    assert spec["manager"] == {
+    assert "resources" not in template["spec"]
+
+
+def test_the_template_names_the_managers_deployment(template: dict[str, Any]) -> None:
+    assert template["spec"]["manager"] == {
         "name": "gpu-manager",
         "namespace": "kyma-system",
         "group": "apps",
         "version": "v1",
         "kind": "Deployment",
     }
-    assert {(r["group"], r["kind"]) for r in spec["associatedResources"]} >= {
+
+
+def test_the_gpu_and_the_helmrelease_are_associated_resources(template: dict[str, Any]) -> None:
+    associated = template["spec"]["associatedResources"]
+    assert {(r["group"], r["kind"]) for r in associated} >= {
         ("gpu.kyma-project.io", "Gpu"),
         ("helm.toolkit.fluxcd.io", "HelmRelease"),
     }
-    assert spec["data"] == yaml.safe_load((ROOT / "config" / "samples" / "gpu.yaml").read_text())
+
+
+def test_the_default_cr_is_the_sample_gpu(template: dict[str, Any]) -> None:
+    sample = yaml.safe_load((ROOT / "config" / "samples" / "gpu.yaml").read_text())
+    assert template["spec"]["data"] == sample
+
+
+def test_the_descriptor_is_left_empty(template: dict[str, Any]) -> None:
     # modulectl leaves the descriptor empty: KLM reads the component from the registry.
-    assert spec.get("descriptor") in (None, {})
+    assert template["spec"].get("descriptor") in (None, {})
 
 
 def test_the_component_carries_the_manifest_the_default_cr_and_every_image(
