@@ -6,9 +6,10 @@ What it measures, on a synthetic fleet of N nodes (a third GPU nodes, Garden Lin
 - node_facts per Node event (what every Node heartbeat costs the operator),
 - cluster_facts + make_plan for the whole fleet (a real change),
 - a memoized plan lookup (what a reconcile without a change costs),
-- status aggregation, and the same while a driver rollout labels every GPU node,
-- the plan after one node's driver upgrade label moved (plan/cache.py: the plan made for the
-  same planning facts, the new facts put into its pools),
+- status aggregation (GPU health of every GPU node judged from their per-node state), and the
+  same while a driver rollout labels every GPU node,
+- the plan after one node's driver upgrade label moved (the planning facts stay equal: the
+  memoized plan, plan/cache.py),
 - status aggregation and the GPU health judgement with every GPU node unhealthy (issue 33),
 - memory of the compact facts kept per Node versus the Node bodies.
 """
@@ -26,11 +27,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 
 from kyma_gpu.api.models import GpuSpec
-from kyma_gpu.facts import DriverUpgradeState, cluster_facts, node_facts
+from kyma_gpu.facts import DriverUpgradeState, ObservedNode, cluster_facts, observe_node
 from kyma_gpu.facts.node import LABEL_DRIVER_UPGRADE
 from kyma_gpu.observe.store import Store
 from kyma_gpu.plan import Origins, Owner, make_plan
-from kyma_gpu.plan.cache import PlanCache
+from kyma_gpu.plan.cache import PlanMemo
 from kyma_gpu.reconcile.loop import Loop
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status import Evidence, aggregate
@@ -72,13 +73,18 @@ def _unhealthy_rows(bodies: list[dict[str, Any]], catalog: Catalog, spec: GpuSpe
     """Every GPU node's GPU withdrawn by the device plugin: the health function's worst case."""
     broken = [dict(b, status={**b["status"], "allocatable": {"nvidia.com/gpu": "0"}})
               if "nvidia.com/gpu" in b["status"]["capacity"] else b for b in bodies]  # fmt: skip
-    cfacts = cluster_facts(node_facts(b, catalog.machine_types) for b in broken)
-    plan = make_plan(spec, cfacts, catalog, owner)
-    gpus = len(cfacts.gpu_nodes)
+    observed = [observe_node(b, catalog.machine_types) for b in broken]
+    plan = make_plan(spec, cluster_facts(n.facts for n in observed), catalog, owner)
+    nodes = _gpu_nodes(observed)
+    gpus = len(nodes)
     timed(f"status aggregation, {gpus} GPU nodes unhealthy", 200,
-          lambda: aggregate(plan, Evidence(), 1, (), "now"))  # fmt: skip
+          lambda: aggregate(plan, Evidence(gpu_nodes=nodes), 1, (), "now"))  # fmt: skip
     timed(f"GPU health of {gpus} nodes judged (once per plan)", 20,
-          lambda: gpu_health(plan.worker_pools))  # fmt: skip
+          lambda: gpu_health(nodes))  # fmt: skip
+
+
+def _gpu_nodes(observed: list[ObservedNode]) -> tuple[ObservedNode, ...]:
+    return tuple(n for n in observed if n.is_gpu)
 
 
 def timed(label: str, repeat: int, fn: Callable[[], object]) -> None:
@@ -98,26 +104,27 @@ def _rollout_rows(bodies: list[dict[str, Any]], catalog: Catalog, spec: GpuSpec,
               DriverUpgradeState.POD_RESTART_REQUIRED)  # fmt: skip
     for i, body in enumerate(b for b in bodies if b["status"]["capacity"].get("nvidia.com/gpu")):
         body["metadata"]["labels"][LABEL_DRIVER_UPGRADE] = str(states[i % 3])
-    facts = [node_facts(b, catalog.machine_types) for b in bodies]
-    cfacts = cluster_facts(facts)
+    facts = [observe_node(b, catalog.machine_types) for b in bodies]
+    cfacts = cluster_facts(n.facts for n in facts)
     plan = make_plan(spec, cfacts, catalog, owner)
-    upgrades = tuple((n.name, n.driver_upgrade) for n in cfacts.gpu_nodes if n.driver_upgrade)
-    observed = Evidence(driver_upgrades=upgrades)
+    nodes = _gpu_nodes(facts)
+    upgrades = tuple((n.name, n.driver_upgrade) for n in nodes if n.driver_upgrade)
+    observed = Evidence(driver_upgrades=upgrades, gpu_nodes=nodes)
     timed(f"status aggregation, {len(upgrades)} nodes in a rollout", 200,
           lambda: aggregate(plan, observed, 1, (), "now"))  # fmt: skip
     labelled = [i for i, b in enumerate(bodies) if LABEL_DRIVER_UPGRADE in b["metadata"]["labels"]]
     moves = iter(labelled * 2)
-    plans = PlanCache(catalog)
+    plans = PlanMemo(catalog)
     plans.plan(spec, cfacts, owner, Origins())
 
     def one_label_moved() -> object:
-        """The next node's label moves (each time another node: no plan of it is cached)."""
+        """The next node's label moves (each time another node)."""
         at = next(moves)
         labels = bodies[at]["metadata"]["labels"]
         done = labels[LABEL_DRIVER_UPGRADE] == DriverUpgradeState.DONE
         labels[LABEL_DRIVER_UPGRADE] = "upgrade-required" if done else "upgrade-done"
-        facts[at] = node_facts(bodies[at], catalog.machine_types)
-        return plans.plan(spec, cluster_facts(facts), owner, Origins())
+        facts[at] = observe_node(bodies[at], catalog.machine_types)
+        return plans.plan(spec, cluster_facts(n.facts for n in facts), owner, Origins())
 
     timed("cluster_facts + plan after one upgrade label moved", 20, one_label_moved)
 
@@ -131,8 +138,10 @@ def main() -> None:
     bodies = [node(i) for i in range(args.nodes)]
     print(f"fleet: {args.nodes} nodes, {sum(1 for i in range(args.nodes) if i % 3 == 0)} GPU nodes")
 
-    timed("node_facts of one Node (per heartbeat)", 20000, lambda: node_facts(bodies[0], registry))
-    facts = [node_facts(b, registry) for b in bodies]
+    timed("node_facts of one Node (per heartbeat)", 20000,
+          lambda: observe_node(bodies[0], registry))  # fmt: skip
+    observed = [observe_node(b, registry) for b in bodies]
+    facts = [n.facts for n in observed]
     timed("cluster_facts of the fleet", 50, lambda: cluster_facts(facts))
     cfacts = cluster_facts(facts)
     spec, owner = GpuSpec(), Owner(uid="bench")
@@ -150,12 +159,14 @@ def main() -> None:
         lambda: loop.plan(spec, again, owner, Origins()),
     )
     plan = make_plan(spec, cfacts, catalog, owner)
-    timed("status aggregation", 200, lambda: aggregate(plan, Evidence(), 1, (), "now"))
+    nodes = _gpu_nodes(observed)
+    timed("status aggregation", 200,
+          lambda: aggregate(plan, Evidence(gpu_nodes=nodes), 1, (), "now"))  # fmt: skip
     _rollout_rows(bodies, catalog, spec, owner)
     _unhealthy_rows(bodies, catalog, spec, owner)
 
     tracemalloc.start()
-    snapshot = [node_facts(b, registry) for b in bodies]
+    snapshot = [observe_node(b, registry) for b in bodies]
     facts_bytes = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
     tracemalloc.start()

@@ -24,7 +24,7 @@ from typing import Any, assert_never
 import pytest
 
 from kyma_gpu.api.models import SKIP_PROTECTION_ANNOTATION, GpuSpec
-from kyma_gpu.facts import ClusterFacts, NodeFacts, cluster_facts, node_facts
+from kyma_gpu.facts import ClusterFacts, ObservedNode, cluster_facts, observe_node
 from kyma_gpu.facts.gpu import GpuObject, gpu_object
 from kyma_gpu.facts.stack import FluxObjectFacts, flux_object_facts
 from kyma_gpu.plan import Origins, Owner, Plan, make_plan
@@ -77,7 +77,7 @@ DELETED_AT = "2026-12-01T09:59:00Z"
 @dataclass(frozen=True)
 class World:
     catalog: Catalog
-    nodes: tuple[NodeFacts, ...]
+    nodes: tuple[ObservedNode, ...]
 
     def planner(self, spec: GpuSpec, facts: ClusterFacts, owner: Owner, origins: Origins) -> Plan:
         return make_plan(spec, facts, self.catalog, owner, origins)
@@ -85,7 +85,7 @@ class World:
     def plan(self, gpu: GpuObject) -> Plan:
         owner = Owner(uid=gpu.uid, name=gpu.name)
         spec = GpuSpec.model_validate(gpu.spec)
-        return self.planner(spec, cluster_facts(self.nodes), owner, Origins())
+        return self.planner(spec, cluster_facts(n.facts for n in self.nodes), owner, Origins())
 
     def inputs(self, gpu: GpuObject, failure: Failure | None = None, **snap: Any) -> Inputs:
         snapshot = Snapshot(nodes=self.nodes, **snap)
@@ -95,7 +95,7 @@ class World:
 @pytest.fixture(scope="module")
 def world(catalog: Catalog) -> World:
     bodies = [node("gpu-1"), node("gpu-2"), cpu_node("cpu-1")]
-    return World(catalog, tuple(node_facts(b, catalog.machine_types) for b in bodies))
+    return World(catalog, tuple(observe_node(b, catalog.machine_types) for b in bodies))
 
 
 def gpu(
@@ -296,7 +296,7 @@ def _failed_lately_check(world: World, step: Step) -> None:
 
 
 def _world_of(world: World, *bodies: dict[str, Any]) -> World:
-    facts = tuple(node_facts(b, world.catalog.machine_types) for b in bodies)
+    facts = tuple(observe_node(b, world.catalog.machine_types) for b in bodies)
     return World(world.catalog, facts)
 
 

@@ -18,7 +18,7 @@ import pytest
 from kyma_gpu.api import GpuSpec
 from kyma_gpu.facts.echo import ELLIPSIS, MESSAGE_LIMIT, NAME_LIMIT, REASON_LIMIT, TEXT_LIMIT
 from kyma_gpu.facts.gpu import GpuObject
-from kyma_gpu.facts.node import node_facts
+from kyma_gpu.facts.node import observe_node
 from kyma_gpu.facts.stack import (
     cluster_policy_facts,
     daemonset_facts,
@@ -98,7 +98,7 @@ def _snapshot(plan: Plan, nodes: list[dict[str, Any]], catalog: Catalog) -> Snap
     policy = {"status": {"state": "s" * HUGE, "conditions": [
         {"type": "Error", "status": "True", "message": "e" * HUGE}]}}  # fmt: skip
     return Snapshot(
-        nodes=tuple(node_facts(n, catalog.machine_types) for n in nodes),
+        nodes=tuple(observe_node(n, catalog.machine_types) for n in nodes),
         flux_status=(
             flux_object_facts(_flux("HelmRelease", plan.helm_release["metadata"]["name"])),
             flux_object_facts(_flux(plan.source["kind"], plan.source["metadata"]["name"])),

@@ -10,11 +10,9 @@ import pytest
 from kyma_gpu.api.conditions import HealthReason
 from kyma_gpu.api.models import STATUS_UNHEALTHY_LIMIT
 from kyma_gpu.api.node_marks import NODE_CONDITION
-from kyma_gpu.facts import MachineTypeRegistry, node_facts
-from kyma_gpu.plan.pools import worker_pools
+from kyma_gpu.facts import MachineTypeRegistry, observe_node
 from kyma_gpu.status.events import health_event
 from kyma_gpu.status.health import (
-    HealthMemo,
     gpu_health,
     health_condition,
     node_health,
@@ -90,7 +88,7 @@ def test_node_health(
     shared: bool,
     want: tuple[HealthReason | None, int, int, bool],
 ) -> None:
-    judged = node_health(node_facts(node_body, registry), "gpu", shared=shared,
+    judged = node_health(observe_node(node_body, registry), "gpu", shared=shared,
                          device_plugin=True)  # fmt: skip
     assert (judged.reason, judged.healthy, judged.total, judged.advertised) == want, case
     assert bool(judged.message) == (judged.reason is not None)
@@ -101,14 +99,14 @@ def test_mig_instances_withdrawn_count_in_whole_gpus(registry: MachineTypeRegist
                labels={"nvidia.com/mig.config": "all-1g.5gb"})  # fmt: skip
     mig["status"]["capacity"]["nvidia.com/mig-1g.5gb"] = "56"
     mig["status"]["allocatable"] = {"nvidia.com/mig-1g.5gb": "49"}
-    judged = node_health(node_facts(mig, registry), "gpu", shared=False, device_plugin=True)
+    judged = node_health(observe_node(mig, registry), "gpu", shared=False, device_plugin=True)
     assert (judged.reason, judged.total, judged.healthy) == (R.GPUS_UNHEALTHY, 8, 7)
 
 
 def test_the_dra_stack_judges_without_capacity(registry: MachineTypeRegistry) -> None:
     """No nvidia.com/gpu on the DRA stack: GFD and the upgrade label still count."""
-    quiet = node_facts(body(capacity=None, allocatable=None, labels=GFD4), registry)
-    short = node_facts(body(capacity=None, allocatable=None,
+    quiet = observe_node(body(capacity=None, allocatable=None, labels=GFD4), registry)
+    short = observe_node(body(capacity=None, allocatable=None,
                             labels={**GFD4, "nvidia.com/gpu.count": "3"}), registry)  # fmt: skip
     assert node_health(quiet, "gpu", shared=False, device_plugin=False).reason is None
     assert node_health(quiet, "gpu", shared=False, device_plugin=False).advertised
@@ -127,12 +125,12 @@ def test_same_model(registry_model: str, product: str, same: bool) -> None:
 
 
 def test_the_fleet_condition_and_pools(registry: MachineTypeRegistry) -> None:
-    facts = [node_facts(b, registry) for b in (
+    facts = [observe_node(b, registry) for b in (
         body(name="a-1", pool="a"), body(name="a-2", pool="a", allocatable="2"),
         body(name="b-1", pool="b", capacity="3", allocatable="3"),
         body(name="b-2", pool="b", labels=FAILED),
     )]  # fmt: skip
-    health = gpu_health(worker_pools(facts))
+    health = gpu_health(facts)
     assert (health.healthy_gpus, health.total_gpus) == (4 + 2 + 3 + 0, 16)
     assert [(p.name, p.gpus_healthy, p.gpu_total, p.unhealthy_nodes) for p in health.pools] == [
         ("a", 6, 8, 1), ("b", 3, 8, 2)]  # fmt: skip
@@ -146,11 +144,9 @@ def test_the_fleet_condition_and_pools(registry: MachineTypeRegistry) -> None:
 
 
 def test_the_condition_while_healthy_waiting_and_empty(registry: MachineTypeRegistry) -> None:
-    healthy = gpu_health(worker_pools([node_facts(body(), registry)]))
+    healthy = gpu_health([observe_node(body(), registry)])
     waiting = gpu_health(
-        worker_pools(
-            [node_facts(body(), registry), node_facts(body(name="new", capacity=None), registry)]
-        )
+        [observe_node(body(), registry), observe_node(body(name="new", capacity=None), registry)]
     )
     assert (health_condition(healthy, 1).status, health_condition(healthy, 1).reason) == (
         "True", "GpusHealthy")  # fmt: skip
@@ -164,7 +160,7 @@ def test_the_unhealthy_list_is_bounded_and_marks_show(registry: MachineTypeRegis
     many = [body(name=f"n-{i:03}", allocatable="0") for i in range(STATUS_UNHEALTHY_LIMIT + 7)]
     many[0]["status"]["conditions"] = [
         {"type": NODE_CONDITION, "status": "True", "reason": "GpusUnhealthy"}]  # fmt: skip
-    health = gpu_health(worker_pools([node_facts(b, registry) for b in many]))
+    health = gpu_health([observe_node(b, registry) for b in many])
     shown = unhealthy_nodes(health)
     assert len(shown) == STATUS_UNHEALTHY_LIMIT
     assert len(health.unhealthy) == len(many)
@@ -208,35 +204,24 @@ def test_health_events_once_per_transition(
 
 def test_no_allocatable_reported_is_no_withdrawal(registry: MachineTypeRegistry) -> None:
     """A body without status.allocatable (a dump, a test fleet) says nothing of withdrawn GPUs."""
-    judged = node_health(node_facts(body(allocatable=None), registry), "gpu", shared=False,
+    judged = node_health(observe_node(body(allocatable=None), registry), "gpu", shared=False,
                          device_plugin=True)  # fmt: skip
     assert (judged.reason, judged.healthy) == (None, 4)
 
 
-def test_the_memo_judges_again_only_the_nodes_that_changed(
-    registry: MachineTypeRegistry, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """HealthMemo gives what gpu_health gives, judging only new facts objects, and a node that
-    moved pool or a plan that shares GPUs now is judged again."""
-    from kyma_gpu.status import health as health_module
-
-    judged: list[str] = []
-    real = health_module.node_health
-
-    def counting(node: Any, pool: str, **flags: bool) -> Any:
-        judged.append(node.name)
-        return real(node, pool, **flags)
-
-    monkeypatch.setattr(health_module, "node_health", counting)
-    facts = [node_facts(body(name=f"n-{i}", pool="a"), registry) for i in range(4)]
-    memo = HealthMemo()
-    assert memo(worker_pools(facts)) == gpu_health(worker_pools(facts))
-    judged.clear()
-    facts[2] = node_facts(body(name="n-2", pool="a", labels=FAILED), registry)
-    again = memo(worker_pools(facts))
-    assert judged == ["n-2"]
-    assert again == gpu_health(worker_pools(facts))
-    assert again.pools[0].unhealthy_nodes == 1
-    judged.clear()
-    memo(worker_pools(facts), shared=True)
-    assert sorted(judged) == ["n-0", "n-1", "n-2", "n-3"]
+@pytest.mark.parametrize("device_plugin", [True, False])
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize(("case", "node_body"), [(c[0], c[1]) for c in CASES],
+                         ids=[c[0] for c in CASES])  # fmt: skip
+def test_the_sums_are_what_node_health_judges(
+    registry: MachineTypeRegistry, case: str, node_body: dict[str, Any], shared: bool,
+    device_plugin: bool,
+) -> None:  # fmt: skip
+    """gpu_health sums the nodes every source agrees on without judging them one by one: the
+    same sums, findings and waiting nodes as node_health's, for every case and flag."""
+    observed = observe_node(node_body, registry)
+    judged = node_health(observed, "gpu", shared=shared, device_plugin=device_plugin)
+    health = gpu_health([observed], shared=shared, device_plugin=device_plugin)
+    assert (health.healthy_gpus, health.total_gpus) == (judged.healthy, judged.total), case
+    assert health.unhealthy == ((judged,) if judged.reason is not None else ()), case
+    assert health.unadvertised == (() if judged.advertised else (judged,)), case

@@ -38,7 +38,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from kyma_gpu.facts import node_facts
+from kyma_gpu.facts import observe_node
 from kyma_gpu.facts.gpu import GpuObject
 from kyma_gpu.observe.sources import CRDS, FLUX, NODES, PODS
 from kyma_gpu.observe.store import Entry, version_of
@@ -146,7 +146,7 @@ class LoopMachine(RuleBasedStateMachine):
         if joins:
             self.nodes += 1
             body = node(f"gpu-{self.nodes}")
-            facts = node_facts(body, CATALOG.machine_types)
+            facts = observe_node(body, CATALOG.machine_types)
             self.world.store.put(NODES, facts.name, Entry(None, facts))
         elif self.nodes > 0:
             self.world.store.put(NODES, f"gpu-{self.nodes}", None)

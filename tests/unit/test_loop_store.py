@@ -5,7 +5,7 @@ the store keeps of an unchanged object, which the plan cache relies on."""
 from __future__ import annotations
 
 from kyma_gpu.api.models import GpuSpec
-from kyma_gpu.facts import MachineTypeRegistry, cluster_facts, node_facts
+from kyma_gpu.facts import MachineTypeRegistry, cluster_facts, node_facts, observe_node
 from kyma_gpu.observe.sources import CRDS, FLUX, FLUX_RESOURCES, NODES
 from kyma_gpu.observe.store import Entry, Resource, Store
 from kyma_gpu.plan import Origins, Owner
@@ -42,18 +42,18 @@ def test_a_resource_has_no_dict() -> None:
 def test_a_heartbeat_keeps_the_facts_object_and_a_change_replaces_it(
     registry: MachineTypeRegistry,
 ) -> None:
-    """Equal facts keep their object (the plan cache compares the cluster's facts by identity
+    """Equal facts keep their object (the plan memo compares the cluster's facts by identity
     per Node); the entry's version still moves, so an older event stays refused."""
     store = Store()
-    first = node_facts(node("gpu-1"), registry)
+    first = observe_node(node("gpu-1"), registry)
     store.put(NODES, "gpu-1", Entry(1, first))
-    again = node_facts(node("gpu-1"), registry)
+    again = observe_node(node("gpu-1"), registry)
     assert again == first
     assert again is not first
     assert store.put(NODES, "gpu-1", Entry(2, again)) is False
     assert store.get(NODES, "gpu-1") is first
     assert store.collection(NODES).entries["gpu-1"].version == 2
-    changed = node_facts(node("gpu-1", pool="other"), registry)
+    changed = observe_node(node("gpu-1", pool="other"), registry)
     assert store.put(NODES, "gpu-1", Entry(1, changed)) is False  # older than the entry
     assert store.put(NODES, "gpu-1", Entry(3, changed)) is True
     assert store.get(NODES, "gpu-1") is changed

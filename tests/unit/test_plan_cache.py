@@ -1,6 +1,6 @@
-"""The plan cache (plan/cache.py): a change planning does not read (the NVIDIA upgrade label, the
-GPU devices) gives the plan make_plan would give, with the new facts in its pools, without
-planning again; a change planning reads plans again."""
+"""The plan memo (plan/cache.py): a change planning does not read (the NVIDIA upgrade label, the
+GPU devices, the manager's mark) leaves the planning facts equal and makes no plan; a change
+planning reads plans again."""
 
 from __future__ import annotations
 
@@ -9,21 +9,30 @@ from typing import Any
 import pytest
 
 from kyma_gpu.api.models import GpuSpec
-from kyma_gpu.facts import ClusterFacts, MachineTypeRegistry, cluster_facts, node_facts
+from kyma_gpu.facts import ClusterFacts, MachineTypeRegistry, cluster_facts, observe_node
 from kyma_gpu.facts.node import LABEL_DRIVER_UPGRADE
 from kyma_gpu.plan import Origins, Owner, Plan, make_plan
 from kyma_gpu.plan import cache as cache_module
-from kyma_gpu.plan.cache import PlanCache
+from kyma_gpu.plan.cache import KEPT, PlanMemo
 from kyma_gpu.rules.catalog import Catalog
 from tests.unit.builders import cpu_node, node
 
 SPEC, OWNER = GpuSpec(), Owner(uid="u")
 
 
+def gpu_body(name: str, change: dict[str, Any]) -> dict[str, Any]:
+    """node() with `change` as its arguments; "status" is merged into the body's status."""
+    arguments = dict(change)
+    status = arguments.pop("status", {})
+    body = node(name, **arguments)
+    body["status"].update(status)
+    return body
+
+
 def fleet(registry: MachineTypeRegistry, **changes: dict[str, Any]) -> ClusterFacts:
-    """Three GPU nodes and a CPU node; `changes` gives node() arguments per GPU node name."""
-    bodies = [node(name, **changes.get(name, {})) for name in ("gpu-1", "gpu-2", "gpu-3")]
-    return cluster_facts([node_facts(b, registry) for b in (*bodies, cpu_node())])
+    """Three GPU nodes and a CPU node; `changes` gives gpu_body changes per GPU node name."""
+    bodies = [gpu_body(name, changes.get(name, {})) for name in ("gpu-1", "gpu-2", "gpu-3")]
+    return cluster_facts(observe_node(b, registry).facts for b in (*bodies, cpu_node()))
 
 
 @pytest.fixture
@@ -39,54 +48,53 @@ def made(monkeypatch: pytest.MonkeyPatch) -> list[ClusterFacts]:
     return calls
 
 
-def pool_nodes(plan: Plan) -> list[Any]:
-    drivers = [n for p in plan.pools for n in p.nodes]
-    return drivers + [n for w in plan.worker_pools for n in w.nodes]
-
-
 @pytest.mark.parametrize(
     "change",
     [
         {"labels": {LABEL_DRIVER_UPGRADE: "upgrade-done"}},
         {"labels": {LABEL_DRIVER_UPGRADE: "upgrade-failed"}},
         {"capacity": {"nvidia.com/gpu": "0"}},
+        {"status": {"conditions": [{"type": "KymaGpuUnhealthy", "status": "True"}]}},
     ],
-    ids=["upgrade-done", "upgrade-failed", "gpus-withdrawn"],
+    ids=["upgrade-done", "upgrade-failed", "gpus-withdrawn", "marked"],
 )
 def test_a_change_only_the_status_reads_is_not_planned_again(
     change: dict[str, Any], registry: MachineTypeRegistry, catalog: Catalog,
     made: list[ClusterFacts],
 ) -> None:  # fmt: skip
-    cache = PlanCache(catalog)
-    first = cache.plan(SPEC, fleet(registry), OWNER, Origins())
-    changed = fleet(registry, **{"gpu-2": change})
-    assert changed != fleet(registry)
-    again = cache.plan(SPEC, changed, OWNER, Origins())
+    """The node's ObservedNode changes, its planning facts do not: the same plan object."""
+    before = observe_node(gpu_body("gpu-2", {}), registry)
+    after = observe_node(gpu_body("gpu-2", change), registry)
+    assert after != before
+    assert after.facts == before.facts
+    memo = PlanMemo(catalog)
+    first = memo.plan(SPEC, fleet(registry), OWNER, Origins())
+    assert memo.plan(SPEC, fleet(registry, **{"gpu-2": change}), OWNER, Origins()) is first
     assert len(made) == 1, "planned again"
-    assert again is not first
-    assert again == make_plan(SPEC, changed, catalog, OWNER, Origins())
-    fresh = {n.name: n for n in changed.gpu_nodes}
-    assert all(n is fresh[n.name] for n in pool_nodes(again))
-    assert cache.plan(SPEC, changed, OWNER, Origins()) is again
 
 
 def test_a_change_planning_reads_is_planned_again(
     registry: MachineTypeRegistry, catalog: Catalog, made: list[ClusterFacts]
 ) -> None:
-    cache = PlanCache(catalog)
-    cache.plan(SPEC, fleet(registry), OWNER, Origins())
+    memo = PlanMemo(catalog)
+    memo.plan(SPEC, fleet(registry), OWNER, Origins())
     moved = fleet(registry, **{"gpu-2": {"pool": "other"}})
-    plan = cache.plan(SPEC, moved, OWNER, Origins())
+    plan = memo.plan(SPEC, moved, OWNER, Origins())
     assert len(made) == 2
     assert sorted(w.name for w in plan.worker_pools) == ["gpu", "other"]
 
 
-def test_the_views_of_nodes_gone_are_dropped(
-    registry: MachineTypeRegistry, catalog: Catalog
+def test_a_hit_takes_the_new_key_and_only_kept_plans_stay(
+    registry: MachineTypeRegistry, catalog: Catalog, made: list[ClusterFacts]
 ) -> None:
-    cache = PlanCache(catalog)
-    many = cluster_facts([node_facts(node(f"gpu-{i}"), registry) for i in range(100)])
-    cache.plan(SPEC, many, OWNER, Origins())
-    assert len(cache.views) == 100
-    cache.plan(SPEC, fleet(registry), OWNER, Origins())
-    assert sorted(cache.views) == ["gpu-1", "gpu-2", "gpu-3"]
+    """After a hit the memo holds the facts it was asked with (compared by identity from then
+    on), and it holds at most KEPT plans."""
+    memo = PlanMemo(catalog)
+    memo.plan(SPEC, fleet(registry), OWNER, Origins())
+    again = fleet(registry)
+    memo.plan(SPEC, again, OWNER, Origins())
+    assert memo.entries[0][0][1] is again
+    for pool in range(KEPT + 2):
+        memo.plan(SPEC, fleet(registry, **{"gpu-1": {"pool": f"p{pool}"}}), OWNER, Origins())
+    assert len(memo.entries) == KEPT
+    assert len(made) == 1 + KEPT + 2

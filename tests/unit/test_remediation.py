@@ -11,10 +11,9 @@ import pytest
 from kyma_gpu.api.conditions import HealthReason
 from kyma_gpu.api.models import HealthSpec, Remediation
 from kyma_gpu.api.node_marks import CORDON_ANNOTATION, NODE_CONDITION
-from kyma_gpu.facts import MachineTypeRegistry, NodeFacts, node_facts
+from kyma_gpu.facts import MachineTypeRegistry, ObservedNode, observe_node
 from kyma_gpu.observe.sources import FLUX, NODES, PODS
 from kyma_gpu.observe.store import Entry, version_of
-from kyma_gpu.plan.pools import worker_pools
 from kyma_gpu.reconcile.machine import Phase
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status.health import gpu_health
@@ -42,8 +41,8 @@ OURS = {"annotations": {CORDON_ANNOTATION: NODE_CONDITION}}
 
 def writes(registry: MachineTypeRegistry, spec: HealthSpec, *bodies: dict[str, Any]) -> list[
         tuple[str, bool | None, bool | None]]:  # fmt: skip
-    facts = [node_facts(b, registry) for b in bodies]
-    health = gpu_health(worker_pools([f for f in facts if f.is_gpu]))
+    facts = [observe_node(b, registry) for b in bodies]
+    health = gpu_health([f for f in facts if f.is_gpu])
     return [(w.name, w.unhealthy, w.cordon) for w in node_writes(health, spec, facts)]
 
 
@@ -107,7 +106,7 @@ def test_a_node_that_left_the_gpu_pools_is_cleared_never_marked(
 def _world(catalog: Catalog, spec: dict[str, Any], *bodies: dict[str, Any]) -> World:
     world = new_world(catalog, spec=spec)
     registry = catalog.machine_types
-    world.store.replace(NODES, {b["metadata"]["name"]: Entry(1, node_facts(b, registry))
+    world.store.replace(NODES, {b["metadata"]["name"]: Entry(1, observe_node(b, registry))
                                 for b in bodies}, 1)  # fmt: skip
     world.api.nodes = {b["metadata"]["name"]: copy.deepcopy(b) for b in bodies}
     return installed(world)
@@ -117,11 +116,11 @@ def _set(world: World, body: dict[str, Any]) -> None:
     """The kubelet (or a test) changed a Node."""
     name = body["metadata"]["name"]
     world.api.nodes[name] = copy.deepcopy(body)
-    facts = node_facts(body, world.loop.catalog.machine_types)
+    facts = observe_node(body, world.loop.catalog.machine_types)
     world.store.put(NODES, name, Entry(int(world.api.next_version()), facts))
 
 
-def _facts(world: World, name: str) -> NodeFacts:
+def _facts(world: World, name: str) -> ObservedNode:
     found = world.store.get(NODES, name)
     assert found is not None
     return found
@@ -229,7 +228,7 @@ def test_what_grounds_a_mark(
 ) -> None:
     """Only facts no tenant writes: the kubelet's GPU resources, the registry's machine type,
     the mark itself; never NFD's or GFD's labels, nor the opt-in label."""
-    facts = node_facts(body, registry)
+    facts = observe_node(body, registry)
     assert facts.is_gpu
     assert mark_ground(facts) is ground
 
@@ -240,10 +239,10 @@ def test_a_cpu_node_with_nfd_labels_is_never_marked_or_cordoned(
     """Issue 43: an m5.large labelled by NFD rules is a GPU node to detection, judged
     DriverFailed, and still never marked nor cordoned, at any share of its pool."""
     every = HealthSpec(remediation=Remediation.MARK_AND_CORDON, max_marked_percent=50)
-    facts = node_facts(_labelled_cpu(), registry)
+    facts = observe_node(_labelled_cpu(), registry)
     assert facts.is_gpu
     assert not markable(facts)
-    health = gpu_health(worker_pools([facts]))
+    health = gpu_health([facts])
     assert [(n.name, n.reason) for n in health.unhealthy] == [("cpu", HealthReason.DRIVER_FAILED)]
     assert writes(registry, every, _labelled_cpu()) == []
     assert writes(registry, MARK, _labelled_cpu()) == []

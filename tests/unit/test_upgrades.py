@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kyma_gpu.facts import DriverUpgradeState, node_facts
+from kyma_gpu.facts import DriverUpgradeState, observe_node
 from kyma_gpu.facts.node import LABEL_DRIVER_UPGRADE
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status.upgrades import failed_message, progress_message, rollout
@@ -29,8 +29,8 @@ def test_the_label_becomes_a_fact(
     catalog: Catalog, label: str | None, state: DriverUpgradeState | None
 ) -> None:
     labels = {} if label is None else {LABEL_DRIVER_UPGRADE: label}
-    facts = node_facts(node("gl-1", labels=labels), catalog.machine_types)
-    assert facts.driver_upgrade is state
+    observed = observe_node(node("gl-1", labels=labels), catalog.machine_types)
+    assert observed.driver_upgrade is state
 
 
 def test_a_rollout_counts_and_orders_the_states() -> None:

@@ -1,4 +1,5 @@
-"""Node detection: Node bodies -> NodeFacts -> ClusterFacts. Pure."""
+"""Node detection: Node bodies -> ObservedNode (NodeFacts and per-node state) -> ClusterFacts.
+Pure."""
 
 from kyma_gpu.facts.cluster import ClusterFacts, cluster_facts
 from kyma_gpu.facts.machines import MachineType, MachineTypeRegistry
@@ -6,8 +7,10 @@ from kyma_gpu.facts.node import (
     DriverUpgradeState,
     NodeError,
     NodeFacts,
+    ObservedNode,
     OsFamily,
     node_facts,
+    observe_node,
     parse_os_image,
 )
 
@@ -18,8 +21,10 @@ __all__ = [
     "MachineTypeRegistry",
     "NodeError",
     "NodeFacts",
+    "ObservedNode",
     "OsFamily",
     "cluster_facts",
     "node_facts",
+    "observe_node",
     "parse_os_image",
 ]

@@ -11,7 +11,9 @@ from kyma_gpu.facts.node import NodeFacts, OsFamily
 
 @dataclass(frozen=True, slots=True)
 class ClusterFacts:
-    """Everything the plan knows about the cluster. Hashable, so plans can be memoized."""
+    """Everything the plan knows about the cluster: the GPU nodes' NodeFacts (no per-node
+    state: ObservedNode keeps that) and the count of the others. Hashable, so plans can be
+    memoized by it."""
 
     gpu_nodes: tuple[NodeFacts, ...]
     cpu_node_count: int

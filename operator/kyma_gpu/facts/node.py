@@ -147,6 +147,16 @@ def parse_provider(provider_id: str | None) -> str:
     return _PROVIDERS.get(scheme, scheme or "unknown")
 
 
+def _tokens(model: str) -> set[str]:
+    return {t for t in re.split(r"[^A-Z0-9]+", model.upper()) if t}
+
+
+def same_model(registry: str, product: str) -> bool:
+    """Does GFD's product name (`NVIDIA-A100-SXM4-80GB`, `Tesla-T4-SHARED`) name the registry's
+    model (`A100 80GB`, `T4`)? Every word of the registry's model is a word of the product."""
+    return _tokens(registry) <= _tokens(product)
+
+
 def is_gpu_resource(name: str) -> bool:
     """nvidia.com/gpu, a renamed shared GPU (nvidia.com/gpu.shared) or a MIG instance of the
     Mixed strategy (nvidia.com/mig-1g.10gb)."""
@@ -171,6 +181,9 @@ class GpuDevices:
     """The model GPU feature discovery saw (LABEL_GFD_PRODUCT), e.g. NVIDIA-L4."""
     replicas: int | None = None
     """Replicas per GPU GFD reports with sharing (LABEL_GFD_REPLICAS)."""
+    model_matches: bool = True
+    """GFD's product names the model of the registry's machine type (`same_model`), or either
+    is unknown: judged once per Node change, not per status."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,8 +225,6 @@ class NodeFacts:
     """NFD has not (yet) published NFD_LABELS_NEEDED on this node."""
     driver_excluded: bool = False
     """Labelled nvidia.com/gpu.deploy.driver=false: no NVIDIA driver DaemonSet runs here."""
-    driver_upgrade: DriverUpgradeState | None = None
-    """The node's state in the NVIDIA upgrade controller's driver rollout (LABEL_DRIVER_UPGRADE)."""
     machine: MachineType | None = None
     """The registry's entry of its machine type."""
     mig_config: str | None = None
@@ -222,10 +233,6 @@ class NodeFacts:
     """Its GPUs have MIG: from the registry, else GFD's label; None when unknown."""
     sharing_profile: str | None = None
     """The sharing profile it picks (LABEL_SHARING_PROFILE); None: the default."""
-    devices: GpuDevices | None = None
-    """What the kubelet and GPU feature discovery say of its GPUs (GPU health)."""
-    mark: NodeMarkFacts | None = None
-    """The manager's own mark and cordon on it (GPU health remediation); None: neither."""
 
     @property
     def is_gpu(self) -> bool:
@@ -239,6 +246,29 @@ class NodeFacts:
     @property
     def machine_type_known(self) -> bool:
         return "registry" in self.evidence
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedNode:
+    """One Node as the manager keeps it: what planning reads (`facts`), and the per-node state
+    only the status reads. A change of that state (the NVIDIA upgrade controller's label, a GPU
+    withdrawn, the manager's mark) leaves `facts` equal, so the plan stays the one made."""
+
+    facts: NodeFacts
+    driver_upgrade: DriverUpgradeState | None = None
+    """The node's state in the NVIDIA upgrade controller's driver rollout (LABEL_DRIVER_UPGRADE)."""
+    devices: GpuDevices | None = None
+    """What the kubelet and GPU feature discovery say of its GPUs (GPU health)."""
+    mark: NodeMarkFacts | None = None
+    """The manager's own mark and cordon on it (GPU health remediation); None: neither."""
+
+    @property
+    def name(self) -> str:
+        return self.facts.name
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.facts.is_gpu
 
 
 def _int(value: Any) -> int | None:
@@ -334,13 +364,16 @@ def _devices(parts: _NodeParts, known: MachineType | None) -> GpuDevices | None:
     expected = (known.count if known is not None else None) or _int(labels.get(LABEL_COUNT))
     if capacity is None and gfd is None and expected is None:
         return None
+    product = _labelled(labels, LABEL_GFD_PRODUCT)
+    model = known.gpu if known is not None and not known.unofficial else None
     return GpuDevices(
         expected=expected,
         capacity=capacity,
         allocatable=_gpu_resources(parts.allocatable),
         gfd_count=_int(labels.get(LABEL_GFD_COUNT)),
-        gfd_product=_labelled(labels, LABEL_GFD_PRODUCT),
+        gfd_product=product,
         replicas=_int(labels.get(LABEL_GFD_REPLICAS)),
+        model_matches=not (model and product) or same_model(model, product),
     )
 
 
@@ -366,20 +399,28 @@ def _mark(parts: _NodeParts) -> NodeMarkFacts | None:
     )
 
 
-def _evidence(labels: Mapping[str, str], registered: bool, capacity_gpus: int | None) -> list[str]:
+EVIDENCE_KINDS = ("registry", "nfd-pci", "gpu-present", "capacity", "opt-in")
+"""Why a node counts as a GPU node, in the order NodeFacts.evidence lists them."""
+_EVIDENCE_SETS = tuple(
+    tuple(kind for bit, kind in enumerate(EVIDENCE_KINDS) if mask >> bit & 1)
+    for mask in range(1 << len(EVIDENCE_KINDS))
+)
+"""Every combination of EVIDENCE_KINDS, by bit mask: the GPU nodes share these tuples instead
+of holding one each."""
+
+
+def _evidence(
+    labels: Mapping[str, str], registered: bool, capacity_gpus: int | None
+) -> tuple[str, ...]:
     """Why the node counts as a GPU node, in a fixed order."""
-    evidence: list[str] = []
-    if registered:
-        evidence.append("registry")
-    if labels.get(LABEL_NFD_NVIDIA_PCI) == "true":
-        evidence.append("nfd-pci")
-    if labels.get(LABEL_GPU_PRESENT) == "true":
-        evidence.append("gpu-present")
-    if capacity_gpus:
-        evidence.append("capacity")
-    if labels.get(LABEL_OPT_IN) == "true":
-        evidence.append("opt-in")
-    return evidence
+    found = (
+        registered,
+        labels.get(LABEL_NFD_NVIDIA_PCI) == "true",
+        labels.get(LABEL_GPU_PRESENT) == "true",
+        bool(capacity_gpus),
+        labels.get(LABEL_OPT_IN) == "true",
+    )
+    return _EVIDENCE_SETS[sum(1 << bit for bit, said in enumerate(found) if said)]
 
 
 def _mig_capable(labels: Mapping[str, str], known: MachineType | None) -> bool | None:
@@ -413,7 +454,13 @@ def _shared(text: str | None) -> str | None:
 
 
 def node_facts(node: Mapping[str, Any], registry: MachineTypeRegistry) -> NodeFacts:
-    """Compact facts of one Node body (as the API or `kubectl get node -o yaml` gives it).
+    """What planning reads of one Node body (as the API or `kubectl get node -o yaml` gives
+    it). Raises NodeError when the body is not a Node or lacks metadata.name."""
+    return observe_node(node, registry).facts
+
+
+def observe_node(node: Mapping[str, Any], registry: MachineTypeRegistry) -> ObservedNode:
+    """Compact facts of one Node body, and its per-node state.
 
     Raises NodeError when the body is not a Node or lacks metadata.name.
     """
@@ -438,7 +485,7 @@ def node_facts(node: Mapping[str, Any], registry: MachineTypeRegistry) -> NodeFa
     preinstalled = (
         labels.get(LABEL_PREINSTALLED) == "true" or excluded or family in _DRIVER_IN_IMAGE
     )
-    return NodeFacts(
+    facts = NodeFacts(
         name=parts.name,
         provider=_shared(provider),
         machine_type=_shared(machine_type),
@@ -450,16 +497,19 @@ def node_facts(node: Mapping[str, Any], registry: MachineTypeRegistry) -> NodeFa
         arch=_shared(_arch(info, labels, known)),
         kernel=_shared(_bounded(info.get("kernelVersion")) or None),
         pool=_shared(labels.get(LABEL_POOL)),
-        evidence=tuple(_evidence(labels, known is not None, capacity_gpus)),
+        evidence=_evidence(labels, known is not None, capacity_gpus),
         preinstalled_driver=preinstalled,
         opted_out=labels.get(LABEL_OPT_IN) == "false",
         nfd_missing=not all(labels.get(key) for key in NFD_LABELS_NEEDED),
         driver_excluded=excluded,
-        driver_upgrade=parse_upgrade_state(labels.get(LABEL_DRIVER_UPGRADE)),
         machine=known,
         mig_config=_labelled(labels, LABEL_MIG_CONFIG, MIG_DISABLED),
         mig_capable=_mig_capable(labels, known),
         sharing_profile=_labelled(labels, LABEL_SHARING_PROFILE),
+    )
+    return ObservedNode(
+        facts,
+        driver_upgrade=parse_upgrade_state(labels.get(LABEL_DRIVER_UPGRADE)),
         devices=_devices(parts, known),
         mark=_mark(parts),
     )

@@ -2,7 +2,7 @@
 
 | resource          | collection                                    | facts kept                |
 |-------------------|-----------------------------------------------|---------------------------|
-| nodes             | all Nodes (pages of 250: they are ~12 kB)     | NodeFacts                 |
+| nodes             | all Nodes (pages of 250: they are ~12 kB)     | ObservedNode              |
 | daemonsets        | DaemonSets in the target namespace only       | DaemonSetFacts            |
 | helmreleases, ... | our Flux objects (label selector), module ns  | LiveObject + status facts |
 | clusterpolicies   | ClusterPolicies, while their CRD is installed | OperatorStateFacts        |
@@ -26,7 +26,7 @@ from typing import Any
 
 from kyma_gpu.adapter import NODE_JSON, ListQuery
 from kyma_gpu.api.resources import FLUX_KINDS, OURS, FluxKind
-from kyma_gpu.facts import NodeError, NodeFacts, node_facts
+from kyma_gpu.facts import NodeError, ObservedNode, observe_node
 from kyma_gpu.facts.machines import MachineTypeRegistry
 from kyma_gpu.observe.informer import Source
 from kyma_gpu.observe.store import Resource
@@ -46,7 +46,7 @@ from kyma_gpu.status import (
 )
 
 log = logging.getLogger(__name__)
-NODES: Resource[NodeFacts] = Resource("nodes")
+NODES: Resource[ObservedNode] = Resource("nodes")
 DAEMONSETS: Resource[DaemonSetFacts] = Resource("daemonsets")
 CLUSTER_POLICIES: Resource[OperatorStateFacts] = Resource("clusterpolicies")
 GPU_CLUSTERS: Resource[OperatorStateFacts] = Resource("gpuclusters")
@@ -79,7 +79,7 @@ delay anything."""
 def node_source(registry: MachineTypeRegistry) -> Source:
     def fold(body: Mapping[str, Any]) -> Any:
         try:
-            return node_facts(body, registry)
+            return observe_node(body, registry)
         except NodeError as err:
             log.warning("ignoring a Node: %s", err)
             return None

@@ -26,7 +26,7 @@ T = TypeVar("T")
 
 class Resource(str, Generic[T]):
     """A collection's name that says which facts it holds: to mypy, `store.get(NODES, name)`
-    is a `NodeFacts | None` (observe/sources.py), `store.get("nodes", name)` only Any. At run
+    is an `ObservedNode | None` (observe/sources.py), `store.get("nodes", name)` only Any. At run
     time it is the plain string."""
 
     __slots__ = ()

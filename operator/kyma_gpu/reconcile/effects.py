@@ -123,7 +123,7 @@ class WriteBack:
 
     store: Store
     node_fold: Callable[[Mapping[str, Any]], Any] = lambda _: None
-    """A Node body -> its NodeFacts (observe/sources.py node_source)."""
+    """A Node body -> its ObservedNode (observe/sources.py node_source)."""
     as_applied: dict[FluxKey, tuple[str | None, int]] = field(default_factory=dict)
     """Flux objects whose apply answer lacked planned fields (the server dropped them): their
     spec hash and generation then. Not applied again while both stay (see LiveObject)."""

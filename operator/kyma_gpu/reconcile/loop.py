@@ -44,7 +44,7 @@ from kyma_gpu.observe.sources import (
 from kyma_gpu.observe.store import Store
 from kyma_gpu.plan import Origins, Owner, Plan
 from kyma_gpu.plan.actions import LiveObject, object_key
-from kyma_gpu.plan.cache import PlanCache
+from kyma_gpu.plan.cache import PlanMemo
 from kyma_gpu.plan.provision import (
     BUNDLE_HASH,
     PROVIDED_LABEL,
@@ -184,10 +184,10 @@ class Loop:
     recorder: Recorder = field(init=False)
     status: StatusWriter = field(init=False)
     retries: Retries = field(init=False)
-    plans: PlanCache = field(init=False)
+    plans: PlanMemo = field(init=False)
 
     def __post_init__(self) -> None:
-        self.plans = PlanCache(self.catalog)
+        self.plans = PlanMemo(self.catalog)
         self.write_back = WriteBack(self.store, node_source(self.catalog.machine_types).fold)
         self.recorder = Recorder(self.writer, self.module_namespace)
         self.retries = Retries(self.settings)

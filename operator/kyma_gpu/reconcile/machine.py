@@ -37,7 +37,7 @@ from kyma_gpu.api.models import (
     Remediation,
 )
 from kyma_gpu.api.values import pruned_error
-from kyma_gpu.facts import ClusterFacts, NodeFacts, cluster_facts
+from kyma_gpu.facts import ClusterFacts, ObservedNode, cluster_facts
 from kyma_gpu.facts.gpu import GpuObject
 from kyma_gpu.plan import Origins, Owner, Plan
 from kyma_gpu.plan.actions import Actions, LiveObject, plan_actions
@@ -638,7 +638,8 @@ def _parse(gpu: GpuObject) -> GpuSpec | ValidationError:
 
 def _plan(inputs: Inputs, spec: GpuSpec) -> Plan:
     owner = Owner(uid=inputs.gpu.uid, name=inputs.gpu.name)
-    return inputs.planner(spec, cluster_facts(inputs.snap.nodes), owner, inputs.snap.origins)
+    facts = cluster_facts(n.facts for n in inputs.snap.nodes)
+    return inputs.planner(spec, facts, owner, inputs.snap.origins)
 
 
 def _safe_plan(inputs: Inputs, spec: GpuSpec) -> Plan | str:
@@ -666,7 +667,7 @@ def _node_writes(inputs: Inputs, plan: Plan) -> tuple[NodeWrite, ...]:
     nodes = inputs.snap.nodes
     if plan.health.remediation is Remediation.OFF and not any(n.mark for n in nodes):
         return ()
-    return node_writes(plan_health(plan), plan.health, nodes)
+    return node_writes(plan_health(plan, [n for n in nodes if n.is_gpu]), plan.health, nodes)
 
 
 def _loud_status(inputs: Inputs, plan: Plan, key: str) -> GpuStatus | None:
@@ -677,7 +678,7 @@ def _loud_status(inputs: Inputs, plan: Plan, key: str) -> GpuStatus | None:
     return _status(inputs, plan, error=failed.error)
 
 
-def _cleared_marks(nodes: Sequence[NodeFacts]) -> tuple[NodeWrite, ...]:
+def _cleared_marks(nodes: Sequence[ObservedNode]) -> tuple[NodeWrite, ...]:
     """A deletion leaves no mark of the module's behind: its conditions False, its cordons
     lifted (with remediation off, node_writes clears every mark)."""
     if not any(n.mark is not None and (n.mark.unhealthy or n.mark.cordoned) for n in nodes):

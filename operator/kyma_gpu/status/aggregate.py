@@ -26,7 +26,7 @@ from kyma_gpu.api.models import (
     SharingStatus,
 )
 from kyma_gpu.api.operations import GpuStack
-from kyma_gpu.facts import DriverUpgradeState
+from kyma_gpu.facts import DriverUpgradeState, ObservedNode
 from kyma_gpu.facts.echo import MESSAGE_LIMIT, REASON_LIMIT, cut, listed
 from kyma_gpu.facts.stack import (
     DaemonSetFacts,
@@ -40,7 +40,7 @@ from kyma_gpu.status import judge as c
 from kyma_gpu.status.deletion import Uninstall, uninstall_wait, workloads_wait
 from kyma_gpu.status.health import (
     Health,
-    HealthMemo,
+    gpu_health,
     health_condition,
     pools_shown,
     unhealthy_nodes,
@@ -85,9 +85,11 @@ class Evidence:
     gpu_workloads: tuple[str, ...] = ()
     """namespace/name of running pods that request nvidia.com/gpu."""
     nodes_without_features: tuple[str, ...] = ()
+    """GPU nodes without the NFD labels the NVIDIA operator needs (facts.node.NFD_LABELS_NEEDED)."""
     image_pulls: tuple[PullFailure, ...] = ()
     """Pods of the GPU operator's namespace that cannot pull an image."""
-    """GPU nodes without the NFD labels the NVIDIA operator needs (facts.node.NFD_LABELS_NEEDED)."""
+    gpu_nodes: tuple[ObservedNode, ...] = ()
+    """The GPU nodes with their per-node state (devices, marks, upgrade label): GPU health."""
     deleting: bool = False
     skip_protection: bool = False
     """The Gpu's annotation lets the deletion go ahead while pods use GPUs."""
@@ -115,7 +117,7 @@ def aggregate(
     deletion = _deletion_waits(observed, generation) if observed.deleting else []
     state, summary = summarize(verdicts, deletion, observed.deleting, len(plan.nodes), generation,
                                degraded_message(plan, observed, verdicts))  # fmt: skip
-    health = plan_health(plan)
+    health = plan_health(plan, observed.gpu_nodes)
     conditions = [summary, *(v.condition for v in verdicts),
                   health_condition(health, generation), *(w for w, _ in deletion)]  # fmt: skip
     status = _status(plan, observed, state, summary.message, generation,
@@ -123,26 +125,10 @@ def aggregate(
     return with_health(status, health)
 
 
-_LAST_HEALTH: list[tuple[Plan, Health]] = []
-"""The last plan's health: the loop's plans are memoized (one object while the facts hold),
-and judging 20,000 nodes again for each status of an unchanged world took 47 ms of the pass."""
-
-
-def plan_health(plan: Plan) -> Health:
-    """The GPU health of the plan's worker pools (status/health.py), judged once per plan."""
-    if _LAST_HEALTH and _LAST_HEALTH[0][0] is plan:
-        return _LAST_HEALTH[0][1]
-    health = _judge(plan)
-    _LAST_HEALTH[:] = [(plan, health)]
-    return health
-
-
-_HEALTH_MEMO = HealthMemo()
-
-
-def _judge(plan: Plan) -> Health:
-    return _HEALTH_MEMO(plan.worker_pools, shared=plan.sharing is not None,
-                        device_plugin=plan.stack is GpuStack.DEVICE_PLUGIN)  # fmt: skip
+def plan_health(plan: Plan, gpu_nodes: Sequence[ObservedNode]) -> Health:
+    """The GPU health of the GPU nodes as the plan's stack and sharing count their GPUs."""
+    return gpu_health(gpu_nodes, shared=plan.sharing is not None,
+                      device_plugin=plan.stack is GpuStack.DEVICE_PLUGIN)  # fmt: skip
 
 
 def with_health(status: GpuStatus, health: Health) -> GpuStatus:

@@ -17,10 +17,8 @@ Ready: Ready says the module installed the stack, GpusHealthy what the hardware 
 from __future__ import annotations
 
 import heapq
-import re
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from functools import partial
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from kyma_gpu.api.conditions import NODE_FINDINGS, ConditionType, HealthReason
 from kyma_gpu.api.models import (
@@ -30,8 +28,13 @@ from kyma_gpu.api.models import (
     PoolHealth,
     UnhealthyNode,
 )
-from kyma_gpu.facts.node import DriverUpgradeState, GpuDevices, NodeFacts
-from kyma_gpu.plan.pools import WorkerPool
+from kyma_gpu.facts.node import DriverUpgradeState, GpuDevices, ObservedNode, same_model
+from kyma_gpu.plan.pools import pool_of
+
+__all__ = [
+    "Health", "NodeHealth", "gpu_health", "health_condition", "node_health", "pools_shown",
+    "same_model", "unhealthy_nodes",
+]  # fmt: skip
 
 NAMES_SHOWN = 5
 """The GpusHealthy message names this many unhealthy nodes; status.unhealthyNodes has more."""
@@ -58,10 +61,10 @@ class NodeHealth:
 
 @dataclass(frozen=True, slots=True)
 class Health:
-    """The GPU health of the fleet; the sums are taken once (`of`), a status reads them often."""
+    """The GPU health of the fleet: the sums, and the nodes a status names."""
 
-    nodes: tuple[NodeHealth, ...] = ()
-    """Every GPU node, by pool and name."""
+    node_count: int = 0
+    """GPU nodes judged."""
     pools: tuple[PoolHealth, ...] = ()
     unhealthy: tuple[NodeHealth, ...] = ()
     """The nodes with a finding."""
@@ -69,26 +72,6 @@ class Health:
     """The nodes that advertise no GPUs yet."""
     healthy_gpus: int = 0
     total_gpus: int = 0
-
-    @classmethod
-    def of(cls, nodes: tuple[NodeHealth, ...], pools: tuple[PoolHealth, ...]) -> Health:
-        return cls(
-            nodes, pools,
-            unhealthy=tuple(n for n in nodes if n.reason is not None),
-            unadvertised=tuple(n for n in nodes if not n.advertised),
-            healthy_gpus=sum(n.healthy for n in nodes),
-            total_gpus=sum(n.total for n in nodes),
-        )  # fmt: skip
-
-
-def _tokens(model: str) -> set[str]:
-    return {t for t in re.split(r"[^A-Z0-9]+", model.upper()) if t}
-
-
-def same_model(registry: str, product: str) -> bool:
-    """Does GFD's product name (`NVIDIA-A100-SXM4-80GB`, `Tesla-T4-SHARED`) name the registry's
-    model (`A100 80GB`, `T4`)? Every word of the registry's model is a word of the product."""
-    return _tokens(registry) <= _tokens(product)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +109,9 @@ def _seen(devices: GpuDevices, per_gpu: int | None, device_plugin: bool) -> _See
     return _Seen(total, min(seen) if seen else None, min(withdrawn, total))
 
 
-def _finding(node: NodeFacts, seen: _Seen, devices: GpuDevices) -> tuple[HealthReason, str] | None:
+def _finding(
+    node: ObservedNode, seen: _Seen, devices: GpuDevices
+) -> tuple[HealthReason, str] | None:
     """The node's worst finding."""
     if node.driver_upgrade is DriverUpgradeState.FAILED:
         return HealthReason.DRIVER_FAILED, (
@@ -140,32 +125,33 @@ def _finding(node: NodeFacts, seen: _Seen, devices: GpuDevices) -> tuple[HealthR
             f"{seen.withdrawn} of {seen.total} GPU{'s' if seen.total != 1 else ''} withdrawn by "
             f"the device plugin (allocatable {devices.allocatable}, capacity {devices.capacity})"
         )
-    model = node.machine.gpu if node.machine is not None and not node.machine.unofficial else None
-    product = devices.gfd_product
-    if model and product and not same_model(model, product):
+    if not devices.model_matches:
+        machine = node.facts.machine
         return HealthReason.WRONG_GPU_MODEL, (
-            f"GPU feature discovery sees {product}; machine type {node.machine_type} has {model}"
+            f"GPU feature discovery sees {devices.gfd_product}; machine type "
+            f"{node.facts.machine_type} has {machine.gpu if machine else None}"
         )
     return None
 
 
-def _missing_message(node: NodeFacts, seen: _Seen, devices: GpuDevices) -> str:
+def _missing_message(node: ObservedNode, seen: _Seen, devices: GpuDevices) -> str:
     said = []
     if devices.capacity is not None:
         said.append(f"nvidia.com/gpu capacity {devices.capacity}")
     if devices.gfd_count is not None:
         said.append(f"GPU feature discovery counts {devices.gfd_count}")
-    where = f"machine type {node.machine_type}" if node.machine else "its gpu-count label"
+    facts = node.facts
+    where = f"machine type {facts.machine_type}" if facts.machine else "its gpu-count label"
     return f"{seen.present} of {seen.total} GPUs present ({', '.join(said)}; {where} has " \
         f"{seen.total})"  # fmt: skip
 
 
-def node_health(node: NodeFacts, pool: str, *, shared: bool, device_plugin: bool) -> NodeHealth:
+def node_health(node: ObservedNode, pool: str, *, shared: bool, device_plugin: bool) -> NodeHealth:
     """One GPU node judged. `shared`: the plan configures GPU sharing or the node is in MIG mode
     (the kubelet's count is not GPUs unless GFD says the replicas); `device_plugin`: the stack
     advertises nvidia.com/gpu (the DRA stack does not)."""
     devices = node.devices or GpuDevices()
-    per_gpu = _per_gpu(devices, shared or node.mig_mode)
+    per_gpu = _per_gpu(devices, shared or node.facts.mig_mode)
     seen = _seen(devices, per_gpu, device_plugin)
     found = _finding(node, seen, devices)
     advertised = not device_plugin or devices.capacity is not None
@@ -179,55 +165,58 @@ def node_health(node: NodeFacts, pool: str, *, shared: bool, device_plugin: bool
     return NodeHealth(node.name, pool, seen.total, healthy, reason, message, advertised, marked)
 
 
-Judge = Callable[[NodeFacts, str], NodeHealth]
+def _plain(node: ObservedNode, plain_flags: bool) -> int | None:
+    """The GPUs of a node every source agrees on, all healthy: what node_health judges healthy
+    with nothing to say; None: judge it with node_health. Most nodes most of the time, so that
+    a status of thousands of GPU nodes costs a few attribute reads per node."""
+    devices = node.devices
+    if devices is None or not plain_flags or node.driver_upgrade is DriverUpgradeState.FAILED:
+        return None
+    capacity = devices.capacity
+    if (
+        capacity is None
+        or devices.allocatable not in (None, capacity)
+        or devices.expected not in (None, capacity)
+        or devices.gfd_count not in (None, capacity)
+        or devices.replicas is not None
+        or not devices.model_matches
+        or node.facts.mig_config is not None
+    ):
+        return None
+    return capacity
 
 
 def gpu_health(
-    pools: Sequence[WorkerPool], *, shared: bool = False, device_plugin: bool = True,
-    judge: Judge | None = None,
-) -> Health:  # fmt: skip
-    """Every GPU node of every worker pool judged, and the sums per pool. `judge`: how one node
-    is judged (HealthMemo's), node_health by default."""
-    judge = judge or partial(node_health, shared=shared, device_plugin=device_plugin)
-    nodes: list[NodeHealth] = []
-    summary: list[PoolHealth] = []
-    for pool in pools:
-        judged = [judge(n, pool.name) for n in pool.nodes]
-        nodes += judged
-        summary.append(PoolHealth(
-            name=pool.name, nodes=len(judged), gpus_healthy=sum(n.healthy for n in judged),
-            gpu_total=sum(n.total for n in judged),
-            unhealthy_nodes=sum(1 for n in judged if n.reason is not None),
-        ))  # fmt: skip
-    return Health.of(tuple(nodes), tuple(summary))
-
-
-@dataclass
-class HealthMemo:
-    """gpu_health that judges again only the nodes whose facts changed since the last call (the
-    store keeps the object of an unchanged Node's facts). After an install at 20,000 Nodes the
-    NVIDIA upgrade controller labels the GPU nodes one at a time, and judging all 2,000 for
-    each label was 19 ms of the pass."""
-
-    judged: dict[str, tuple[NodeFacts, str, bool, bool, NodeHealth]] = field(default_factory=dict)
-
-    def __call__(
-        self, pools: Sequence[WorkerPool], *, shared: bool = False, device_plugin: bool = True
-    ) -> Health:
-        last, fresh = self.judged, {}
-
-        def judge(n: NodeFacts, pool: str) -> NodeHealth:
-            seen = last.get(n.name)
-            if seen is not None and seen[0] is n and seen[1:4] == (pool, shared, device_plugin):
-                result = seen[4]
-            else:
-                result = node_health(n, pool, shared=shared, device_plugin=device_plugin)
-            fresh[n.name] = (n, pool, shared, device_plugin, result)
-            return result
-
-        health = gpu_health(pools, shared=shared, device_plugin=device_plugin, judge=judge)
-        self.judged = fresh
-        return health
+    nodes: Iterable[ObservedNode], *, shared: bool = False, device_plugin: bool = True
+) -> Health:
+    """Every node of `nodes` (the GPU nodes) judged, and the sums per worker pool, by name."""
+    plain_flags = device_plugin and not shared
+    sums: dict[str, list[int]] = {}  # pool -> [nodes, healthy GPUs, GPUs, unhealthy nodes]
+    unhealthy: list[NodeHealth] = []
+    unadvertised: list[NodeHealth] = []
+    for node in nodes:
+        pool = pool_of(node.facts)
+        counts = sums.get(pool) or sums.setdefault(pool, [0, 0, 0, 0])
+        counts[0] += 1
+        gpus = _plain(node, plain_flags)
+        if gpus is not None:
+            counts[1] += gpus
+            counts[2] += gpus
+            continue
+        judged = node_health(node, pool, shared=shared, device_plugin=device_plugin)
+        counts[1] += judged.healthy
+        counts[2] += judged.total
+        if judged.reason is not None:
+            counts[3] += 1
+            unhealthy.append(judged)
+        if not judged.advertised:
+            unadvertised.append(judged)
+    pools = tuple(
+        PoolHealth(name=name, nodes=n, gpus_healthy=healthy, gpu_total=total, unhealthy_nodes=bad)
+        for name, (n, healthy, total, bad) in sorted(sums.items())
+    )
+    return Health(sum(p.nodes for p in pools), pools, tuple(unhealthy), tuple(unadvertised),
+                  sum(p.gpus_healthy for p in pools), sum(p.gpu_total for p in pools))  # fmt: skip
 
 
 def unhealthy_nodes(health: Health) -> list[UnhealthyNode]:
@@ -258,7 +247,7 @@ def health_condition(health: Health, generation: int | None) -> Condition:
     """GpusHealthy: False with the most frequent finding, Unknown while GPU nodes advertise no
     GPUs yet, else True."""
     ctype = str(ConditionType.GPUS_HEALTHY)
-    if not health.nodes:
+    if not health.node_count:
         return Condition(type=ctype, status="True", reason=str(HealthReason.NO_GPU_NODES),
                          message="no GPU nodes", observed_generation=generation)  # fmt: skip
     bad = health.unhealthy
@@ -266,14 +255,14 @@ def health_condition(health: Health, generation: int | None) -> Condition:
         named = heapq.nsmallest(NAMES_SHOWN, bad, key=lambda n: n.name)
         shown = "; ".join(f"{n.name} ({n.reason}: {n.message})" for n in named)
         more = f"; and {len(bad) - NAMES_SHOWN} more" if len(bad) > NAMES_SHOWN else ""
-        message = f"{len(bad)} of {len(health.nodes)} GPU nodes unhealthy, {_gpus(health)}: " \
+        message = f"{len(bad)} of {health.node_count} GPU nodes unhealthy, {_gpus(health)}: " \
             f"{shown}{more}"  # fmt: skip
         return Condition(type=ctype, status="False", reason=str(_worst(bad)), message=message,
                          observed_generation=generation)  # fmt: skip
     waiting = health.unadvertised
     if waiting:
         message = (
-            f"{len(waiting)} of {len(health.nodes)} GPU nodes advertise no GPUs yet (the device "
+            f"{len(waiting)} of {health.node_count} GPU nodes advertise no GPUs yet (the device "
             f"plugin starts there once the driver works: see DriverReady, ComponentsReady); "
             f"{_gpus(health)}"
         )

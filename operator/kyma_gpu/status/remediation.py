@@ -28,7 +28,7 @@ from enum import StrEnum
 
 from kyma_gpu.api.conditions import REMEDIABLE
 from kyma_gpu.api.models import HealthSpec, Remediation
-from kyma_gpu.facts.node import NodeFacts, NodeMarkFacts
+from kyma_gpu.facts.node import NodeMarkFacts, ObservedNode
 from kyma_gpu.status.health import Health, NodeHealth
 
 RECOVERED = "GpusHealthy"
@@ -105,26 +105,26 @@ class MarkGround(StrEnum):
     """It carries the mark True already: it had one of the two when it was marked."""
 
 
-def mark_ground(node: NodeFacts) -> MarkGround | None:
+def mark_ground(node: ObservedNode) -> MarkGround | None:
     """The fact that lets the manager mark the node; None: none (NFD's or GFD's labels, the
     NVIDIA upgrade controller's label, an opt-in label alone never do)."""
     devices = node.devices
     if devices is not None and ((devices.capacity or 0) > 0 or (devices.allocatable or 0) > 0):
         return MarkGround.REPORTED
-    if node.machine is not None:
+    if node.facts.machine is not None:
         return MarkGround.MACHINE_TYPE
     if node.mark is not None and node.mark.unhealthy:
         return MarkGround.MARKED
     return None
 
 
-def markable(node: NodeFacts) -> bool:
+def markable(node: ObservedNode) -> bool:
     """A GPU node the manager may mark and cordon: the marks go on no other node."""
     return node.is_gpu and mark_ground(node) is not None
 
 
 def node_writes(
-    health: Health, spec: HealthSpec, nodes: Iterable[NodeFacts]
+    health: Health, spec: HealthSpec, nodes: Iterable[ObservedNode]
 ) -> tuple[NodeWrite, ...]:
     """The writes that bring every node's mark and cordon to what `health` and `spec` want.
     `nodes`: all Nodes the manager knows (GPU nodes or not)."""

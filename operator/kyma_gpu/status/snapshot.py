@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from kyma_gpu.api.admission import admission_message
 from kyma_gpu.api.conditions import ConditionType, ReadyReason
 from kyma_gpu.api.models import SINGLETON_NAME, Condition, GpuState, GpuStatus
-from kyma_gpu.facts import NodeFacts
+from kyma_gpu.facts import ObservedNode
 from kyma_gpu.facts.echo import MESSAGE_LIMIT, cut
 from kyma_gpu.facts.gpu import GpuObject
 from kyma_gpu.facts.stack import (
@@ -34,7 +34,8 @@ from kyma_gpu.status.flux_available import with_flux
 class Snapshot:
     """What the observers hold right now, flattened."""
 
-    nodes: tuple[NodeFacts, ...] = ()
+    nodes: tuple[ObservedNode, ...] = ()
+    """Every Node: what planning reads of it, and its per-node state."""
     flux: tuple[LiveObject, ...] = ()
     flux_status: tuple[FluxObjectFacts, ...] = ()
     daemonsets: tuple[DaemonSetFacts, ...] = ()
@@ -42,9 +43,9 @@ class Snapshot:
     gpu_cluster: OperatorStateFacts | None = None
     """The DRA stack's GPUCluster gpu-cluster."""
     gpu_workloads: tuple[str, ...] | None = None
+    """namespace/name of running GPU pods; None while they are not observed."""
     image_pulls: tuple[PullFailure, ...] = ()
     """Pods of the GPU operator's namespace that cannot pull an image."""
-    """namespace/name of running GPU pods; None while they are not observed."""
     flux_api: FluxApi = field(default_factory=external_flux)
     """The Flux CRDs and APIs (the default: a compatible Flux of the cluster's own)."""
     as_applied: frozenset[ObjectKey] = frozenset()
@@ -68,6 +69,7 @@ def gpu_status(
 ) -> GpuStatus:
     """The status of a Gpu the module reconciles: the plan and what is observed of it, the
     Gpu's previous conditions (their transition times), and the Flux verdict."""
+    gpu_nodes = tuple(n for n in snap.nodes if n.is_gpu)
     observed = Evidence(
         helm_release=_find(snap.flux_status, plan.helm_release),
         source=_find(snap.flux_status, plan.source),
@@ -76,11 +78,12 @@ def gpu_status(
         gpu_cluster=snap.gpu_cluster,
         gpu_workloads=snap.gpu_workloads or (),
         image_pulls=snap.image_pulls,
-        nodes_without_features=tuple(n.name for n in snap.nodes if n.is_gpu and n.nfd_missing),
+        nodes_without_features=tuple(n.name for n in gpu_nodes if n.facts.nfd_missing),
+        gpu_nodes=gpu_nodes,
         driver_upgrades=tuple(
             (n.name, n.driver_upgrade)
-            for n in snap.nodes
-            if n.driver_upgrade is not None and n.is_gpu and not n.preinstalled_driver
+            for n in gpu_nodes
+            if n.driver_upgrade is not None and not n.facts.preinstalled_driver
         ),
         deleting=gpu.deleting,
         skip_protection=gpu.skip_protection,
