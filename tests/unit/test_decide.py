@@ -16,6 +16,10 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import gc
+import logging
+import sys
+import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,8 +98,11 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(catalog: Catalog) -> World:
-    bodies = [node("gpu-1"), node("gpu-2"), cpu_node("cpu-1")]
-    return World(catalog, tuple(observe_node(b, catalog.machine_types) for b in bodies))
+    return World(catalog, tuple(observe_node(b, catalog.machine_types) for b in _BODIES.values()))
+
+
+_BODIES = {b["metadata"]["name"]: b for b in (node("gpu-1"), node("gpu-2"), cpu_node("cpu-1"))}
+"""The Nodes of the `world` fixture, by name."""
 
 
 def gpu(
@@ -478,9 +485,96 @@ def test_decide(world: World, case: Case) -> None:
 @pytest.mark.parametrize("case", CASES, ids=[f"{c.phase.value}: {c.situation.value}"
                                              for c in CASES])  # fmt: skip
 def test_decide_is_pure(world: World, case: Case) -> None:
-    """The same inputs give the same step: nothing in `decide` remembers or reads a clock."""
+    """The same inputs give the same step: nothing in `decide` reads a clock."""
     inputs = case.inputs(world)
     assert decide(inputs) == decide(inputs)
+
+
+_KEPT = {"kyma_gpu.plan.provision._bundle", "kyma_gpu.api.values.allowlist"}
+"""Known to remember, and still to go: the parsed Flux bundle per set of images and the parsed
+values allowlist (packaged files, read once per process). They belong to the Loop, or to
+module constants of immutable data."""
+
+
+_OPAQUE = (
+    type,
+    types.ModuleType,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    logging.Logger,
+    str,
+    bytes,
+    int,
+    float,
+    complex,
+    type(None),
+)
+"""Not entered: code, modules, loggers (process-wide by design) and atoms."""
+
+
+def _roots(name: str, module: types.ModuleType, caches: dict[str, object]) -> list[object]:
+    """What a module holds: its globals, its classes' attributes, its functions' defaults and
+    closures; `caches` gets each functools cache's statistics."""
+    roots: list[object] = []
+    for value in vars(module).values():
+        if isinstance(value, type) and value.__module__ == name:
+            roots += vars(value).values()
+        elif callable(value) and getattr(value, "__module__", None) == name:
+            roots += [getattr(value, "__defaults__", None), getattr(value, "__kwdefaults__", None)]
+            cells = getattr(value, "__closure__", None) or ()
+            roots += [c.cell_contents for c in cells if c.cell_contents is not value]
+            if hasattr(value, "cache_info") and f"{name}.{value.__name__}" not in _KEPT:
+                caches[f"{name}.{value.__name__} cache"] = value.cache_info()
+        elif not isinstance(value, _OPAQUE):
+            roots.append(value)
+    return roots
+
+
+def _module_state() -> dict[str, object]:
+    """What the modules of kyma_gpu hold: the ids of the objects each module reaches (`_roots`,
+    without entering _OPAQUE objects or other modules' globals), and each functools cache's
+    statistics. A memo anywhere in them changes it."""
+    state: dict[str, object] = {}
+    namespaces = {id(vars(m)) for m in list(sys.modules.values()) if m is not None}
+    for name, module in sorted(sys.modules.items()):
+        if not name.startswith("kyma_gpu"):
+            continue
+        todo, visited = _roots(name, module, state), set()
+        while todo:
+            obj = todo.pop()
+            if id(obj) in visited or isinstance(obj, _OPAQUE) or id(obj) in namespaces:
+                continue
+            if type(obj).__name__ != "_abc_data":  # isinstance caches of ABCs: Python's own
+                visited.add(id(obj))
+                todo += gc.get_referents(obj)
+        state[name] = sorted(visited)
+    return state
+
+
+def test_nothing_in_decide_remembers(world: World) -> None:
+    """Every case decided twice, in two orders, on equal but not identical inputs (Nodes made
+    again from their bodies, the Gpu and the snapshot copied): the same steps, and no module
+    of kyma_gpu holds anything it did not hold before. A memo in `decide` (a judged node, a
+    status, a plan kept at module level, a functools cache hit) changes that state."""
+    import copy
+
+    warm = World(world.catalog, tuple(  # other Nodes: a memo must not have seen the inputs
+        observe_node(node(f"warm-{i}", pool="warm"), world.catalog.machine_types) for i in range(3)
+    ))  # fmt: skip
+    for case in CASES:
+        decide(case.inputs(warm))  # modules import lazily; only the first calls may load
+    before = _module_state()
+    fresh, again = (World(world.catalog, tuple(
+        observe_node(copy.deepcopy(_BODIES[n.name]), world.catalog.machine_types)
+        for n in world.nodes
+    )) for _ in range(2))  # fmt: skip
+    first = [decide(case.inputs(fresh)) for case in CASES]
+    copies = [case.inputs(again) for case in reversed(CASES)]
+    second = [decide(dataclasses.replace(i, gpu=copy.deepcopy(i.gpu), snap=copy.deepcopy(i.snap)))
+              for i in copies]  # fmt: skip
+    assert first == list(reversed(second))
+    assert _module_state() == before
 
 
 def test_a_failure_of_other_writes_does_not_hold_a_step_back(world: World) -> None:

@@ -6,7 +6,7 @@ this Garden Linux version, driver branch and CPU architecture?
 
 from __future__ import annotations
 
-import functools
+import re
 from dataclasses import dataclass
 from enum import Enum
 
@@ -25,10 +25,14 @@ def parse_version(text: str) -> Version | None:
         return None
 
 
-@functools.lru_cache(maxsize=256)
+_DOTTED = re.compile(r"[0-9]+(\.[0-9]+)*")
+
+
 def branch_of(version: str) -> str:
-    """The driver branch of a version: '590.48.01' -> '590', '590' -> '590'. Cached: a plan
-    asks it for every GPU node, and a fleet has a few driver versions."""
+    """The driver branch of a version: '590.48.01' -> '590', '590' -> '590'. A plan asks it
+    for every GPU node: dotted numbers, what driver versions are, skip the version parser."""
+    if _DOTTED.fullmatch(version):
+        return str(int(version.split(".", 1)[0]))
     return str(Version(version).major)
 
 
