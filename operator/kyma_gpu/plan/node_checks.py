@@ -62,8 +62,8 @@ def needs_vgpu_guest_driver(r: Resolved) -> list[Finding]:
     return node_findings(r.worker_pools, R.NEEDS_VGPU_GUEST_DRIVER, problems)
 
 
-def _branch(pool: DriverPool | None) -> str | None:
-    if pool is None or pool.version is None or pool.mode is DriverMode.PREINSTALLED:
+def _branch(pool: DriverPool) -> str | None:
+    if pool.version is None or pool.mode is DriverMode.PREINSTALLED:
         return None
     return branch_of(pool.version)
 
@@ -71,10 +71,10 @@ def _branch(pool: DriverPool | None) -> str | None:
 def gpu_not_supported_by_driver(r: Resolved) -> list[Finding]:
     """Maxwell, Pascal and Volta GPUs (M60, V100) end with driver branch 580."""
     problems = {}
-    pools = {n.name: p for p in r.pools for n in p.nodes}  # a dict: O(nodes)
+    branches = {n.name: b for p in r.pools for b in [_branch(p)] for n in p.nodes}  # O(nodes)
     for node in r.facts.gpu_nodes:
         last = node.machine.last_driver_branch if node.machine else None
-        branch = _branch(pools.get(node.name))
+        branch = branches.get(node.name)
         if last is None or branch is None or int(branch) <= int(last):
             continue
         gpu = node.machine.gpu if node.machine else "its"
