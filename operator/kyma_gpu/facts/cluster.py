@@ -19,10 +19,10 @@ class ClusterFacts:
     cpu_node_count: int
 
     def __hash__(self) -> int:
-        """A summary, not the content: hashing every NodeFacts took 9 ms per lookup of the plan
-        cache at 20,000 Nodes (6,667 GPU nodes), twice per pass (cachetools' LRU hashes the key
-        again to reorder it). Equality still compares every node, and the store keeps the very
-        object of an unchanged Node (observe.store.Store.put), so that compare is by identity."""
+        """A summary, not the content: hashing every NodeFacts costs time that grows with the
+        fleet, on every lookup of the plan memo (docs/performance.md). Equality still compares
+        every node, and the store keeps the very object of an unchanged Node
+        (observe.store.Store.put), so that compare is by identity."""
         nodes = self.gpu_nodes
         ends = (nodes[0].name, nodes[-1].name) if nodes else ()
         return hash((self.cpu_node_count, len(nodes), ends))

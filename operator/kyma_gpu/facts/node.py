@@ -447,9 +447,9 @@ def _shared(text: str) -> str: ...
 def _shared(text: str | None) -> str | None: ...
 def _shared(text: str | None) -> str | None:
     """One string object for a value that thousands of Nodes repeat (machine type, OS image,
-    kernel, pool): the JSON parser makes a new one per Node, about 60 bytes each. Shared, the
-    facts of a Node take 426 bytes in-process instead of 786 (docs/performance.md). Interned
-    strings are freed when no Node refers to them any more."""
+    kernel, pool): the JSON parser makes a new one per Node. Shared, a Node's facts take about
+    half the memory (docs/performance.md, memory per Node). Interned strings are freed when no
+    Node refers to them any more."""
     return sys.intern(text) if type(text) is str else text
 
 

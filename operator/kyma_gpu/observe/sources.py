@@ -2,7 +2,7 @@
 
 | resource          | collection                                    | facts kept                |
 |-------------------|-----------------------------------------------|---------------------------|
-| nodes             | all Nodes (pages of 250: they are ~12 kB)     | ObservedNode              |
+| nodes             | all Nodes (pages of 250: a Node is large)     | ObservedNode              |
 | daemonsets        | DaemonSets in the target namespace only       | DaemonSetFacts            |
 | helmreleases, ... | our Flux objects (label selector), module ns  | LiveObject + status facts |
 | clusterpolicies   | ClusterPolicies, while their CRD is installed | OperatorStateFacts        |
@@ -65,11 +65,11 @@ GATED = {
 """CRD name -> the resource it serves: its observer lists again when the CRD appears."""
 NODE_COALESCE = 0.2
 """Seconds the Node watch waits after an event that came after a wait (adapter._lines): the
-kubelets' status updates (70 a second at 20,000 Nodes) are read about 5 times a second in
-batches instead of one wake-up each, for at most 0.2 s more delay (GPU node join -> status stays
-well under a second). 0.1 s left 2.56 % of a core at 20,000 Nodes, over the 2.5 % goal;
-0.2 s 1.22 % (docs/performance.md). Only the Nodes: the Gpu and the Flux objects, where a user
-waits for an answer, are read at once."""
+kubelets' status updates, which grow with the fleet, are read at most 1/NODE_COALESCE times a
+second in batches instead of one wake-up each, each at most NODE_COALESCE late (a GPU node's
+join still reaches the status well under a second). The value is the smallest that kept
+heartbeat CPU under its goal at the largest fleet measured (docs/performance.md). Only the
+Nodes: the Gpu and the Flux objects, where a user waits for an answer, are read at once."""
 REQUIRED: tuple[str, ...] = (NODES, DAEMONSETS, CRDS, *FLUX)
 """Listed (or found absent) before the first reconcile: planning without them would be wrong.
 The ClusterPolicy and the GPUCluster are not among them: a CRD of our own chart must never
@@ -84,7 +84,7 @@ def node_source(registry: MachineTypeRegistry) -> Source:
             log.warning("ignoring a Node: %s", err)
             return None
 
-    # status.images: never read, 70 % of the bytes. Heartbeats: read in batches (NODE_COALESCE).
+    # status.images: never read, most of the bytes. Heartbeats: read in batches (NODE_COALESCE).
     query = ListQuery("/api/v1/nodes", parser=NODE_JSON, coalesce=NODE_COALESCE)
     return Source(NODES, query, fold, page_size=250, key=_name)
 
