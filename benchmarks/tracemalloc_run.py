@@ -1,7 +1,7 @@
-"""Run `kyma_gpu.cli` with a memory report on SIGUSR2, appended to $MEMORY_OUT. Used by
-profile_start.py:
+"""Run the manager (`python -m kyma_gpu`; a tree from before kyma_gpu/main.py: `kyma_gpu.cli
+run`) with a memory report on SIGUSR2, appended to $MEMORY_OUT. Used by profile_start.py:
 
-    PYTHONPATH=<tree>/operator python benchmarks/tracemalloc_run.py run --standalone
+    PYTHONPATH=<tree>/operator python benchmarks/tracemalloc_run.py --standalone
 
 Each report: VmRSS/VmHWM, a census of the objects the garbage collector tracks (count and
 shallow size per type) and pymalloc's arena statistics (sys._debugmallocstats: how much of
@@ -13,6 +13,7 @@ allocation sites; that slows the operator down many times over, so it is off by 
 from __future__ import annotations
 
 import gc
+import importlib
 import os
 import signal
 import sys
@@ -20,7 +21,7 @@ import tracemalloc
 from collections import Counter
 from pathlib import Path
 from types import FrameType
-from typing import TextIO
+from typing import Any, TextIO
 
 OUT = os.environ.get("MEMORY_OUT", "memory.txt")
 FRAMES = int(os.environ.get("TRACEMALLOC_FRAMES", "0"))
@@ -106,9 +107,12 @@ def main() -> int:
     if FRAMES > 0:
         tracemalloc.start(FRAMES)
     signal.signal(signal.SIGUSR2, report)
-    from kyma_gpu.cli import main as cli_main
-
-    return cli_main(sys.argv[1:])
+    try:
+        from kyma_gpu.main import main as manager_main
+    except ImportError:  # a baseline tree: its CLI's `run`
+        cli: Any = importlib.import_module("kyma_gpu.cli")
+        return int(cli.main(["run", *sys.argv[1:]]))
+    return manager_main(sys.argv[1:])
 
 
 if __name__ == "__main__":

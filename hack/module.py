@@ -53,11 +53,11 @@ from typing import Any
 
 import yaml
 
-from kyma_gpu.plan.inventory import module_images, release_images
 from kyma_gpu.plan.mirror import replace_registry
-from kyma_gpu.registry import manifest_digest
 from kyma_gpu.rules.catalog import IMAGE_DIGESTS, Catalog
-from kyma_gpu.rules.schema import header
+from kyma_gpu_tools.inventory import module_images, release_images
+from kyma_gpu_tools.registry import manifest_digest
+from kyma_gpu_tools.rules_schema import header
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULE = ROOT / "config" / "module"

@@ -159,18 +159,28 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def manager_entry(root: Path) -> tuple[str, ...]:
+    """How a source tree starts its manager: ``python -m kyma_gpu`` (kyma_gpu/main.py), or
+    ``python -m kyma_gpu.cli run`` on a tree from before it (a baseline to compare with)."""
+    if (root / "operator" / "kyma_gpu" / "main.py").is_file():
+        return ("-m", "kyma_gpu")
+    return ("-m", "kyma_gpu.cli", "run")
+
+
 class Operator:
-    """``python -m kyma_gpu.cli run --standalone`` from a source tree, KUBECONFIG = the cluster."""
+    """The manager of a source tree with ``--standalone``, KUBECONFIG = the cluster."""
 
     def __init__(
         self,
         cluster: LocalCluster,
         root: Path = ROOT,
         name: str = "operator-scale",
-        entry: Sequence[str] = ("-m", "kyma_gpu.cli"),
+        entry: Sequence[str] | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
-        self.cluster, self.root, self.entry = cluster, root, tuple(entry)
+        """entry: what follows the interpreter (default: the tree's manager_entry)."""
+        self.cluster, self.root = cluster, root
+        self.entry = manager_entry(root) if entry is None else tuple(entry)
         self.env = dict(env or {})
         self.log_path = cluster.log_dir / f"{name}.log"
         self.process: subprocess.Popen[bytes] | None = None
@@ -189,7 +199,7 @@ class Operator:
         with self.log_path.open("ab") as log:
             self.started_at = time.time()
             self.process = subprocess.Popen(
-                [sys.executable, *self.entry, "run", "--standalone"],
+                [sys.executable, *self.entry, "--standalone"],
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,

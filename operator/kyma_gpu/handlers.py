@@ -69,7 +69,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Options:
-    """What `kyma-gpu run` is given; fixed for the life of the process."""
+    """What kyma-gpu-manager is given (kyma_gpu/main.py); fixed for the life of the process."""
 
     identity: str
     """The pod's name (own_identity): kopf's, the Lease holder's, the user agent's."""
@@ -275,11 +275,11 @@ def run(
     liveness: str | None = None, leader_election: bool = False, metrics_address: str | None = None,
     settings: Settings | None = None,
 ) -> None:  # fmt: skip
-    """`kyma-gpu run`: the operator process."""
+    """The manager process (kyma-gpu-manager, `python -m kyma_gpu`: kyma_gpu/main.py)."""
     try:
         Catalog().check()
     except RuleError as err:  # the operator does not half-start on broken rule data
-        print(f"kyma-gpu run: broken rule data: {err}", file=sys.stderr)
+        print(f"kyma-gpu-manager: broken rule data: {err}", file=sys.stderr)
         sys.exit(2)
     kopf.configure(verbose=False)
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)

@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kyma_gpu.registry import Presence, presence
 from kyma_gpu.rules.catalog import IMAGE_DIGESTS
+from kyma_gpu_tools.registry import Presence, presence
 from tests.harness.air_gapped import AirGapped, administrator_config_map
 from tests.harness.klm import SKR_KYMA, SKR_NAMESPACE, manager_pods
 from tests.harness.module import condition, gpu, gpu_ready, wait_until

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kyma_gpu.cli import main
+from kyma_gpu_tools.cli import main
 
 SCENARIOS_DIR = Path(__file__).resolve().parent / "scenarios"
 SCENARIOS = sorted(p for p in SCENARIOS_DIR.iterdir() if p.is_dir())

@@ -48,10 +48,10 @@ from pydantic import ValidationError
 from kyma_gpu.api.chart_sources import NVIDIA_REPOSITORY
 from kyma_gpu.api.models import GpuSpec
 from kyma_gpu.api.values import Allowed, ValueType, allowlist
-from kyma_gpu.cli import load_gpu, load_nodes
 from kyma_gpu.facts import cluster_facts, node_facts
 from kyma_gpu.plan import Plan, Verdict, make_plan, origins_of
 from kyma_gpu.rules.catalog import Catalog
+from kyma_gpu_tools.cli import load_gpu, load_nodes
 
 ROOT = Path(__file__).resolve().parents[2]
 HELM = ROOT / "tools" / "bin" / "helm"

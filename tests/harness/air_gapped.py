@@ -28,9 +28,9 @@ from typing import Any
 import yaml
 
 from kyma_gpu.api.chart_sources import CONFIG_MAP_KEY, CONFIG_MAP_NAME, REGISTRIES_KEY
-from kyma_gpu.plan.inventory import module_images
 from kyma_gpu.plan.mirror import replace_registry
 from kyma_gpu.rules.catalog import Catalog
+from kyma_gpu_tools.inventory import module_images
 
 from .binaries import REPO_ROOT, require
 from .cluster import LocalCluster

@@ -139,7 +139,7 @@ def _start(stack: _Stack, progress: Progress) -> FluxStack:
     cluster.start()
     progress("starting Flux source-controller and helm-controller, and the Helm repository")
     flux = stack.flux = FluxStack(cluster, progress=progress).start()
-    progress("installing the Gpu CRD and starting the operator (kyma-gpu run)")
+    progress("installing the Gpu CRD and starting the operator (python -m kyma_gpu)")
     install_crds(cluster)
     stack.operator = OperatorProcess(cluster).start()
     sample = yaml.safe_load(SAMPLE.read_text())

@@ -1,4 +1,4 @@
-"""The module on the local cluster: the operator as a real process (`kyma-gpu run`), its
+"""The module on the local cluster: the operator as a real process (`python -m kyma_gpu`), its
 CRDs, and what the operator tests and the demo share: waiting on conditions and counting the
 operator's API writes (from the API server's audit log). The NVIDIA GPU Operator controller
 runs for real while Flux has the chart installed (tests/harness/nvidia.py, started by
@@ -96,7 +96,7 @@ def stop_gracefully(process: subprocess.Popen[bytes] | None, timeout: float) -> 
 
 
 class OperatorProcess:
-    """`kyma-gpu run --standalone` with the cluster's admin kubeconfig."""
+    """`python -m kyma_gpu --standalone` (kyma-gpu-manager) with the cluster's admin kubeconfig."""
 
     def __init__(
         self,
@@ -118,7 +118,7 @@ class OperatorProcess:
                **self.env}  # fmt: skip
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "kyma_gpu.cli", "run", *self.args],
+            [sys.executable, "-m", "kyma_gpu", *self.args],
             env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
         )  # fmt: skip
         log.close()

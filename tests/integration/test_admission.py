@@ -34,7 +34,7 @@ from kyma_gpu.api.operations import (
 )
 from kyma_gpu.api.selectors import LABEL_SELECTOR_MESSAGE
 from kyma_gpu.api.values import LABELS_RULE, MAX_LIST, MAX_TEXT, QUANTITY_PATTERN
-from kyma_gpu.cli import main
+from kyma_gpu_tools.cli import main
 from tests.harness.chart_sources import NVIDIA, chart_sources_config_map, local_source
 from tests.harness.cluster import LocalCluster
 from tests.harness.module import CRD

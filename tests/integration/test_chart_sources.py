@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from kyma_gpu.api.chart_sources import CONFIG_MAP_KEY, CONFIG_MAP_NAME, WHO_MAY_CHANGE
-from kyma_gpu.cli import main
+from kyma_gpu_tools.cli import main
 from tests.harness.chart_sources import allow_chart_sources, chart_sources_config_map
 from tests.harness.cluster import LocalCluster
 from tests.harness.module import (

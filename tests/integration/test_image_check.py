@@ -1,6 +1,6 @@
 """`kyma-gpu images --check` against a real registry (distribution's, tools/registry): it names
 the one image a mirror lacks, exits 1, and exits 0 once the mirror holds everything. Nothing is
-pulled: the check sends one HEAD request for each manifest (kyma_gpu/registry.py).
+pulled: the check sends one HEAD request for each manifest (kyma_gpu_tools/registry.py).
 
 The images are stand-ins (an empty config, no layers) under the real references of a plan: the
 check reads manifests, never content.
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from kyma_gpu.cli import main
-from kyma_gpu.registry import Presence, manifest_digest, presence
+from kyma_gpu_tools.cli import main
+from kyma_gpu_tools.registry import Presence, manifest_digest, presence
 from tests.harness.cluster import LocalCluster
 from tests.harness.klm import Registry
 

@@ -24,7 +24,7 @@ from kyma_gpu.api.chart_sources import (
     REGISTRY_NOT_ALLOWED,
     VGPU_IMAGE_NOT_ALLOWED,
 )
-from kyma_gpu.cli import main
+from kyma_gpu_tools.cli import main
 from tests.harness.chart_sources import MODULE_NAMESPACE, NVIDIA, chart_sources_config_map
 from tests.harness.cluster import LocalCluster
 from tests.harness.module import install_crds, wait_until

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from kyma_gpu.registry import Presence, manifest_digest, parse_reference, presence
 from kyma_gpu.rules.catalog import IMAGE_DIGESTS, Catalog
+from kyma_gpu_tools.registry import Presence, manifest_digest, parse_reference, presence
 from tests.harness.air_gapped import CHARTS, resources, stand_ins, transfer
 from tests.harness.binaries import REPO_ROOT, require
 from tests.harness.cluster import LocalCluster

@@ -3,7 +3,7 @@
 containerd, the runtime of every Gardener node, runs the image's `USER 65532:65532` as it is;
 podman and Docker write a passwd entry for that uid into the container, containerd does not.
 kopf's default identity asks for the login name (getpass.getuser()), which raises KeyError
-for a uid without an entry, so the manager crash-looped on a real node. Here `kyma-gpu run`
+for a uid without an entry, so the manager crash-looped on a real node. Here `python -m kyma_gpu`
 runs in a mount namespace whose /etc/passwd and /etc/group are empty (the interpreter and the
 checkout stay readable, which a switch to uid 65532 would not give: the Python of the test
 machines lives under /root), with no login name in its environment and no POD_NAME, and must
@@ -60,7 +60,7 @@ def test_the_manager_starts_without_a_passwd_entry(
     env.update(HOME=str(tmp_path), KUBECONFIG=str(local_cluster.kubeconfig),
                PYTHONUNBUFFERED="1")  # fmt: skip
     log_path = local_cluster.log_dir / "operator-no-passwd.log"
-    argv = [sys.executable, "-m", "kyma_gpu.cli", "run", "--standalone",
+    argv = [sys.executable, "-m", "kyma_gpu", "--standalone",
             "--liveness", f"http://127.0.0.1:{port}/healthz"]  # fmt: skip
     with log_path.open("ab") as log:
         process = subprocess.Popen(_without_passwd(etc, *argv), env=env, stdout=log,
@@ -70,7 +70,7 @@ def test_the_manager_starts_without_a_passwd_entry(
         def live() -> bool:
             if process.poll() is not None:
                 raise AssertionError(
-                    f"kyma-gpu run exited ({process.returncode}):\n{log_path.read_text()[-3000:]}"
+                    f"the manager exited ({process.returncode}):\n{log_path.read_text()[-3000:]}"
                 )
             return http_ok(f"http://127.0.0.1:{port}/healthz")
 

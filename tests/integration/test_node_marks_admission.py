@@ -31,7 +31,7 @@ from kyma_gpu.api.node_marks import (
     NODE_CONDITION,
     UNTRUSTED_GPU_LABELS,
 )
-from kyma_gpu.plan.manager_policy import ACCOUNT, NODE_SPEC_FIELDS, NODE_STATUS_FIELDS, NODES_NAME
+from kyma_gpu_tools.manager_policy import ACCOUNT, NODE_SPEC_FIELDS, NODE_STATUS_FIELDS, NODES_NAME
 from tests.harness.cluster import LocalCluster, close_client
 from tests.harness.module import install_crds, install_module_rbac, wait_until
 

@@ -522,7 +522,7 @@ VALIDATOR_IMAGE = {"cuda": {"env": [{"name": "VALIDATOR_IMAGE", "value": "evil.e
 
 def _crd_before_the_allowlist() -> dict[str, Any]:
     """The Gpu CRD as it was before issue 43: spec.values kept whatever it was given."""
-    from kyma_gpu.api.crd import crd
+    from kyma_gpu_tools.crd import crd
 
     old = crd()
     schema = old["spec"]["versions"][0]["schema"]["openAPIV3Schema"]

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from kyma_gpu.cli import main
-from kyma_gpu.registry import Presence, presence, refused_scheme
+from kyma_gpu_tools.cli import main
+from kyma_gpu_tools.registry import Presence, presence, refused_scheme
 
 pytestmark = pytest.mark.integration
 

@@ -282,7 +282,7 @@ def test_chart_facts_are_generated_from_the_charts(catalog: Catalog, version: st
     """values-rules/charts/<version>.yaml is what `make chart-facts` writes."""
     import io
 
-    from kyma_gpu.cli import main
+    from kyma_gpu_tools.cli import main
 
     chart = SHARED / "charts" / f"gpu-operator-{version}.tgz"
     if not chart.is_file():
@@ -394,7 +394,7 @@ def test_the_operator_does_not_start_on_broken_rule_data(tmp_path: Path) -> None
                       lambda t: t.replace("g4dn.xlarge: 1", "g4dn.xlarge: 0"))  # fmt: skip
     env = {**os.environ, ENV_RULES_DIR: str(catalog.root), "KUBECONFIG": "/nonexistent"}
     result = subprocess.run(
-        [sys.executable, "-m", "kyma_gpu.cli", "run", "--standalone"],
+        [sys.executable, "-m", "kyma_gpu", "--standalone"],
         env=env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert result.returncode == 2, result.stderr

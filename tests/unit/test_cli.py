@@ -12,8 +12,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kyma_gpu.api.crd import crd_yaml
-from kyma_gpu.cli import main, parser
+from kyma_gpu_tools.cli import main, parser
+from kyma_gpu_tools.crd import crd_yaml
 
 GPU = """\
 apiVersion: gpu.kyma-project.io/v1beta1

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kyma_gpu.api.crd import crd, crd_yaml
 from kyma_gpu.api.values import allowlist
+from kyma_gpu_tools.crd import crd, crd_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "config" / "crd" / "bases" / "gpu.kyma-project.io_gpus.yaml"
@@ -166,7 +166,7 @@ def test_descriptions_are_single_spaced() -> None:
 
 
 def test_the_committed_reference_is_the_generated_one() -> None:
-    from kyma_gpu.api.reference import reference_markdown
+    from kyma_gpu_tools.reference import reference_markdown
 
     committed = REPO / "docs" / "crd-reference.md"
     assert committed.read_text(encoding="utf-8") == reference_markdown(), (

@@ -18,11 +18,11 @@ import pytest
 import yaml
 
 from kyma_gpu.api.conditions import REASONS, ConditionType, PreflightReason
-from kyma_gpu.cli import main
 from kyma_gpu.facts import OsFamily
 from kyma_gpu.reconcile.machine import phase_table
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.rules.engine import RuleError
+from kyma_gpu_tools.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
@@ -202,7 +202,8 @@ def test_the_broken_rule_data_example_is_what_the_manager_says(tmp_path: Path) -
     path.write_text(text.replace("      g6.xlarge: 1\n", "      g6.xlarge: 0\n", 1), "utf-8")
     with pytest.raises(RuleError) as caught:
         Catalog(root).check()
-    said = f"kyma-gpu run: broken rule data: {caught.value}".replace(str(root), "/app/values-rules")
+    said = f"kyma-gpu-manager: broken rule data: {caught.value}"
+    said = said.replace(str(root), "/app/values-rules")
     assert f"`{said}`" in _read("troubleshooting.md")
 
 

@@ -13,9 +13,9 @@ import yaml
 
 from kyma_gpu.api.chart_sources import ChartSources, listed_lines, unreadable_lines
 from kyma_gpu.plan.flux_objects import CHART_SOURCE_LABEL, FluxSettings, flux_objects
-from kyma_gpu.plan.flux_policy import RELEASE, RELEASE_ACCOUNT, TARGET_NAMESPACE, flux_policy_yaml
 from kyma_gpu.plan.origin import origins_of
 from kyma_gpu.rules.catalog import Catalog
+from kyma_gpu_tools.flux_policy import RELEASE, RELEASE_ACCOUNT, TARGET_NAMESPACE, flux_policy_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULTS = Catalog(ROOT / "values-rules").defaults

@@ -14,10 +14,10 @@ import yaml
 
 from kyma_gpu.api import GpuSpec
 from kyma_gpu.plan import Plan, make_plan
-from kyma_gpu.plan.inventory import plan_images
 from kyma_gpu.rules.catalog import IMAGE_DIGESTS, Catalog
 from kyma_gpu.rules.chart import image_reference
 from kyma_gpu.rules.engine import RuleError
+from kyma_gpu_tools.inventory import plan_images
 from tests.unit.builders import facts_of, node, ubuntu_node
 
 CHART = "v26.7.0"

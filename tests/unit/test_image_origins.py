@@ -1,7 +1,8 @@
 """Who picks the images (issue 31), the pure side: the administrator's registry list
 (api/chart_sources.py), the plan's refusal and completion (plan/origin.py), the image-bearing
-keys of spec.values (api/values.py) and the generated admission policy (api/image_policy.py). The
-cluster side is tests/integration/test_image_registries.py and test_rbac_editor.py."""
+keys of spec.values (api/values.py) and the generated admission policy
+(kyma_gpu_tools/image_policy.py). The cluster side is tests/integration/test_image_registries.py
+and test_rbac_editor.py."""
 
 from __future__ import annotations
 
@@ -18,10 +19,10 @@ from kyma_gpu.api.chart_sources import (
     Registries,
     parse_registries,
 )
-from kyma_gpu.api.image_policy import images_policy_yaml
 from kyma_gpu.plan import make_plan, origins_of
 from kyma_gpu.plan.origin import image_findings, platform_spec
 from kyma_gpu.rules.catalog import Catalog
+from kyma_gpu_tools.image_policy import images_policy_yaml
 from tests.unit.builders import facts_of, node
 
 ROOT = Path(__file__).resolve().parents[2]

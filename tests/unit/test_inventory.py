@@ -1,5 +1,5 @@
-"""What `kyma-gpu images` lists (plan/inventory.py) and how it reads a reference
-(registry.py). Pure; the registry side is tests/integration/test_image_check.py."""
+"""What `kyma-gpu images` lists (kyma_gpu_tools/inventory.py) and how it reads a reference
+(kyma_gpu_tools/registry.py). Pure; the registry side is tests/integration/test_image_check.py."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import pytest
 import yaml
 
 from kyma_gpu import __version__
-from kyma_gpu.cli import load_gpu, load_nodes, main
 from kyma_gpu.facts import cluster_facts, node_facts
 from kyma_gpu.plan import make_plan, origins_of
-from kyma_gpu.plan.inventory import MANAGER_REPOSITORY, module_images, plan_images
-from kyma_gpu.registry import Reference, parse_reference
 from kyma_gpu.rules.catalog import Catalog
+from kyma_gpu_tools.cli import load_gpu, load_nodes, main
+from kyma_gpu_tools.inventory import MANAGER_REPOSITORY, module_images, plan_images
+from kyma_gpu_tools.registry import Reference, parse_reference
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "tests" / "golden" / "scenarios"

@@ -14,7 +14,9 @@ import pytest
 import yaml
 
 from kyma_gpu.api import node_marks
-from kyma_gpu.plan.manager_policy import (
+from kyma_gpu.plan.provision import bundle, bundle_crds
+from kyma_gpu.rules.catalog import Catalog
+from kyma_gpu_tools.manager_policy import (
     ACCOUNT,
     MACHINE_TYPE_LABELS,
     MIRRORS_NAME,
@@ -31,8 +33,6 @@ from kyma_gpu.plan.manager_policy import (
     gpu_machine_types,
     manager_policy_yaml,
 )
-from kyma_gpu.plan.provision import bundle, bundle_crds
-from kyma_gpu.rules.catalog import Catalog
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "config" / "admission" / "manager_policy.yaml"

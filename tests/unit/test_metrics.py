@@ -16,7 +16,6 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kyma_gpu.adapter import KubeAdapter
-from kyma_gpu.cli import main
 from kyma_gpu.metrics import (
     STATES,
     ErrorKind,
@@ -29,6 +28,7 @@ from kyma_gpu.metrics import (
 )
 from kyma_gpu.observe.sources import NODES, REQUIRED
 from kyma_gpu.rules.catalog import Catalog
+from kyma_gpu_tools.cli import main
 from tests.harness.procs import free_port
 from tests.unit.test_loop import new_world
 

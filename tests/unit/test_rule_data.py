@@ -16,10 +16,10 @@ import yaml
 from jsonschema import Draft202012Validator
 from pydantic import ValidationError
 
-from kyma_gpu.cli import main
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.rules.context import PoolContext, RuleContext
-from kyma_gpu.rules.schema import FILES, SCHEMAS, generated, stale
+from kyma_gpu_tools.cli import main
+from kyma_gpu_tools.rules_schema import FILES, SCHEMAS, generated, stale
 
 REPO_RULES = Path(__file__).resolve().parents[2] / "values-rules"
 

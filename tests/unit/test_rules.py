@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from kyma_gpu.rules.catalog import Catalog
-from kyma_gpu.rules.chart import chart_facts, image_reference
+from kyma_gpu.rules.chart import image_reference
 from kyma_gpu.rules.engine import (
     Provenance,
     RuleError,
@@ -19,6 +19,7 @@ from kyma_gpu.rules.engine import (
     matches,
     render,
 )
+from kyma_gpu_tools.chart_facts import chart_facts
 
 CONTEXT: dict[str, Any] = {
     "driver.mode": "Precompiled",

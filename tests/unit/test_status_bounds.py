@@ -11,11 +11,11 @@ import pytest
 from pydantic import ValidationError
 
 from kyma_gpu.api import GpuSpec
-from kyma_gpu.api.crd import crd
 from kyma_gpu.api.models import STATUS_COMPONENTS_LIMIT, ComponentStatus, GpuStatus
 from kyma_gpu.plan import make_plan
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status import DaemonSetFacts, Evidence, OperatorStateFacts, aggregate, daemonset_facts
+from kyma_gpu_tools.crd import crd
 from tests.unit.builders import facts_of, node
 
 FLOOD = 3000

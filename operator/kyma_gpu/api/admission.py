@@ -8,14 +8,12 @@ prints for the OpenAPI or CEL rule behind it, so `kyma-gpu plan`, the Gpu status
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
-import types
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Union, get_args, get_origin
+from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 _JSON_TYPES: tuple[tuple[type, str], ...] = (
@@ -145,56 +143,3 @@ def error_text(err: ErrorDetails, path: str) -> str:
     """One error at `path` in the API server's words (pydantic's own words where none)."""
     formatter = _FORMATS.get(err["type"])
     return formatter(path, err) if formatter else f"{path}: {err['msg']}"
-
-
-def allowed_keys(model: type[BaseModel], loc: Sequence[int | str]) -> list[str]:
-    """The wire names a model accepts at `loc` (pydantic's location of the parent object)."""
-    annotation: Any = model
-    for key in loc:
-        annotation = _field_annotation(_unwrap(annotation), key)
-    annotation = _unwrap(annotation)
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [field.alias or name for name, field in annotation.model_fields.items()]
-    return []
-
-
-def _unwrap(annotation: Any) -> Any:
-    """list[X] -> X, X | None -> X."""
-    while get_origin(annotation) in (list, Union, types.UnionType):
-        annotation = next(a for a in get_args(annotation) if a is not type(None))
-    return annotation
-
-
-def _field_annotation(annotation: Any, key: int | str) -> Any:
-    if isinstance(key, int):
-        return annotation
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        for name, field in annotation.model_fields.items():
-            if key in (name, field.alias):
-                return field.annotation
-    return None
-
-
-def unknown_fields_message(err: ValidationError, model: type[BaseModel], root: str = "spec") -> str:
-    """Every unknown field, each with the closest valid name (the API server lists them all
-    too: `strict decoding error: unknown field "spec.a", unknown field "spec.b"`), then the
-    first other error in the API server's words. admission_message when none is unknown."""
-    errors = err.errors()
-    unknown = [e for e in errors if e["type"] == "extra_forbidden"]
-    if not unknown:
-        return admission_message(err, root)
-    said = []
-    for e in unknown:
-        loc = tuple(e["loc"])
-        text = _unknown(field_path(loc, root), e)
-        close = difflib.get_close_matches(str(loc[-1]), allowed_keys(model, loc[:-1]), n=1)
-        said.append(f'{text} (did you mean "{close[0]}"?)' if close else text)
-    others = len(errors) - len(unknown)
-    rest = next((e for e in errors if e["type"] != "extra_forbidden"), None)
-    if rest is None:
-        return ", ".join(said)
-    formatter = _FORMATS.get(rest["type"])
-    path = field_path(rest["loc"], root)
-    first = formatter(path, rest) if formatter else f"{path}: {rest['msg']}"
-    more = f" (and {others - 1} more)" if others > 1 else ""
-    return f"{', '.join(said)}; {first}{more}"

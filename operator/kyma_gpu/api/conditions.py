@@ -3,7 +3,8 @@
 Reasons mirrored from Flux (the HelmRelease's and the chart source's Ready condition) are
 Flux's own and not listed here; `FluxMirrored` names that case. `Reason` is every reason a
 condition may carry: `status/judge.py`'s `cond` takes nothing else, so a literal string
-where a reason belongs fails mypy. docs/crd-reference.md lists these enums (api/reference.py).
+where a reason belongs fails mypy. docs/crd-reference.md lists these enums
+(kyma_gpu_tools/reference.py).
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ they recover; with MarkAndCordon it also cordons the node (spec.unschedulable) a
 that it did with CORDON_ANNOTATION, and it uncordons only nodes carrying that annotation.
 
 These names are shared by the code that writes the marks and by the ValidatingAdmissionPolicy
-kyma-gpu-manager-nodes (plan/manager_policy.py), which holds the manager's account to exactly
-these writes: a change of one name here changes both, never one alone.
+kyma-gpu-manager-nodes (kyma_gpu_tools/manager_policy.py), which holds the manager's account to
+exactly these writes: a change of one name here changes both, never one alone.
 
 The manager marks or cordons a node only on facts no tenant writes (issue 43): the kubelet
 reports NVIDIA GPUs on it (GPU_RESOURCE, or one of GPU_RESOURCE_PREFIXES, above zero in

@@ -1,7 +1,8 @@
 """The typed GPU operations of the Gpu spec: the driver upgrade policy, GPU sharing, the
 extras' switches and the stack (device plugin or DRA). Each maps to chart values through
 values-rules/rules.yaml; what a chart, OS or driver mode cannot do is a preflight finding
-(plan/preflight.py), what is contradictory in itself is refused here and by CEL (api/crd.py).
+(plan/preflight.py), what is contradictory in itself is refused here and by CEL
+(kyma_gpu_tools/crd.py).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ labels, taints or configuration; the two texts (the DCGM metrics list and the MI
 held to their formats line by line.
 
 The same list is enforced three times with the same data: the Gpu CRD's structural schema for
-spec.values is generated from it (api/crd.py: the API server prunes anything else, and
+spec.values is generated from it (kyma_gpu_tools/crd.py: the API server prunes anything else, and
 refuses it under kubectl's strict field validation), the model refuses it (`kyma-gpu plan`,
 the operator's Invalid phase), and the manager refuses a Gpu whose managedFields still record a
 value the API server pruned after an upgrade of the list (`unlisted_managed_values`).
@@ -200,7 +200,8 @@ PYTHON_TYPES: Mapping[ValueType, Any] = {
     ValueType.DCGM_METRICS: _text(DCGM_METRICS_PATTERN),
     ValueType.MIG_CONFIG: _text(MIG_CONFIG_PATTERN),
 }
-"""Each type as pydantic checks it; api/crd.py turns the same types into the CRD's schema."""
+"""Each type as pydantic checks it; kyma_gpu_tools/crd.py turns the same types into the CRD's
+schema."""
 
 
 FORMATS: Mapping[ValueType, str] = {

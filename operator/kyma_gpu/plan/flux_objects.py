@@ -25,7 +25,7 @@ LABELS = module_labels("gpu-operator", managed_by="kyma-gpu")
 CHART_SOURCE_LABEL = "gpu.kyma-project.io/chart-source"
 CHART_SOURCE_VALUE = "administrator"
 """On the source and HelmRelease of a chart source other than NVIDIA's public repository: the
-admission policy kyma-gpu-flux-sources (plan/flux_policy.py) selects them by it."""
+admission policy kyma-gpu-flux-sources (kyma_gpu_tools/flux_policy.py) selects them by it."""
 
 # Fields of release objects that something other than Helm legitimately changes; drift detection
 # must not fight over them. Each entry says who writes the field.

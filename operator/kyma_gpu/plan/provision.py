@@ -162,7 +162,7 @@ MIRROR_LABEL = "gpu.kyma-project.io/flux-images"
 MIRROR_VALUE = "mirror"
 """On a bundle Deployment whose image is not the bundle's own (Kyma's image localisation, or a
 mirror in the manager's environment): the admission policy kyma-gpu-manager-mirrors then holds
-the image to a registry mirror an administrator lists (plan/manager_policy.py)."""
+the image to a registry mirror an administrator lists (kyma_gpu_tools/manager_policy.py)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ kyma-gpu chart-facts CHART.tgz                 print the facts values-rules/char
 kyma-gpu images [--chart-version V] [--installer-release T]   images to mirror
          [-f gpu.yaml --nodes nodes.yaml] [--mirror M] [--check]  (a plan's; check a registry)
 kyma-gpu rules-schema [--check]                write values-rules/schema/ and context.md
-kyma-gpu run                                   run the operator (kopf)
+kyma-gpu run                                   run the manager (kopf), as kyma-gpu-manager does
 """
 
 from __future__ import annotations
@@ -26,24 +26,25 @@ import yaml
 from pydantic import ValidationError
 
 from kyma_gpu import __version__
-from kyma_gpu.api.admission import unknown_fields_message
+from kyma_gpu import main as manager
 from kyma_gpu.api.chart_sources import CONFIG_MAP_NAME
-from kyma_gpu.api.crd import crd_yaml
-from kyma_gpu.api.image_policy import images_policy_yaml
 from kyma_gpu.api.models import SINGLETON_MESSAGE, SINGLETON_NAME, Gpu, GpuSpec
-from kyma_gpu.api.reference import reference_markdown
 from kyma_gpu.facts import NodeError, cluster_facts, node_facts
 from kyma_gpu.plan import Origins, Owner, Plan, Severity, Verdict, make_plan, origins_of
-from kyma_gpu.plan.flux_policy import flux_policy_yaml
-from kyma_gpu.plan.inventory import Image, plan_images, release_images
-from kyma_gpu.plan.manager_policy import manager_policy_yaml
 from kyma_gpu.plan.mirror import replace_registry
-from kyma_gpu.registry import Presence, presence
 from kyma_gpu.rules.catalog import Catalog
-from kyma_gpu.rules.chart import chart_facts
 from kyma_gpu.rules.engine import RuleError
-from kyma_gpu.rules.schema import header, stale, write
 from kyma_gpu.yamlio import dump
+from kyma_gpu_tools.chart_facts import chart_facts
+from kyma_gpu_tools.crd import crd_yaml
+from kyma_gpu_tools.flux_policy import flux_policy_yaml
+from kyma_gpu_tools.image_policy import images_policy_yaml
+from kyma_gpu_tools.inventory import Image, plan_images, release_images
+from kyma_gpu_tools.manager_policy import manager_policy_yaml
+from kyma_gpu_tools.reference import reference_markdown
+from kyma_gpu_tools.registry import Presence, presence
+from kyma_gpu_tools.rules_schema import header, stale, write
+from kyma_gpu_tools.spec_errors import unknown_fields_message
 
 EXIT_ERROR_VERDICT = 1
 """`kyma-gpu plan`: the plan's verdict is error (nothing would be written). 0: ok or warning."""
@@ -60,7 +61,8 @@ class UsageError(Exception):
 
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-"""libyaml's loader where PyYAML has it (five times faster on a big node list), else PyYAML's."""
+"""libyaml's loader where PyYAML has it (its scanner and parser are C: several times faster on a
+big node list, docs/performance.md 'The CLI on a big node list'), else PyYAML's."""
 
 
 def _text(path: str, stdin: TextIO) -> str:
@@ -134,7 +136,7 @@ def _quote_hint(err: ValidationError) -> str:
 
 
 def _validation_message(source: str, err: ValidationError) -> str:
-    """The API server's words for the same error (api/admission.py); every unknown field, each
+    """The API server's words for the same error (spec_errors.py); every unknown field, each
     with the closest valid name."""
     return f"{source}: {unknown_fields_message(err, Gpu, root='')}{_quote_hint(err)}"
 
@@ -366,17 +368,11 @@ def cmd_rules_schema(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) ->
 
 
 def cmd_run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
-    from kyma_gpu.handlers import run
-    from kyma_gpu.metrics import parse_address
-
-    try:
-        if args.metrics_address:
-            parse_address(args.metrics_address)
-    except ValueError as err:
-        raise UsageError(f"--metrics-address: {err}") from err
-
-    run(liveness=args.liveness, leader_election=args.leader_election and not args.standalone,
-        metrics_address=args.metrics_address)  # fmt: skip
+    """The manager, as kyma-gpu-manager runs it (kyma_gpu/main.py): a developer's alias."""
+    problem = manager.flag_error(args)
+    if problem is not None:
+        raise UsageError(problem)
+    manager.start(args)
     return 0
 
 
@@ -447,23 +443,11 @@ def parser() -> argparse.ArgumentParser:
     rs.add_argument("--check", action="store_true", help="only say what is stale (exit code 1)")
     rs.add_argument("--rules", help="values-rules directory (default: the module's)")
     rs.set_defaults(func=cmd_rules_schema)
-    r = sub.add_parser("run", help="run the operator",
-                       description="Run the operator (kopf) until stopped. Exit code 0: stopped; "
+    r = sub.add_parser("run", help="run the manager (what kyma-gpu-manager runs)",
+                       description="Run the manager (kopf) until stopped, as the image's "
+                       "kyma-gpu-manager does. Exit code 0: stopped; "
                        f"{BAD_INPUT} (a flag).")  # fmt: skip
-    r.add_argument(
-        "--liveness", default=None, help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz"
-    )
-    r.add_argument(
-        "--leader-election",
-        action="store_true",
-        help="hold the Lease kyma-system/kyma-gpu-manager to write (several replicas)",
-    )
-    r.add_argument("--standalone", action="store_true", help="no leader election (one replica)")
-    r.add_argument(
-        "--metrics-address",
-        default=None,
-        help="serve /metrics and the readiness probe /readyz on HOST:PORT, e.g. 0.0.0.0:8081",
-    )
+    manager.add_arguments(r)
     r.set_defaults(func=cmd_run)
     return top
 

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from kyma_gpu.api.conditions import REASONS
-from kyma_gpu.api.crd import crd
 from kyma_gpu.api.values import ALLOWLIST_DOC, TYPE_TAKES, ValueType, allowlist
+from kyma_gpu_tools.crd import crd
 
 
 def _type(prop: dict[str, Any]) -> str:
