@@ -4,6 +4,11 @@
 #            from requirements.lock (no dependency resolution: --no-deps; pip
 #            verifies every download against the lock's sha256 hashes), then
 #            the project itself, and proves the set complete with `pip check`.
+#            The build context holds the runtime package operator/kyma_gpu
+#            alone (.dockerignore): the release tooling (operator/kyma_gpu_tools,
+#            the `kyma-gpu` CLI) is not in the context, so the wheel built here
+#            has kyma_gpu and its one console script, kyma-gpu-manager
+#            (hatch_build.py).
 #   final    the same base image, the virtualenv and the values rules, nothing
 #            else: no compilers, no package manager runs, no pip in the venv,
 #            a numeric non-root user.
@@ -39,8 +44,8 @@ RUN pip --python /opt/venv/bin/python install --no-cache-dir --no-deps --require
 # dependencies at the versions in hack/build-constraints.txt. `pip check`
 # fails the build if the lock misses a dependency (--no-deps hides that).
 COPY hack/build-constraints.txt hack/build-constraints.txt
-COPY pyproject.toml README.md ./
-COPY operator/ operator/
+COPY pyproject.toml README.md hatch_build.py ./
+COPY operator/kyma_gpu/ operator/kyma_gpu/
 COPY values-rules/ values-rules/
 RUN PIP_CONSTRAINT=/src/hack/build-constraints.txt \
         pip --python /opt/venv/bin/python install --no-cache-dir --no-deps . \
@@ -74,4 +79,4 @@ WORKDIR /app
 # Numeric, so that Kubernetes' runAsNonRoot can verify it without /etc/passwd.
 USER 65532:65532
 
-ENTRYPOINT ["kyma-gpu", "run"]
+ENTRYPOINT ["kyma-gpu-manager"]

@@ -10,7 +10,8 @@
 #      tools in the final stage, entrypoint, values rules);
 #   3. replay the builder stage's install steps in a clean virtualenv in a
 #      temp dir, from a build context holding only what the Dockerfile COPYs,
-#      and run the installed console script the way the image does.
+#      and run the installed console script the way the image does; the
+#      release tooling (kyma_gpu_tools, the kyma-gpu CLI) must not be there.
 #
 #   hack/check-dockerfile.sh [--lock FILE] [--skip-lint] [--skip-replay]
 #
@@ -83,7 +84,9 @@ for expected in \
   'PIP_CONSTRAINT=/src/hack/build-constraints.txt' \
   'pip --python /opt/venv/bin/python install --no-cache-dir --no-deps .' \
   'pip --python /opt/venv/bin/python check' \
-  'ENTRYPOINT ["kyma-gpu", "run"]' \
+  'COPY pyproject.toml README.md hatch_build.py ./' \
+  'COPY operator/kyma_gpu/ operator/kyma_gpu/' \
+  'ENTRYPOINT ["kyma-gpu-manager"]' \
   'KYMA_GPU_RULES_DIR=/app/values-rules'; do
   if ! grep -qF -- "${expected}" Dockerfile; then
     echo "check-dockerfile: the Dockerfile no longer contains '${expected}'; update the replay in $0" >&2
@@ -114,13 +117,13 @@ trap 'rm -rf "${WORK}"' EXIT
 CTX="${WORK}/src"          # the build context after .dockerignore
 OPT="${WORK}/opt"          # stands in for /opt
 APP="${WORK}/app"          # stands in for /app
-mkdir -p "${CTX}/hack" "${OPT}" "${APP}"
+mkdir -p "${CTX}/hack" "${CTX}/operator" "${OPT}" "${APP}"
 
 # The files the builder stage COPYs, and nothing else.
 cp "${LOCK}" "${CTX}/requirements.lock"
 cp hack/build-constraints.txt "${CTX}/hack/build-constraints.txt"
-cp pyproject.toml README.md "${CTX}/"
-cp -r operator "${CTX}/operator"
+cp pyproject.toml README.md hatch_build.py "${CTX}/"
+cp -r operator/kyma_gpu "${CTX}/operator/kyma_gpu"  # the runtime only (.dockerignore)
 cp -r values-rules "${CTX}/values-rules"  # package data of the wheel (pyproject force-include)
 find "${CTX}" -name '__pycache__' -type d -prune -exec rm -rf {} +
 
@@ -165,11 +168,14 @@ run_in_image_env() {
       "$@")
 }
 mkdir -p "${WORK}/home"
-say "replay: kyma-gpu --help"
-run_in_image_env kyma-gpu --help >"${WORK}/help.txt"
+say "replay: kyma-gpu-manager --help (the image's entrypoint)"
+run_in_image_env kyma-gpu-manager --help >"${WORK}/help.txt"
 head -n 5 "${WORK}/help.txt"
-say "replay: kyma-gpu run --help (the image's entrypoint)"
-run_in_image_env kyma-gpu run --help >/dev/null
+say "replay: the release tooling is not installed"
+if run_in_image_env python -c 'import kyma_gpu_tools' 2>/dev/null || [[ -e "${OPT}/venv/bin/kyma-gpu" ]]; then
+  echo "check-dockerfile: the runtime venv holds the release tooling (kyma_gpu_tools or kyma-gpu)" >&2
+  exit 1
+fi
 say "replay: python -c 'import kyma_gpu' from the installed wheel"
 where="$(run_in_image_env python -c 'import kyma_gpu, os; print(os.path.dirname(kyma_gpu.__file__))')"
 case "${where}" in

@@ -16,7 +16,7 @@ image contract of this project needs those too:
   P5  no ADD at all (COPY only; no remote URLs, no implicit tar extraction).
   P6  the final stage runs no package manager and installs no build tools:
       no RUN with apt/apt-get/dpkg/pip/gcc/make/... (it should have no RUN).
-  P7  ENTRYPOINT is exactly ["kyma-gpu", "run"] (exec form).
+  P7  ENTRYPOINT is exactly ["kyma-gpu-manager"] (exec form).
   P8  KYMA_GPU_RULES_DIR is set and values-rules/ is copied to that path.
 
 Usage: hack/dockerfile_policy.py [Dockerfile]   (exit 1 on any violation)
@@ -174,19 +174,19 @@ def _final_run_problems(final: Stage) -> list[Problem]:
 
 
 def _entrypoint_problems(final: Stage) -> list[Problem]:
-    """P7: ENTRYPOINT is exactly ["kyma-gpu", "run"]."""
+    """P7: ENTRYPOINT is exactly ["kyma-gpu-manager"]."""
     entrypoints = [ins for ins in final.instructions if ins.keyword == "ENTRYPOINT"]
     if not entrypoints:
         return [
-            (final.line, "P7", 'no ENTRYPOINT in the final stage (expected ["kyma-gpu", "run"])')
+            (final.line, "P7", 'no ENTRYPOINT in the final stage (expected ["kyma-gpu-manager"])')
         ]
     last = entrypoints[-1]
     try:
         value = json.loads(last.args)
     except json.JSONDecodeError:
         value = None
-    if value != ["kyma-gpu", "run"]:
-        return [(last.line, "P7", f'ENTRYPOINT must be ["kyma-gpu", "run"], is {last.args}')]
+    if value != ["kyma-gpu-manager"]:
+        return [(last.line, "P7", f'ENTRYPOINT must be ["kyma-gpu-manager"], is {last.args}')]
     return []
 
 

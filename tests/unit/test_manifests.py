@@ -438,7 +438,11 @@ def test_manager_rollout(base: str) -> None:
 def test_manager_command_and_image(base: str) -> None:
     container = manager_container(base)
     joined = command_line(container)
-    for needle in ("kyma-gpu run", "--leader-election", "--liveness http://0.0.0.0:8080/healthz"):
+    for needle in (
+        "kyma-gpu-manager",
+        "--leader-election",
+        "--liveness http://0.0.0.0:8080/healthz",
+    ):
         assert needle in joined, f"command/args lack {needle!r}: {joined}"
     assert str(container.get("image", "")).startswith(MANAGER_IMAGE_PREFIX), container["image"]
     pod = by_ident(render(base))[MANAGER]["spec"]["template"]["spec"]

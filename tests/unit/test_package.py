@@ -1,10 +1,12 @@
-"""The built wheel carries values-rules/ and works outside the source tree."""
+"""The built wheel carries values-rules/ and works outside the source tree; built from the
+image's context (no release tooling) it is the runtime alone."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -27,21 +29,53 @@ print(json.dumps({"package": kyma_gpu.__file__, "rules": str(catalog.root),
 """
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _build(source: Path, out: Path) -> Path:
     if importlib.util.find_spec("hatchling") is None:
         message = "hatchling not installed: the dev extra pins it (make setup)"
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
-    out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-         "--disable-pip-version-check", "--wheel-dir", str(out), str(REPO)],
+         "--disable-pip-version-check", "--wheel-dir", str(out), str(source)],
         check=True, capture_output=True, timeout=300,
     )  # fmt: skip
     (built,) = out.glob("kyma_gpu-*.whl")
     return built
+
+
+def _scripts(wheel: Path) -> set[str]:
+    archive = zipfile.ZipFile(wheel)
+    (entry_points,) = [n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt")]
+    lines = archive.read(entry_points).decode().splitlines()
+    return {line.split("=")[0].strip() for line in lines if "=" in line}
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _build(REPO, tmp_path_factory.mktemp("wheel"))
+
+
+def test_the_wheel_of_a_clone_has_the_cli(wheel: Path) -> None:
+    """`pip install .` in a clone: the manager and the release tooling's `kyma-gpu`."""
+    assert any(n.startswith("kyma_gpu_tools/") for n in zipfile.ZipFile(wheel).namelist())
+    assert _scripts(wheel) == {"kyma-gpu", "kyma-gpu-manager"}
+
+
+def test_the_image_wheel_is_the_runtime_alone(tmp_path: Path) -> None:
+    """Built from what the Dockerfile copies (.dockerignore keeps operator/kyma_gpu_tools out):
+    no tools package and no `kyma-gpu` script pointing at one."""
+    context = tmp_path / "context"
+    (context / "operator").mkdir(parents=True)
+    for name in ("pyproject.toml", "README.md", "hatch_build.py"):
+        shutil.copy(REPO / name, context / name)
+    shutil.copytree(REPO / "operator" / "kyma_gpu", context / "operator" / "kyma_gpu",
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    shutil.copytree(REPO / "values-rules", context / "values-rules")
+    built = _build(context, tmp_path / "out")
+    tops = {n.split("/")[0] for n in zipfile.ZipFile(built).namelist()}
+    assert tops == {"kyma_gpu", built.name.split("-py")[0] + ".dist-info"}
+    assert _scripts(built) == {"kyma-gpu-manager"}
 
 
 def test_the_wheel_ships_the_rule_data(wheel: Path) -> None:
