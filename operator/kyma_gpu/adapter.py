@@ -19,10 +19,10 @@ import re
 import socket
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
+from types import MappingProxyType
 from typing import Any
 
 import orjson
@@ -59,7 +59,7 @@ _NO_FLUX = (
     " (is Flux installed? The module needs helm.toolkit.fluxcd.io/v2 and"
     " source.toolkit.fluxcd.io/v1; see flux/README.md)"
 )
-_FORCE_APPLY = [("fieldManager", FIELD_MANAGER), ("force", "true")]
+_FORCE_APPLY = (("fieldManager", FIELD_MANAGER), ("force", "true"))
 _GPUS = f"/apis/{API_GROUP}/{API_VERSION}/{PLURAL}"
 _POOL_SIZE = 32
 """Connections: one per watch thread, plus writes; the default (5 per core) is too small."""
@@ -67,18 +67,20 @@ _POOL_SIZE = 32
 log = logging.getLogger(__name__)
 
 # apiVersion/kind -> plural, for the namespaced Flux objects the plan renders.
-PLURALS = {(k.api_version, k.kind): k.plural for k in FLUX_KINDS}
+PLURALS = MappingProxyType({(k.api_version, k.kind): k.plural for k in FLUX_KINDS})
 # ... and for the objects of the module's own Flux (plan/provision.py, data/flux.yaml).
-BUNDLE_PLURALS = {
-    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): "customresourcedefinitions",
-    ("v1", "ServiceAccount"): "serviceaccounts",
-    ("v1", "Service"): "services",
-    ("apps/v1", "Deployment"): "deployments",
-    ("rbac.authorization.k8s.io/v1", "Role"): "roles",
-    ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
-    ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies",
-}
-FLUX_CRD_PATHS = {k.kind: k.path() for k in FLUX_CRD_KINDS}
+BUNDLE_PLURALS = MappingProxyType(
+    {
+        ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): "customresourcedefinitions",
+        ("v1", "ServiceAccount"): "serviceaccounts",
+        ("v1", "Service"): "services",
+        ("apps/v1", "Deployment"): "deployments",
+        ("rbac.authorization.k8s.io/v1", "Role"): "roles",
+        ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
+        ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies",
+    }
+)
+FLUX_CRD_PATHS = MappingProxyType({k.kind: k.path() for k in FLUX_CRD_KINDS})
 """Every kind of the module's Flux CRDs, in all namespaces: what may still use them."""
 
 
@@ -154,7 +156,7 @@ class KubeAdapter:
     # -- one request --
 
     def _request(
-        self, what: str, method: str, path: str, *, query: list[tuple[str, str]] | None = None,
+        self, what: str, method: str, path: str, *, query: Sequence[tuple[str, str]] | None = None,
         body: Any = None, content_type: str | None = None, accept: str = "application/json",
         timeout: tuple[float, float] = (10, 30),
     ) -> urllib3.BaseHTTPResponse:  # fmt: skip
@@ -162,7 +164,7 @@ class KubeAdapter:
         headers = {"Accept": accept, **({"Content-Type": content_type} if content_type else {})}
         try:
             method, url, headers, body, _ = self.api.param_serialize(
-                method, path, query_params=query or [], header_params=headers, body=body,
+                method, path, query_params=list(query or ()), header_params=headers, body=body,
                 auth_settings=["BearerToken"],
             )  # fmt: skip
             response: urllib3.BaseHTTPResponse = self.api.call_api(
@@ -523,8 +525,15 @@ def _fast(data: bytes) -> Any:
         return json.loads(data)
 
 
-NODE_JSON = Parser(page=partial(_without_images, parse=json.loads),
-                   event=partial(_without_images, parse=_fast))  # fmt: skip
+def _node_page(data: bytes) -> Any:
+    return _without_images(data, parse=json.loads)
+
+
+def _node_event(data: bytes) -> Any:
+    return _without_images(data, parse=_fast)
+
+
+NODE_JSON = Parser(page=_node_page, event=_node_event)
 """Nodes: status.images cut before parsing (without_images). Watch events by orjson (_fast);
 LIST pages by the standard library, which parses a page of Nodes without orjson's
 whole-document tree: that tree raises the peak of a LIST, and the manager's heap keeps the peak

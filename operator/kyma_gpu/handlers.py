@@ -180,7 +180,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     metrics_server = await _serve_metrics(given.metrics_address, metrics, loop)
     observers.start(catalog.machine_types, namespace, catalog.defaults.target_namespace)
     chart_sources = Informer(adapter, chart_sources_source(namespace), store,
-                             asyncio.get_running_loop(), ours.watching).start()  # fmt: skip
+                             asyncio.get_running_loop(), ours.watching,
+                             observers.gc_pause).start()  # fmt: skip
     elector_task = None
     if elector is not None:
         elector_task = asyncio.create_task(elector.run(stopped), name="election")

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 
 from aiohttp import web
 from prometheus_client import (
@@ -52,7 +53,7 @@ class ErrorKind(StrEnum):
 
 
 STATES = tuple(state.value for state in GpuState)
-_VERBS = {"POST": "create", "PUT": "update", "DELETE": "delete"}
+_VERBS = MappingProxyType({"POST": "create", "PUT": "update", "DELETE": "delete"})
 _APPLY = "application/apply-patch+yaml"
 
 

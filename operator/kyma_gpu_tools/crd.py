@@ -6,6 +6,7 @@ when the committed file differs from what this module generates.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -108,7 +109,7 @@ def _object(properties: dict[str, Any]) -> dict[str, Any]:
     return {"type": "object", "properties": properties}
 
 
-_MAPS: dict[ValueType, tuple[dict[str, Any], dict[str, str]]] = {
+_MAPS: dict[ValueType, tuple[dict[str, Any], Mapping[str, str]]] = {
     ValueType.LABELS: (
         {"type": "string", "maxLength": 63, "pattern": LABEL_VALUE_PATTERN},
         LABELS_RULE,
@@ -124,7 +125,7 @@ def _leaf(allowed: Allowed) -> dict[str, Any]:
         values, keys = _MAPS[allowed.type]
         schema: dict[str, Any] = {"type": "object", "maxProperties": MAX_LABELS,
                                   "additionalProperties": values,
-                                  "x-kubernetes-validations": [keys]}  # fmt: skip
+                                  "x-kubernetes-validations": [dict(keys)]}  # fmt: skip
     else:
         raw = TypeAdapter(PYTHON_TYPES[allowed.type]).json_schema(by_alias=True, mode="validation")
         schema = _structural(raw, raw.pop("$defs", {}))

@@ -19,7 +19,7 @@ from kyma_gpu.api.models import (
     SourceSpec,
 )
 
-__all__ = [
+__all__ = (
     "API_GROUP",
     "API_VERSION",
     "KIND",
@@ -36,4 +36,4 @@ __all__ = [
     "GpuState",
     "GpuStatus",
     "SourceSpec",
-]
+)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 from pydantic import ValidationError
@@ -24,15 +25,17 @@ _JSON_TYPES: tuple[tuple[type, str], ...] = (
     (list, "array"),
     (dict, "object"),
 )
-_EXPECTED_TYPE = {
-    "string_type": "string",
-    "bool_type": "boolean",
-    "model_type": "object",
-    "model_attributes_type": "object",
-    "dict_type": "object",
-    "list_type": "array",
-    "int_type": "integer",
-}
+_EXPECTED_TYPE = MappingProxyType(
+    {
+        "string_type": "string",
+        "bool_type": "boolean",
+        "model_type": "object",
+        "model_attributes_type": "object",
+        "dict_type": "object",
+        "list_type": "array",
+        "int_type": "integer",
+    }
+)
 
 
 def json_type(value: Any) -> str:
@@ -112,23 +115,25 @@ def _field_rule(path: str, err: ErrorDetails) -> str:
     return f"{path}: Invalid value: {_quoted(err['input'])}: {err['msg']}"
 
 
-_FORMATS: Mapping[str, Callable[[str, ErrorDetails], str]] = {
-    "enum": _unsupported,
-    "literal_error": _unsupported,
-    "string_pattern_mismatch": _pattern,
-    "string_too_long": _too_long,
-    "too_long": _too_long,
-    "extra_forbidden": _unknown,
-    "greater_than_equal": _bound,
-    "less_than_equal": _bound,
-    "missing": _required,
-    "value_error": _custom,
-    "refused_value": _custom,
-    "field_rule": _field_rule,
-    "values_rule": _custom,
-    "spec_values": lambda path, err: err["msg"],  # api/values.py said it all already
-    **dict.fromkeys(_EXPECTED_TYPE, _wrong_type),
-}
+_FORMATS: Mapping[str, Callable[[str, ErrorDetails], str]] = MappingProxyType(
+    {
+        "enum": _unsupported,
+        "literal_error": _unsupported,
+        "string_pattern_mismatch": _pattern,
+        "string_too_long": _too_long,
+        "too_long": _too_long,
+        "extra_forbidden": _unknown,
+        "greater_than_equal": _bound,
+        "less_than_equal": _bound,
+        "missing": _required,
+        "value_error": _custom,
+        "refused_value": _custom,
+        "field_rule": _field_rule,
+        "values_rule": _custom,
+        "spec_values": lambda path, err: err["msg"],  # api/values.py said it all already
+        **dict.fromkeys(_EXPECTED_TYPE, _wrong_type),
+    }
+)
 
 
 def admission_message(err: ValidationError, root: str = "spec") -> str:

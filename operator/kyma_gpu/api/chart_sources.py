@@ -175,10 +175,12 @@ LINES_NOTE = (
 )
 
 
-DEFAULT_SOURCES = ChartSources(
-    sources=(AllowedSource(kind=SourceKind.HELM_REPOSITORY, url=NVIDIA_REPOSITORY),)
-)
-"""Without the ConfigMap: NVIDIA's repository, the supported versions, no Secret."""
+def default_sources() -> ChartSources:
+    """Without the ConfigMap: NVIDIA's repository, the supported versions, no Secret. Made
+    anew each time: a model's `digests` is a dict, which no module may share."""
+    return ChartSources(
+        sources=(AllowedSource(kind=SourceKind.HELM_REPOSITORY, url=NVIDIA_REPOSITORY),)
+    )
 
 
 REGISTRY_NOT_ALLOWED = (

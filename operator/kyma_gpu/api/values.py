@@ -25,6 +25,7 @@ from enum import StrEnum
 from functools import cache
 from itertools import pairwise
 from pathlib import Path
+from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -160,92 +161,106 @@ LabelKey = Annotated[str, StringConstraints(pattern=LABEL_KEY_PATTERN, max_lengt
 LabelValue = Annotated[str, StringConstraints(pattern=LABEL_VALUE_PATTERN, max_length=63)]
 GATE_PATTERN = r"^[A-Za-z][A-Za-z0-9]{0,63}$"
 GateName = Annotated[str, StringConstraints(pattern=GATE_PATTERN)]
-GATES_RULE = {
-    "rule": f"self.all(k, k.matches(r'{GATE_PATTERN}'))",
-    "message": "feature gate names are letters and digits",
-}
-LABELS_RULE = {
-    "rule": f"self.all(k, k.size() <= 317 && k.matches(r'{LABEL_KEY_PATTERN}'))",
-    "message": "label keys are qualified names (prefix/name)",
-}
+GATES_RULE = MappingProxyType(
+    {
+        "rule": f"self.all(k, k.matches(r'{GATE_PATTERN}'))",
+        "message": "feature gate names are letters and digits",
+    }
+)
+LABELS_RULE = MappingProxyType(
+    {
+        "rule": f"self.all(k, k.size() <= 317 && k.matches(r'{LABEL_KEY_PATTERN}'))",
+        "message": "label keys are qualified names (prefix/name)",
+    }
+)
 
 
 def _text(pattern: str) -> Any:
     return Annotated[str, StringConstraints(pattern=pattern, max_length=MAX_TEXT)]
 
 
-PYTHON_TYPES: Mapping[ValueType, Any] = {
-    ValueType.RESOURCES: Resources,
-    ValueType.TOLERATIONS: Annotated[list[Toleration], Field(max_length=MAX_LIST)],
-    ValueType.PRIORITY_CLASS_NAME: Annotated[
-        str, StringConstraints(pattern=DNS_NAME_PATTERN, max_length=253)
-    ],
-    ValueType.PULL_POLICY: Literal["Always", "IfNotPresent", "Never"],
-    ValueType.BOOLEAN: StrictBool,
-    ValueType.UPDATE_STRATEGY: Literal["RollingUpdate", "OnDelete"],
-    ValueType.MAX_UNAVAILABLE: Annotated[
-        str, StringConstraints(pattern=MAX_UNAVAILABLE_PATTERN, max_length=6)
-    ],
-    ValueType.LOG_LEVEL: Literal["debug", "info", "error"],
-    ValueType.KERNEL_MODULE_TYPE: Literal["auto", "open", "proprietary"],
-    ValueType.FEATURE_GATES: Annotated[dict[GateName, StrictBool], Field(max_length=MAX_LABELS)],
-    ValueType.DURATION: Annotated[str, StringConstraints(pattern=DURATION_PATTERN, max_length=16)],
-    ValueType.LABELS: Annotated[dict[LabelKey, LabelValue], Field(max_length=MAX_LABELS)],
-    ValueType.CONFIG_MAP_NAME: Annotated[
-        str, StringConstraints(pattern=DNS_NAME_PATTERN, max_length=253)
-    ],
-    ValueType.MIG_CONFIG_NAME: Annotated[
-        str, StringConstraints(pattern=MIG_CONFIG_NAME_PATTERN, max_length=63)
-    ],
-    ValueType.DCGM_METRICS: _text(DCGM_METRICS_PATTERN),
-    ValueType.MIG_CONFIG: _text(MIG_CONFIG_PATTERN),
-}
+PYTHON_TYPES: Mapping[ValueType, Any] = MappingProxyType(
+    {
+        ValueType.RESOURCES: Resources,
+        ValueType.TOLERATIONS: Annotated[list[Toleration], Field(max_length=MAX_LIST)],
+        ValueType.PRIORITY_CLASS_NAME: Annotated[
+            str, StringConstraints(pattern=DNS_NAME_PATTERN, max_length=253)
+        ],
+        ValueType.PULL_POLICY: Literal["Always", "IfNotPresent", "Never"],
+        ValueType.BOOLEAN: StrictBool,
+        ValueType.UPDATE_STRATEGY: Literal["RollingUpdate", "OnDelete"],
+        ValueType.MAX_UNAVAILABLE: Annotated[
+            str, StringConstraints(pattern=MAX_UNAVAILABLE_PATTERN, max_length=6)
+        ],
+        ValueType.LOG_LEVEL: Literal["debug", "info", "error"],
+        ValueType.KERNEL_MODULE_TYPE: Literal["auto", "open", "proprietary"],
+        ValueType.FEATURE_GATES: Annotated[
+            dict[GateName, StrictBool], Field(max_length=MAX_LABELS)
+        ],
+        ValueType.DURATION: Annotated[
+            str, StringConstraints(pattern=DURATION_PATTERN, max_length=16)
+        ],
+        ValueType.LABELS: Annotated[dict[LabelKey, LabelValue], Field(max_length=MAX_LABELS)],
+        ValueType.CONFIG_MAP_NAME: Annotated[
+            str, StringConstraints(pattern=DNS_NAME_PATTERN, max_length=253)
+        ],
+        ValueType.MIG_CONFIG_NAME: Annotated[
+            str, StringConstraints(pattern=MIG_CONFIG_NAME_PATTERN, max_length=63)
+        ],
+        ValueType.DCGM_METRICS: _text(DCGM_METRICS_PATTERN),
+        ValueType.MIG_CONFIG: _text(MIG_CONFIG_PATTERN),
+    }
+)
 """Each type as pydantic checks it; kyma_gpu_tools/crd.py turns the same types into the CRD's
 schema."""
 
 
-FORMATS: Mapping[ValueType, str] = {
-    ValueType.RESOURCES: 'quantities such as "500m", "2Gi" or 1',
-    ValueType.TOLERATIONS: "label keys and values",
-    ValueType.PRIORITY_CLASS_NAME: "a PriorityClass name (a DNS name)",
-    ValueType.MAX_UNAVAILABLE: 'a number ("2") or a percentage ("25%")',
-    ValueType.DURATION: 'a duration such as "15s", "1m" or "500ms"',
-    ValueType.LABELS: "label keys and values",
-    ValueType.CONFIG_MAP_NAME: "a ConfigMap name (a DNS name)",
-    ValueType.MIG_CONFIG_NAME: "a MIG layout name (letters, digits, '-', '_', '.')",
-    ValueType.DCGM_METRICS: (
-        'CSV lines "DCGM_FI_<FIELD>, gauge|counter|label, help", comments and blank lines, '
-        "without control characters"
-    ),
-    ValueType.MIG_CONFIG: (
-        "mig-parted's file with only the top-level keys version and mig-configs (comments "
-        "and indented lines below them), without control characters"
-    ),
-}
+FORMATS: Mapping[ValueType, str] = MappingProxyType(
+    {
+        ValueType.RESOURCES: 'quantities such as "500m", "2Gi" or 1',
+        ValueType.TOLERATIONS: "label keys and values",
+        ValueType.PRIORITY_CLASS_NAME: "a PriorityClass name (a DNS name)",
+        ValueType.MAX_UNAVAILABLE: 'a number ("2") or a percentage ("25%")',
+        ValueType.DURATION: 'a duration such as "15s", "1m" or "500ms"',
+        ValueType.LABELS: "label keys and values",
+        ValueType.CONFIG_MAP_NAME: "a ConfigMap name (a DNS name)",
+        ValueType.MIG_CONFIG_NAME: "a MIG layout name (letters, digits, '-', '_', '.')",
+        ValueType.DCGM_METRICS: (
+            'CSV lines "DCGM_FI_<FIELD>, gauge|counter|label, help", comments and blank lines, '
+            "without control characters"
+        ),
+        ValueType.MIG_CONFIG: (
+            "mig-parted's file with only the top-level keys version and mig-configs (comments "
+            "and indented lines below them), without control characters"
+        ),
+    }
+)
 """What a pattern of each type accepts, in words: said instead of the pattern."""
 
 
-TYPE_TAKES: Mapping[ValueType, str] = {
-    ValueType.RESOURCES: "`requests` and `limits` of `cpu`, `memory`, `ephemeral-storage`: "
-    'quantities ("500m", "2Gi", 1); no device resources',
-    ValueType.TOLERATIONS: f"at most {MAX_LIST} tolerations (`key`, `operator` Exists or Equal, "
-    "`value`, `effect`, `tolerationSeconds`)",
-    ValueType.PRIORITY_CLASS_NAME: "a PriorityClass name",
-    ValueType.PULL_POLICY: "`Always`, `IfNotPresent` or `Never`",
-    ValueType.BOOLEAN: "`true` or `false`",
-    ValueType.UPDATE_STRATEGY: "`RollingUpdate` or `OnDelete`",
-    ValueType.MAX_UNAVAILABLE: 'a number ("2") or a percentage ("25%")',
-    ValueType.LOG_LEVEL: "`debug`, `info` or `error`",
-    ValueType.KERNEL_MODULE_TYPE: "`auto`, `open` or `proprietary`",
-    ValueType.FEATURE_GATES: f"at most {MAX_LABELS} feature gates: a name (letters and digits) "
-    "and `true` or `false`",
-    ValueType.DURATION: 'a duration ("15s", "1m")',
-    ValueType.LABELS: f"at most {MAX_LABELS} labels (qualified keys, label values)",
-    ValueType.CONFIG_MAP_NAME: "a ConfigMap name (DNS name) in the GPU operator's namespace",
-    ValueType.MIG_CONFIG_NAME: "a MIG layout name of the MIG configuration",
-    ValueType.DCGM_METRICS: f"{FORMATS[ValueType.DCGM_METRICS]}; at most {MAX_TEXT} characters",
-    ValueType.MIG_CONFIG: f"{FORMATS[ValueType.MIG_CONFIG]}; at most {MAX_TEXT} characters",
-}
+TYPE_TAKES: Mapping[ValueType, str] = MappingProxyType(
+    {
+        ValueType.RESOURCES: "`requests` and `limits` of `cpu`, `memory`, `ephemeral-storage`: "
+        'quantities ("500m", "2Gi", 1); no device resources',
+        ValueType.TOLERATIONS: f"at most {MAX_LIST} tolerations (`key`, `operator` Exists or "
+        "Equal, `value`, `effect`, `tolerationSeconds`)",
+        ValueType.PRIORITY_CLASS_NAME: "a PriorityClass name",
+        ValueType.PULL_POLICY: "`Always`, `IfNotPresent` or `Never`",
+        ValueType.BOOLEAN: "`true` or `false`",
+        ValueType.UPDATE_STRATEGY: "`RollingUpdate` or `OnDelete`",
+        ValueType.MAX_UNAVAILABLE: 'a number ("2") or a percentage ("25%")',
+        ValueType.LOG_LEVEL: "`debug`, `info` or `error`",
+        ValueType.KERNEL_MODULE_TYPE: "`auto`, `open` or `proprietary`",
+        ValueType.FEATURE_GATES: f"at most {MAX_LABELS} feature gates: a name (letters and digits) "
+        "and `true` or `false`",
+        ValueType.DURATION: 'a duration ("15s", "1m")',
+        ValueType.LABELS: f"at most {MAX_LABELS} labels (qualified keys, label values)",
+        ValueType.CONFIG_MAP_NAME: "a ConfigMap name (DNS name) in the GPU operator's namespace",
+        ValueType.MIG_CONFIG_NAME: "a MIG layout name of the MIG configuration",
+        ValueType.DCGM_METRICS: f"{FORMATS[ValueType.DCGM_METRICS]}; at most {MAX_TEXT} characters",
+        ValueType.MIG_CONFIG: f"{FORMATS[ValueType.MIG_CONFIG]}; at most {MAX_TEXT} characters",
+    }
+)
 """What each type takes, for the CRD reference."""
 
 

@@ -14,7 +14,7 @@ from kyma_gpu.facts.node import (
     parse_os_image,
 )
 
-__all__ = [
+__all__ = (
     "ClusterFacts",
     "DriverUpgradeState",
     "MachineType",
@@ -27,4 +27,4 @@ __all__ = [
     "node_facts",
     "observe_node",
     "parse_os_image",
-]
+)

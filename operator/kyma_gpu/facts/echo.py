@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = [
+__all__ = (
     "ELLIPSIS",
     "LIST_LIMIT",
     "MESSAGE_LIMIT",
@@ -25,7 +25,7 @@ __all__ = [
     "echoed_reason",
     "echoed_text",
     "listed",
-]
+)
 
 ELLIPSIS = "..."
 """Ends a string that was cut."""

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any, overload
 
 from kyma_gpu.api.node_marks import (
@@ -118,15 +119,17 @@ _OS_IMAGES: tuple[tuple[OsFamily, re.Pattern[str]], ...] = (
     (OsFamily.TALOS, re.compile(r"^Talos\s*\(?v?([0-9][0-9.]*)", re.I)),
 )
 
-_PROVIDERS = {
-    "aws": "aws",
-    "gce": "gcp",
-    "azure": "azure",
-    "openstack": "openstack",
-    "vsphere": "vsphere",
-    "alicloud": "alicloud",
-    "kwok": "kwok",
-}
+_PROVIDERS = MappingProxyType(
+    {
+        "aws": "aws",
+        "gce": "gcp",
+        "azure": "azure",
+        "openstack": "openstack",
+        "vsphere": "vsphere",
+        "alicloud": "alicloud",
+        "kwok": "kwok",
+    }
+)
 
 
 def parse_os_image(os_image: str) -> tuple[OsFamily, str | None]:

@@ -4,4 +4,4 @@ from kyma_gpu.observe.informer import Informer, Source
 from kyma_gpu.observe.observers import Observers
 from kyma_gpu.observe.store import Entry, Store
 
-__all__ = ["Entry", "Informer", "Observers", "Source", "Store"]
+__all__ = ("Entry", "Informer", "Observers", "Source", "Store")

@@ -119,7 +119,11 @@ class Backoff:
 
 
 class GcPause:
-    """The cyclic garbage collector off while any thread is inside (process-wide, counted).
+    """The cyclic garbage collector off while any thread is inside (counted). The collector is
+    the process's, so its holders share one pause: the Observers own it and hand it to every
+    Informer of the process (handlers.start gives it to the chart sources' one too). An
+    Informer made without one (tests) gets its own; pauses that overlap still leave the
+    collector on once all are left (the one that turned it off turns it on).
 
     A LIST page of Nodes is 250 bodies of ~12 kB: parsing it makes ~40,000 dicts and lists
     that live until the page is folded. With the collector on, they are promoted through its
@@ -147,9 +151,6 @@ class GcPause:
                 self._holders -= 1
                 if self._holders == 0 and self._was_enabled:
                     gc.enable()
-
-
-gc_paused = GcPause()
 
 
 def freeze_heap() -> int:
@@ -184,10 +185,12 @@ class Source:
 class Informer:
     def __init__(
         self, reader: Reader, source: Source, store: Store, loop: asyncio.AbstractEventLoop,
-        settings: WatchSettings = WatchSettings(),
+        settings: WatchSettings = WatchSettings(), gc_pause: GcPause | None = None,
     ) -> None:  # fmt: skip
         self.reader, self.source, self.store, self.loop = reader, source, store, loop
         self.settings = settings
+        self._gc_pause = gc_pause or GcPause()
+        """Shared with the other observers of the process (`Observers.gc_pause`)."""
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._known: dict[str, Any] = {}
@@ -268,7 +271,7 @@ class Informer:
         meta: dict[str, Any] = {}
         listing = self.reader.list_pages(self.source.query, self.source.page_size)
         while True:
-            with gc_paused():  # the page is parsed, folded and dropped before gc runs again
+            with self._gc_pause():  # the page is parsed, folded and dropped before gc runs again
                 page = next(listing, None)
                 if page is None:
                     break

@@ -9,7 +9,7 @@ from typing import Any
 
 from kyma_gpu.facts.machines import MachineTypeRegistry
 from kyma_gpu.observe import sources
-from kyma_gpu.observe.informer import Informer, Reader, Source, WatchSettings
+from kyma_gpu.observe.informer import GcPause, Informer, Reader, Source, WatchSettings
 from kyma_gpu.observe.store import Store
 
 log = logging.getLogger(__name__)
@@ -24,6 +24,8 @@ class Observers:
     stack_namespaces: tuple[str, ...] = ()
     """The module's and the GPU operator's namespaces: their pods are not users' workloads."""
     settings: WatchSettings = field(default_factory=WatchSettings)
+    gc_pause: GcPause = field(default_factory=GcPause)
+    """The collector's pause while an observer parses a page, one for all of them."""
 
     def start(self, registry: MachineTypeRegistry, module_ns: str, target_ns: str) -> None:
         """Nodes, operand DaemonSets, the operator's pods that cannot pull, our Flux objects,
@@ -58,7 +60,7 @@ class Observers:
 
     def _start(self, source: Source) -> None:
         self.informers[source.resource] = Informer(
-            self.reader, source, self.store, self.loop, self.settings
+            self.reader, source, self.store, self.loop, self.settings, self.gc_pause
         ).start()
 
     def _crd_changed(self, name: str, facts: Any) -> None:

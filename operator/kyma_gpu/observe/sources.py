@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from functools import partial
+from types import MappingProxyType
 from typing import Any
 
 from kyma_gpu.adapter import NODE_JSON, ListQuery
@@ -55,13 +56,15 @@ PULLS: Resource[PullFailure] = Resource("pulls")
 """Pending pods of the GPU operator's namespace that cannot pull an image."""
 PODS: Resource[str] = Resource("pods")
 """namespace/name of each running GPU pod of users'."""
-FLUX: dict[str, FluxKind] = {k.plural: k for k in FLUX_KINDS}
+FLUX: Mapping[str, FluxKind] = MappingProxyType({k.plural: k for k in FLUX_KINDS})
 FLUX_RESOURCES: tuple[Resource[FluxFacts], ...] = tuple(Resource(plural) for plural in FLUX)
-GATED = {
-    **{k.crd_name: k.plural for k in FLUX_KINDS},
-    "clusterpolicies.nvidia.com": CLUSTER_POLICIES,
-    "gpuclusters.nvidia.com": GPU_CLUSTERS,
-}
+GATED = MappingProxyType(
+    {
+        **{k.crd_name: k.plural for k in FLUX_KINDS},
+        "clusterpolicies.nvidia.com": CLUSTER_POLICIES,
+        "gpuclusters.nvidia.com": GPU_CLUSTERS,
+    }
+)
 """CRD name -> the resource it serves: its observer lists again when the CRD appears."""
 NODE_COALESCE = 0.2
 """Seconds the Node watch waits after an event that came after a wait (adapter._lines): the

@@ -4,7 +4,7 @@ from kyma_gpu.plan.flux_objects import Owner
 from kyma_gpu.plan.origin import Origins, origins_of
 from kyma_gpu.plan.plan import Finding, Plan, Preflight, Severity, Verdict, make_plan
 
-__all__ = [
+__all__ = (
     "Finding", "Origins", "Owner", "Plan", "Preflight", "Severity", "Verdict", "make_plan",
     "origins_of",
-]  # fmt: skip
+)  # fmt: skip

@@ -20,7 +20,7 @@ MIG_CAPABLE = ("A100", "A30", "H100", "H200", "H20", "H800", "B200", "B300", "GB
 """GPU models (registry names start with one of these) that have MIG."""
 CC_CAPABLE = ("H100", "H200", "H20", "H800", "B200", "B300", "GB200", "GB300")
 """GPU models with Confidential Computing (Hopper and Blackwell)."""
-CLOUD_VM_PROVIDERS = {"aws", "gcp", "azure", "alicloud"}
+CLOUD_VM_PROVIDERS = frozenset({"aws", "gcp", "azure", "alicloud"})
 """Providers whose GPU machines are VMs (bare-metal types carry "metal" in their name)."""
 DRA_ONLY_COMPONENTS = ("dcgm_exporter", "service_monitor", "gpu_feature_discovery", "mig_strategy")
 """spec.components that are not switches of ClusterPolicy operands on the DRA stack."""

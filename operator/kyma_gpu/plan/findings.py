@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from types import MappingProxyType
 
 from kyma_gpu.api.conditions import PreflightReason
 
@@ -44,7 +45,7 @@ class Finding:
     """Those nodes get no working GPU from the plan."""
 
 
-_ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
+_ORDER = MappingProxyType({Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2})
 
 
 @dataclass(frozen=True, slots=True)

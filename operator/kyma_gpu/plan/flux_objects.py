@@ -9,6 +9,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from kyma_gpu.api.chart_sources import NVIDIA_REPOSITORY
@@ -21,7 +22,7 @@ SPEC_HASH = "gpu.kyma-project.io/spec-hash"
 """Annotation with a hash of what the module last applied: a field removed from the plan
 changes the hash, so the object is applied again and server-side apply drops the field."""
 
-LABELS = module_labels("gpu-operator", managed_by="kyma-gpu")
+LABELS = MappingProxyType(module_labels("gpu-operator", managed_by="kyma-gpu"))
 CHART_SOURCE_LABEL = "gpu.kyma-project.io/chart-source"
 CHART_SOURCE_VALUE = "administrator"
 """On the source and HelmRelease of a chart source other than NVIDIA's public repository: the

@@ -24,7 +24,6 @@ from pydantic import ValidationError
 from kyma_gpu.api.chart_sources import (
     CONFIG_MAP_KEY,
     CONFIG_MAP_NAME,
-    DEFAULT_SOURCES,
     LINES_NOTE,
     NVIDIA_REPOSITORY,
     REGISTRIES_KEY,
@@ -34,6 +33,7 @@ from kyma_gpu.api.chart_sources import (
     AllowedSource,
     ChartSources,
     Registries,
+    default_sources,
     parse_registries,
     unreadable_lines,
 )
@@ -46,7 +46,7 @@ from kyma_gpu.plan.findings import Finding, Severity
 class Origins:
     """The allowed chart sources, as the plan gets them."""
 
-    sources: ChartSources = DEFAULT_SOURCES
+    sources: ChartSources = field(default_factory=default_sources)
     configured: bool = False
     """From the ConfigMap; False: the default (NVIDIA's repository only)."""
     error: str | None = None
@@ -80,23 +80,26 @@ def origins_of(config_map: Mapping[str, Any] | None) -> Origins:
 
 def _sources(text: Any) -> tuple[ChartSources, str | None]:
     if text is None:  # a ConfigMap of registries only: the default chart source
-        return DEFAULT_SOURCES, None
+        return default_sources(), None
     if not isinstance(text, str):
-        return DEFAULT_SOURCES, f"its key {CONFIG_MAP_KEY} is not text"
+        return default_sources(), f"its key {CONFIG_MAP_KEY} is not text"
     try:
         data = yaml.safe_load(text)
     except (yaml.YAMLError, RecursionError):
-        return DEFAULT_SOURCES, f"its key {CONFIG_MAP_KEY} is not valid YAML"
+        return default_sources(), f"its key {CONFIG_MAP_KEY} is not valid YAML"
     try:
         sources = ChartSources.model_validate(data)
     except ValidationError as err:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in err.errors()
         )
-        return DEFAULT_SOURCES, f"its key {CONFIG_MAP_KEY} is invalid: {problems}"
+        return default_sources(), f"its key {CONFIG_MAP_KEY} is invalid: {problems}"
     unreadable = unreadable_lines(text, sources)
     if unreadable is not None:
-        return DEFAULT_SOURCES, f"its key {CONFIG_MAP_KEY} is invalid: {unreadable} ({LINES_NOTE})"
+        return (
+            default_sources(),
+            f"its key {CONFIG_MAP_KEY} is invalid: {unreadable} ({LINES_NOTE})",
+        )
     return sources, None
 
 

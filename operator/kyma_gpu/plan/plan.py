@@ -43,9 +43,9 @@ from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.rules.engine import Provenance, deep_merge, evaluate, matches
 from kyma_gpu.rules.installer import branch_of
 
-__all__ = [
+__all__ = (
     "DriverPool", "Finding", "Origins", "Plan", "Preflight", "Severity", "Verdict", "make_plan",
-]  # fmt: skip
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

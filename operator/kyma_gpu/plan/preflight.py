@@ -12,7 +12,7 @@ from kyma_gpu.plan.findings import Finding, Preflight, Severity, Verdict
 from kyma_gpu.plan.images import branch_not_built, garden_linux_images, upstream_images
 from kyma_gpu.plan.pools import node_findings, settle
 
-__all__ = ["CHECKS", "Check", "Finding", "Preflight", "Severity", "Verdict", "preflight_findings"]
+__all__ = ("CHECKS", "Check", "Finding", "Preflight", "Severity", "Verdict", "preflight_findings")
 
 
 Check = Callable[[Resolved], list[Finding]]

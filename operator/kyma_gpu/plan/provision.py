@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cache
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -34,7 +35,7 @@ SHARD_LABEL = "sharding.fluxcd.io/key"
 SHARD = "kyma-gpu"
 CRD_API = "apiextensions.k8s.io/v1"
 
-REQUIRED_APIS = {k.crd_name: k.api_version for k in FLUX_KINDS}
+REQUIRED_APIS = MappingProxyType({k.crd_name: k.api_version for k in FLUX_KINDS})
 """CRD name -> the API version the module writes (Flux 2.6 or newer serves all three)."""
 MARKER_CRD = HELM_RELEASE.crd_name
 """Applied last: its bundle hash says the whole bundle is in place."""
@@ -149,10 +150,12 @@ def _unserved_message(unserved: Sequence[str]) -> str:
 
 
 CONTROLLERS = ("source-controller", "helm-controller")
-IMAGE_ENV = {
-    "source-controller": "KYMA_GPU_FLUX_SOURCE_CONTROLLER_IMAGE",
-    "helm-controller": "KYMA_GPU_FLUX_HELM_CONTROLLER_IMAGE",
-}
+IMAGE_ENV = MappingProxyType(
+    {
+        "source-controller": "KYMA_GPU_FLUX_SOURCE_CONTROLLER_IMAGE",
+        "helm-controller": "KYMA_GPU_FLUX_HELM_CONTROLLER_IMAGE",
+    }
+)
 """The manager Deployment's environment names the images of the bundle's controllers
 (config/manager/deployment.yaml): modulectl takes images from there into the module's OCM
 component, and Kyma's image localisation rewrites them there, for air-gapped clusters."""

@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from pydantic import ValidationError
@@ -49,7 +50,7 @@ log = logging.getLogger(__name__)
 
 GPUS: Resource[GpuObject] = Resource("gpus")
 """The Gpus, as kopf's watch hands them over (handlers.py)."""
-_FLUX_PLURAL = {k.kind: k.plural for k in FLUX_KINDS}
+_FLUX_PLURAL = MappingProxyType({k.kind: k.plural for k in FLUX_KINDS})
 
 
 class ClusterApi(Protocol):

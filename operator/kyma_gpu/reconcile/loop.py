@@ -85,7 +85,7 @@ from kyma_gpu.status.events import GpuEvent
 from kyma_gpu.status.remediation import NodeWrite
 from kyma_gpu.status.snapshot import Snapshot
 
-__all__ = ["GPUS", "ClusterApi", "Done", "Loop", "flux_api", "now", "snapshot"]
+__all__ = ("GPUS", "ClusterApi", "Done", "Loop", "flux_api", "now", "snapshot")
 """GPUS, ClusterApi and now live in reconcile/effects.py; they are the loop's words too."""
 
 log = logging.getLogger(__name__)

@@ -23,6 +23,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any
 
 from pydantic import ValidationError
@@ -509,7 +510,7 @@ def _applying(seen: Seen, inputs: Inputs) -> Step:
 
 
 S = Situation
-ROWS: Mapping[Situation, Row] = {
+ROWS: Mapping[Situation, Row] = MappingProxyType({
     S.NOT_THE_SINGLETON: Row(
         "the Gpu is not named `gpu`", Phase.REFUSED, "status `Error` (`NotTheSingleton`)",
         False, _refused),
@@ -595,7 +596,7 @@ ROWS: Mapping[Situation, Row] = {
         _status_only(Phase.PROGRESSING)),
     S.IN_SYNC_READY: Row(
         "applied, everything ready", Phase.READY, "status", False, _status_only(Phase.READY)),
-}  # fmt: skip
+})  # fmt: skip
 """The state machine as a table: every Situation, in the order `classify` checks them, its
 phase and its step. docs/architecture.md shows it (`phase_table`, generated)."""
 del S

@@ -32,7 +32,7 @@ from kyma_gpu.rules.nvidia import NvidiaDrivers
 IMAGE_DIGESTS = "image-digests.yaml"
 """A release's operand digests below values-rules/ (rules/data_models.py ImageDigestsFile)."""
 
-__all__ = [
+__all__ = (
     "ENV_RULES_DIR",
     "IMAGE_DIGESTS",
     "Catalog",
@@ -42,7 +42,7 @@ __all__ = [
     "default_rules_dir",
     "locate",
     "machine_type_registry",
-]
+)
 
 
 def _load(path: Path) -> Any:

@@ -14,7 +14,7 @@ from typing import Any
 from kyma_gpu.rules.data_models import Rule, RulesFile, parse
 from kyma_gpu.rules.rule_error import RuleError
 
-__all__ = [
+__all__ = (
     "Evaluation",
     "Provenance",
     "Rule",
@@ -24,7 +24,7 @@ __all__ = [
     "evaluate",
     "matches",
     "render",
-]
+)
 
 _TEMPLATE = re.compile(r"\$\{([A-Za-z0-9_.-]+)\}")
 

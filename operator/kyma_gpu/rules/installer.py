@@ -9,12 +9,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import Enum
+from types import MappingProxyType
 
 from packaging.version import InvalidVersion, Version
 
 from kyma_gpu.rules.data_models import InstallerValues, InstallerVersions, parse
 
-_ARCH_ALIASES = {"x86_64": "amd64", "aarch64": "arm64"}
+_ARCH_ALIASES = MappingProxyType({"x86_64": "amd64", "aarch64": "arm64"})
 
 
 def parse_version(text: str) -> Version | None:

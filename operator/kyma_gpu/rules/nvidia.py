@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
+from types import MappingProxyType
 
 from packaging.version import Version
 
@@ -19,7 +20,7 @@ from kyma_gpu.rules.data_models import NvidiaDriversFile, parse
 from kyma_gpu.rules.installer import branch_of
 
 FILE = "nvidia-drivers.yaml"
-_ARCH_ALIASES = {"x86_64": "amd64", "aarch64": "arm64"}
+_ARCH_ALIASES = MappingProxyType({"x86_64": "amd64", "aarch64": "arm64"})
 
 
 def canonical_arch(arch: str) -> str:

@@ -16,7 +16,7 @@ from kyma_gpu.facts.stack import (
 )
 from kyma_gpu.status.aggregate import ConditionType, Evidence, aggregate
 
-__all__ = [
+__all__ = (
     "ConditionType",
     "DaemonSetFacts",
     "Evidence",
@@ -32,4 +32,4 @@ __all__ = [
     "is_gpu_workload",
     "pull_failure",
     "requests_gpu",
-]
+)

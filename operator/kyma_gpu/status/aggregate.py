@@ -47,7 +47,7 @@ from kyma_gpu.status.health import (
 )
 from kyma_gpu.status.judge import NO_GPU_NODES_MESSAGE, Judgement, cond, flux_failed
 
-__all__ = [
+__all__ = (
     "STATUS_SIZE_LIMIT",
     "ConditionType",
     "Evidence",
@@ -56,7 +56,7 @@ __all__ = [
     "plan_health",
     "stamp",
     "summarize",
-]
+)
 
 _DRIVER_VERSION = re.compile(DRIVER_VERSION_PATTERN)
 DRIVER_VERSIONS_SHOWN = 8

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
+from types import MappingProxyType
 
 from kyma_gpu.api.conditions import (
     ConditionType,
@@ -38,7 +39,7 @@ _PODS_NAMED = re.compile(
 commas)."""
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
-_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+_UNIT_SECONDS = MappingProxyType({"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001})
 
 
 @dataclass(frozen=True, slots=True)

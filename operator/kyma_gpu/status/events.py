@@ -38,7 +38,7 @@ logged): the status says it all anyway."""
 EVENT_WINDOW_SECONDS = 600.0
 FINDINGS = (ConditionType.PREFLIGHT, ConditionType.RELEASE_READY, ConditionType.SOURCE_READY)
 """The conditions whose failures post an Event of their own."""
-_NOT_FLUX = {ReleaseReason.NOT_APPLIED}
+_NOT_FLUX = frozenset({ReleaseReason.NOT_APPLIED})
 """ReleaseReady=False reasons that are no Flux failure (the plan's errors are Preflight's)."""
 
 

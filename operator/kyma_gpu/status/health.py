@@ -31,10 +31,10 @@ from kyma_gpu.api.models import (
 from kyma_gpu.facts.node import DriverUpgradeState, GpuDevices, ObservedNode, same_model
 from kyma_gpu.plan.pools import pool_of
 
-__all__ = [
+__all__ = (
     "Health", "NodeHealth", "gpu_health", "health_condition", "node_health", "pools_shown",
     "same_model", "unhealthy_nodes",
-]  # fmt: skip
+)  # fmt: skip
 
 NAMES_SHOWN = 5
 """The GpusHealthy message names this many unhealthy nodes; status.unhealthyNodes has more."""

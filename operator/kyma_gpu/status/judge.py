@@ -38,7 +38,7 @@ from kyma_gpu.plan.pools import blocked_nodes
 from kyma_gpu.status.upgrades import Rollout, failed_message, progress_message, rollout
 
 # HelmRelease Ready=False reasons that mean "still working on it", not a failure.
-_FLUX_PROGRESS_REASONS = {"Progressing", "ProgressingWithRetry", "DependencyNotReady"}
+_FLUX_PROGRESS_REASONS = frozenset({"Progressing", "ProgressingWithRetry", "DependencyNotReady"})
 # helm-controller says SourceNotReady both for a broken chart source (a missing version, an
 # unreachable repository: a failure) and while source-controller catches up with a new chart
 # version (not a failure). These are the messages of the latter (helm-controller v1.6 isReady).
@@ -53,7 +53,7 @@ NO_GPU_NODES_MESSAGE = (
 )
 """NodesDetected=False is a normal state: a pool that scales to zero has no nodes for hours."""
 ALL_POOLS_BLOCKED = "no GPU worker pool can be served, so nothing is applied"
-_INFORMATIVE_FINDINGS = {str(NodesReason.NO_GPU_NODES)}
+_INFORMATIVE_FINDINGS = frozenset({str(NodesReason.NO_GPU_NODES)})
 """Plan findings that the status shows as information, not as a Warning."""
 FINDINGS_SHOWN = 10
 """A condition message names at most this many findings: one per node on a big cluster would

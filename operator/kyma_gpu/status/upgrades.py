@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from kyma_gpu.facts import DriverUpgradeState
 from kyma_gpu.facts.echo import listed
 
-__all__ = ["NAMES_SHOWN", "Rollout", "failed_message", "progress_message", "rollout"]
+__all__ = ("NAMES_SHOWN", "Rollout", "failed_message", "progress_message", "rollout")
 
 NAMES_SHOWN = 3
 """Node names a message lists per state; the rest are counted."""
