@@ -95,7 +95,7 @@ def _cordon(mark: NodeMarkFacts, wanted: bool) -> bool | None:
 
 class MarkGround(StrEnum):
     """Why the manager may mark or cordon a node: a fact no tenant writes. The admission policy
-    kyma-gpu-manager-nodes (plan/manager_policy.py) accepts the same three."""
+    kyma-gpu-manager-nodes (kyma_gpu_tools/manager_policy.py) accepts the same three."""
 
     REPORTED = "reported"
     """The kubelet reports NVIDIA GPUs: a GPU resource above zero in capacity or allocatable."""
