@@ -187,7 +187,6 @@ class Plain:
     doc: InstallDoc
     checkout: Path
     env: dict[str, str]
-    installed: bool = False
 
 
 def _version() -> str:
@@ -241,8 +240,15 @@ def _ready(pod: dict[str, Any]) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
-@pytest.mark.timeout(900)
-def test_the_documented_install_runs_the_manager_on_a_real_node(plain: Plain) -> None:
+@dataclass(frozen=True)
+class Running:
+    """The doc's apply and rollout done: both manager pods Ready on the real node."""
+
+    pods: list[dict[str, Any]]
+
+
+@pytest.fixture(scope="module")
+def running(plain: Plain) -> Running:
     cluster, doc = plain.cluster, plain.doc
     overlay = plain.checkout / doc.overlay_dir
     overlay.mkdir(parents=True)
@@ -256,41 +262,122 @@ def test_the_documented_install_runs_the_manager_on_a_real_node(plain: Plain) ->
     _run_block(doc.rollout, "rollout", plain.checkout, plain.env, 360)
     pods = wait_until(lambda: _both_ready(cluster), 120,
                       "both manager pods Ready on the real node (their real probes)")  # fmt: skip
-    for pod in pods:
-        assert pod["spec"]["nodeName"] == plain.node.name
-        (status,) = pod["status"]["containerStatuses"]
-        assert status["image"].endswith(f"{LOCAL_IMAGE}:{plain.version}"), status["image"]
-        assert status["restartCount"] == 0, f"the manager restarted: {status}"
-        assert status["containerID"].startswith("containerd://")
+    return Running(pods)
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    """The sample Gpu applied and the doc's ready block run."""
+
+    shown: str
+    gpu: dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def reconciled(plain: Plain, running: Running) -> Reconciled:
+    cluster = plain.cluster
     mirror = {"chartRepository": plain.flux.helm_repo_url, "insecure": True}
     sample = yaml.safe_load((ROOT / "config" / "samples" / "gpu.yaml").read_text())
     sample["spec"] = {"source": mirror}
     cluster.kubectl("apply", "-f", "-", input=json.dumps(sample))
-    shown = _run_block(doc.ready, "ready", plain.checkout, plain.env, 480)
-    assert "condition met" in shown, shown
-    assert re.search(r"^gpu\s+Ready\s", shown, re.MULTILINE), f"kubectl get gpu:\n{shown}"
+    shown = _run_block(plain.doc.ready, "ready", plain.checkout, plain.env, 480)
     ready = wait_until(lambda: gpu_ready(cluster), 120, "the Gpu Ready, reconciled by the pod")
-    assert (condition(ready, "ReleaseReady") or {}).get("status") == "True"
-    lease = cluster.get_object("lease", "kyma-gpu-manager", SKR_NAMESPACE) or {}
-    assert lease["spec"]["holderIdentity"] in {p["metadata"]["name"] for p in pods}
-    for pod in manager_pods(cluster):
+    return Reconciled(shown, ready)
+
+
+def _statuses(pods: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    found = {}
+    for pod in pods:
         (status,) = pod["status"]["containerStatuses"]
-        assert status["restartCount"] == 0, f"the manager restarted while reconciling: {status}"
-    plain.installed = True
+        found[pod["metadata"]["name"]] = status
+    return found
 
 
 @pytest.mark.timeout(900)
-def test_the_documented_uninstall_leaves_no_module(plain: Plain) -> None:
-    # Never a skip: an uninstall test that does not run proves nothing. It depends on the
-    # install test of this module (run first, same file); if that failed, this fails too.
-    if not plain.installed:
-        pytest.fail("the install test did not finish: nothing to uninstall (see its failure)")
-    cluster = plain.cluster
+def test_the_manager_runs_on_the_real_node(plain: Plain, running: Running) -> None:
+    nodes = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in running.pods}
+    assert set(nodes.values()) == {plain.node.name}, nodes
+
+
+@pytest.mark.timeout(900)
+def test_the_manager_runs_the_image_make_image_built(plain: Plain, running: Running) -> None:
+    for name, status in _statuses(running.pods).items():
+        assert status["image"].endswith(f"{LOCAL_IMAGE}:{plain.version}"), (name, status["image"])
+
+
+@pytest.mark.timeout(900)
+def test_containerd_runs_the_manager(running: Running) -> None:
+    for name, status in _statuses(running.pods).items():
+        assert status["containerID"].startswith("containerd://"), (name, status)
+
+
+@pytest.mark.timeout(900)
+def test_the_manager_starts_without_a_restart(running: Running) -> None:
+    for name, status in _statuses(running.pods).items():
+        assert status["restartCount"] == 0, f"the manager {name} restarted: {status}"
+
+
+@pytest.mark.timeout(900)
+def test_the_docs_ready_block_shows_the_gpu_ready(reconciled: Reconciled) -> None:
+    assert "condition met" in reconciled.shown, reconciled.shown
+    assert re.search(r"^gpu\s+Ready\s", reconciled.shown, re.MULTILINE), (
+        f"kubectl get gpu:\n{reconciled.shown}"
+    )
+
+
+@pytest.mark.timeout(900)
+def test_the_release_is_ready(reconciled: Reconciled) -> None:
+    assert (condition(reconciled.gpu, "ReleaseReady") or {}).get("status") == "True", (
+        reconciled.gpu.get("status")
+    )
+
+
+@pytest.mark.timeout(900)
+def test_one_of_the_pods_holds_the_lease(
+    plain: Plain, running: Running, reconciled: Reconciled
+) -> None:
+    lease = plain.cluster.get_object("lease", "kyma-gpu-manager", SKR_NAMESPACE) or {}
+    names = {p["metadata"]["name"] for p in running.pods}
+    assert lease["spec"]["holderIdentity"] in names, lease.get("spec")
+
+
+@pytest.mark.timeout(900)
+def test_the_manager_reconciles_without_a_restart(plain: Plain, reconciled: Reconciled) -> None:
+    for name, status in _statuses(manager_pods(plain.cluster)).items():
+        assert status["restartCount"] == 0, (
+            f"the manager {name} restarted while reconciling: {status}"
+        )
+
+
+@pytest.fixture(scope="module")
+def uninstalled(plain: Plain, reconciled: Reconciled) -> LocalCluster:
+    """The doc's uninstall, after the install reconciled (a failed install fails this too)."""
     _run_block(plain.doc.uninstall, "uninstall", plain.checkout, plain.env, 840)
-    assert cluster.get_object("crd", "gpus.gpu.kyma-project.io") is None
-    assert cluster.list_objects("helmreleases.helm.toolkit.fluxcd.io", SKR_NAMESPACE) == []
-    assert cluster.get_object("deployment", "gpu-manager", SKR_NAMESPACE) is None
-    assert cluster.get_object("namespace", "gpu-operator") is None
-    wait_until(lambda: not cluster.list_objects("pods", SKR_NAMESPACE, MANAGER_PODS) or None, 120,
-               "the manager's pods gone from the real node")  # fmt: skip
-    assert cluster.get_object("namespace", SKR_NAMESPACE) is not None, "kyma-system stays"
+    return plain.cluster
+
+
+@pytest.mark.timeout(900)
+def test_the_uninstall_removes_the_crd(uninstalled: LocalCluster) -> None:
+    assert uninstalled.get_object("crd", "gpus.gpu.kyma-project.io") is None
+
+
+@pytest.mark.timeout(900)
+def test_the_uninstall_removes_the_release(uninstalled: LocalCluster) -> None:
+    assert uninstalled.list_objects("helmreleases.helm.toolkit.fluxcd.io", SKR_NAMESPACE) == []
+
+
+@pytest.mark.timeout(900)
+def test_the_uninstall_removes_the_manager(uninstalled: LocalCluster) -> None:
+    assert uninstalled.get_object("deployment", "gpu-manager", SKR_NAMESPACE) is None
+    wait_until(lambda: not uninstalled.list_objects("pods", SKR_NAMESPACE, MANAGER_PODS) or None,
+               120, "the manager's pods gone from the real node")  # fmt: skip
+
+
+@pytest.mark.timeout(900)
+def test_the_uninstall_removes_the_operands_namespace(uninstalled: LocalCluster) -> None:
+    assert uninstalled.get_object("namespace", "gpu-operator") is None
+
+
+@pytest.mark.timeout(900)
+def test_the_uninstall_keeps_kyma_system(uninstalled: LocalCluster) -> None:
+    assert uninstalled.get_object("namespace", SKR_NAMESPACE) is not None, "kyma-system stays"
