@@ -1,4 +1,4 @@
-"""The only module that talks to the Kubernetes API (kopf's watch of the Gpu aside).
+"""The only module of the operator that talks to the Kubernetes API (kopf reads discovery once).
 
 Reads are paged LISTs and WATCH streams of raw JSON (never the client's model objects), used
 by the observers in `kyma_gpu.observe`, which run them in their own threads. Writes are
@@ -234,15 +234,6 @@ class KubeAdapter:
                     continue
                 yield page
                 data = following.result()
-
-    def serves(self, group: str, version: str, plural: str) -> bool:
-        """Whether discovery lists the resource. An API server that is starting serves its
-        CRDs' groups only once it has loaded them; until then the group is missing (404)."""
-        try:
-            found = self._json(f"discover {group}/{version}", "GET", f"/apis/{group}/{version}")
-        except NotFound:
-            return False
-        return any(item.get("name") == plural for item in found.get("resources") or ())
 
     def watch(
         self, query: ListQuery, resource_version: str, timeout_seconds: int

@@ -1,24 +1,17 @@
-"""kopf's part: the Gpu watch and the process. The module's reconcile loop does the rest.
+"""kopf's part: the process. The module's observers and reconcile loop do the rest.
 
-kopf does three things here, and no more:
-
-- It runs the process: the event loop, the signals, the startup handler (`start`, which
-  starts everything below, then waits until the API server serves the Gpu) and the cleanup
-  handler (`stop`), and the liveness endpoint (`--liveness`, /healthz in the Deployment),
-  which answers while that event loop runs. It runs standalone, without peering: a Lease
-  picks the replica that writes (reconcile/election.py).
-- It watches the Gpu: `gpu_changed` keeps each Gpu's compact facts in the store.
-- Its memo carries the process's state from `start` to the other handlers: one entry, a
-  `Runtime`, read with `runtime(memo)`.
-
-It has no change-detecting handler, no daemon and no timer, so it writes nothing to the Gpu:
-no annotations, no status, no finalizer of its own. It posts an Event only for a warning or
-an error of its own (a handler that failed).
+kopf runs the process and nothing else: the event loop, the signals, the startup handler
+(`start`, which starts everything below) and the cleanup handler (`stop`), and the liveness
+endpoint (`--liveness`, /healthz in the Deployment), which answers while that event loop runs.
+It has no resource handler: it watches nothing, writes nothing, posts no Event. It runs
+standalone, without peering (a Lease picks the replica that writes: reconcile/election.py) and
+without scanning (it follows no CRD). Its memo carries the process's state from `start` to
+`stop`: one entry, a `Runtime`, read with `runtime(memo)`.
 
 Everything else is the module's own. The observers (kyma_gpu.observe) keep paged LISTs and
-WATCHes of Nodes, the operand DaemonSets, the operand's pods that cannot pull, our Flux
-objects, the ClusterPolicy, the GPUCluster and the CRDs (and GPU pods while a deletion waits
-for them) as compact facts in the same store, and, observed here, the one ConfigMap of
+WATCHes of the Gpus, Nodes, the operand DaemonSets, the operand's pods that cannot pull, our
+Flux objects, the ClusterPolicy, the GPUCluster and the CRDs (and GPU pods while a deletion
+waits for them) as compact facts in one store, and, observed here, the one ConfigMap of
 allowed chart sources (kyma-system/kyma-gpu-chart-sources, by a field selector on its name).
 The reconcile loop (kyma_gpu.reconcile.loop) wakes when those facts change, decides, and
 makes every write: Flux and the operand's Flux objects, the Gpu's status and its Events, and
@@ -45,23 +38,19 @@ from aiohttp import web
 
 from kyma_gpu.adapter import KubeAdapter, ListQuery
 from kyma_gpu.api.chart_sources import CONFIG_MAP_NAME
-from kyma_gpu.api.models import API_GROUP, API_VERSION, PLURAL
-from kyma_gpu.errors import ApiError
-from kyma_gpu.facts.gpu import gpu_object
 from kyma_gpu.metrics import Metrics, serve
-from kyma_gpu.observe import Entry, Observers, Store
+from kyma_gpu.observe import Observers, Store
 from kyma_gpu.observe.informer import Informer, Source
 from kyma_gpu.observe.sources import REQUIRED
-from kyma_gpu.observe.store import Resource, version_of
+from kyma_gpu.observe.store import Resource
 from kyma_gpu.plan import Origins, origins_of
 from kyma_gpu.plan.provision import FluxImages
 from kyma_gpu.reconcile.election import Elector
-from kyma_gpu.reconcile.loop import GPUS, Loop
+from kyma_gpu.reconcile.loop import Loop
 from kyma_gpu.reconcile.settings import KopfSettings, Settings
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.rules.engine import RuleError
 
-GPU = (API_GROUP, API_VERSION, PLURAL)
 CHART_SOURCES: Resource[Origins] = Resource("chartsources")
 """The allowed chart sources: the facts of the one ConfigMap (absent: NVIDIA's only)."""
 log = logging.getLogger(__name__)
@@ -83,7 +72,7 @@ class Started:
     """What `start` started, and `stop` stops."""
 
     store: Store
-    """The facts of everything observed; the Gpu's come from `gpu_changed`."""
+    """The facts of everything observed, the Gpus' among them."""
     stopped: asyncio.Event
     """Set by `stop`: the loop and the elector end."""
     observers: Observers
@@ -99,15 +88,15 @@ class Started:
 
 @dataclass
 class Runtime:
-    """The process's state, the one entry of kopf's memo (`runtime(memo)`). kopf copies the
-    memo for each Gpu it sees, shallowly: every copy holds this one Runtime."""
+    """The process's state, the one entry of kopf's memo (`runtime(memo)`): what `run` knows,
+    then what `start` started, for `stop`."""
 
     options: Options
     _started: Started | None = field(default=None, init=False, repr=False)
 
     @property
     def started(self) -> Started:
-        """What `start` started. kopf runs no other handler before `start` has succeeded."""
+        """What `start` started. kopf runs `stop` only after `start` has succeeded."""
         if self._started is None:
             raise RuntimeError("the startup handler has not run")
         return self._started
@@ -142,7 +131,10 @@ def chart_origins(store: Store) -> Origins:
 
 
 class _Forever:
-    """kopf's request retries (KopfSettings), then the last for as long as it takes."""
+    """kopf's request retries (KopfSettings), then the last for as long as it takes: kopf still
+    reads the API's discovery once at its start, and a request that gives up ends kopf, so the
+    process (an API server that is down when the manager starts is waited for, as the
+    observers wait for it)."""
 
     def __init__(self, settings: KopfSettings) -> None:
         self.settings = settings
@@ -156,8 +148,7 @@ class _Forever:
 async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     state = runtime(memo)
     given, ours = state.options, state.options.settings
-    settings.posting.level = logging.WARNING  # no Event per handler run
-    settings.watching.server_timeout = ours.kopf.gpu_watch_seconds
+    settings.scanning.disabled = True  # kopf serves no resource: it need not follow the CRDs
     settings.networking.error_backoffs = _Forever(ours.kopf)
     catalog = Catalog()  # checked in run(): broken rule data never gets this far
     metrics = Metrics.for_process()
@@ -192,27 +183,6 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
         loop_task=loop_task, elector=elector, elector_task=elector_task,
         metrics_server=metrics_server,
     )  # fmt: skip
-    await _until_gpus_served(adapter, ours.kopf)
-
-
-async def _until_gpus_served(adapter: KubeAdapter, settings: KopfSettings) -> None:
-    """Return once discovery lists the Gpu resource. kopf resolves its resources once, after
-    the startup handlers, and later only when a CRD changes: had it looked while the API
-    server was starting (the CRDs not loaded yet), it would never watch a Gpu."""
-    waits = itertools.chain(settings.served_poll, itertools.repeat(settings.served_poll[-1]))
-    said = False
-    while True:
-        try:
-            if await asyncio.to_thread(adapter.serves, API_GROUP, API_VERSION, PLURAL):
-                return
-            reason = "not served yet"
-        except ApiError as err:
-            reason = str(err)
-        if not said:
-            log.info("waiting for the API server to serve %s.%s/%s (%s)",
-                     PLURAL, API_GROUP, API_VERSION, reason)  # fmt: skip
-            said = True
-        await asyncio.sleep(next(waits))
 
 
 async def _serve_metrics(address: str | None, metrics: Metrics, loop: Loop) -> web.AppRunner | None:
@@ -236,7 +206,7 @@ def _loop_ended(task: asyncio.Task[None]) -> None:
 
 @kopf.on.cleanup()
 async def stop(memo: kopf.Memo, **_: Any) -> None:
-    """kopf runs it only after `start` succeeded, once its Gpu watch has ended."""
+    """kopf runs it only after `start` succeeded, when the process is asked to stop."""
     started = runtime(memo).started
     started.stopped.set()
     started.observers.stop()
@@ -249,18 +219,6 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
         await started.elector.release()
     if started.metrics_server is not None:
         await started.metrics_server.cleanup()
-
-
-@kopf.on.event(*GPU)
-def gpu_changed(type: str, name: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """Keep the Gpu's compact facts; the store wakes the loop when they changed."""
-    store = runtime(memo).started.store
-    if type == "DELETED":
-        gone_at = version_of((body.get("metadata") or {}).get("resourceVersion"))
-        store.put(GPUS, name, None, gone_at)
-        return
-    obj = gpu_object(body)
-    store.put(GPUS, name, Entry(version_of(obj.resource_version), obj))
 
 
 def own_identity(environ: Mapping[str, str]) -> str:
@@ -283,11 +241,10 @@ def run(
         print(f"kyma-gpu-manager: broken rule data: {err}", file=sys.stderr)
         sys.exit(2)
     kopf.configure(verbose=False)
-    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     identity = own_identity(os.environ)
     os.environ["POD_ID"] = identity  # kopf's documented source of its identity (detect_own_id)
-    # kopf only watches the Gpu and runs the process: no peering (it would pause every replica
-    # of equal priority); the Lease picks the one that writes.
+    # kopf only runs the process: no peering (it would pause every replica of equal priority);
+    # the Lease picks the one that writes.
     options = Options(identity, leader_election, metrics_address, settings or Settings())
     kopf.run(
         clusterwide=True,

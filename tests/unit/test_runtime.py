@@ -1,33 +1,18 @@
-"""kopf's memo holds one typed Runtime (kyma_gpu.handlers.runtime), and the Gpu watch feeds the
-store through it (handlers.gpu_changed).
-
-kopf hands each Gpu's handlers a shallow copy of the operator's memo, made when it first sees
-that Gpu: every copy must reach the one Runtime, and so what `start` put there."""
+"""kopf's memo holds one typed Runtime (kyma_gpu.handlers.runtime): what `run` knows, then what
+`start` started, for `stop`. kopf has no resource handler (the Gpu is observed like every other
+kind: tests/unit/test_gpu_watch.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Callable
-from typing import cast
 from unittest.mock import Mock
 
 import kopf
 import pytest
 
-from kyma_gpu import handlers
 from kyma_gpu.handlers import MEMO_KEY, Options, Runtime, Started, runtime
 from kyma_gpu.observe import Store
-from kyma_gpu.reconcile.loop import GPUS
-
-
-def _body(version: str) -> kopf.Body:
-    return kopf.Body(cast(kopf.RawBody, {
-        "apiVersion": "gpu.kyma-project.io/v1beta1",
-        "kind": "Gpu",
-        "metadata": {"name": "gpu", "uid": "u-1", "generation": 1, "resourceVersion": version},
-        "spec": {},
-    }))  # fmt: skip
 
 
 def _memo() -> kopf.Memo:
@@ -40,36 +25,29 @@ def _start(memo: kopf.Memo, store: Store) -> None:
                                     None)  # fmt: skip
 
 
-def _event(memo: kopf.Memo, type: str, body: kopf.Body) -> None:
-    """kopf's call, with the arguments gpu_changed reads (kopf types it as any watch handler)."""
-    gpu_changed = cast(Callable[..., None], handlers.gpu_changed)
-    gpu_changed(type=type, name="gpu", body=body, memo=memo)
-
-
 def test_every_copy_of_the_memo_holds_the_one_runtime() -> None:
     memo = _memo()
-    per_gpu = copy.copy(memo)  # kopf, the first time it sees a Gpu
+    copied = copy.copy(memo)  # kopf copies the memo shallowly, per object it serves
     store = Store()
     _start(memo, store)
-    assert runtime(per_gpu) is runtime(memo)
-    assert runtime(per_gpu).started.store is store
+    assert runtime(copied) is runtime(memo)
+    assert runtime(copied).started.store is store
     assert runtime(memo).options.settings is not None  # run()'s default
 
 
-def test_the_gpu_watch_feeds_the_store() -> None:
-    memo, store = _memo(), Store()
-    _start(memo, store)
-    _event(memo, "ADDED", _body("7"))
-    held = store.get(GPUS, "gpu")
-    assert held is not None
-    assert (held.uid, held.resource_version) == ("u-1", "7")
-    _event(memo, "DELETED", _body("8"))
-    assert store.get(GPUS, "gpu") is None
-
-
-def test_nothing_runs_before_start() -> None:
+def test_stop_finds_nothing_before_start() -> None:
     with pytest.raises(RuntimeError, match="startup handler has not run"):
-        _event(_memo(), "ADDED", _body("7"))
+        _ = runtime(_memo()).started
+
+
+def test_kopf_serves_no_resource() -> None:
+    """handlers registers the startup and cleanup handlers only: kopf watches nothing."""
+    registry = kopf.get_default_registry()
+    ids = {str(h.id) for h in registry._activities.get_all_handlers()}
+    assert {"start", "stop"} <= ids
+    for resource_handlers in (registry._watching, registry._changing, registry._spawning,
+                              registry._indexing, registry._webhooks):  # fmt: skip
+        assert list(resource_handlers.get_all_handlers()) == []
 
 
 def test_a_memo_without_a_runtime_says_so() -> None:

@@ -125,12 +125,13 @@ class GcPause:
     Informer made without one (tests) gets its own; pauses that overlap still leave the
     collector on once all are left (the one that turned it off turns it on).
 
-    A LIST page of Nodes is 250 bodies of ~12 kB: parsing it makes ~40,000 dicts and lists
+    Why: parsing a LIST page of large bodies (Nodes) makes tens of thousands of dicts and lists
     that live until the page is folded. With the collector on, they are promoted through its
-    generations and every few pages a full collection walks the whole heap (kopf, the client,
-    pydantic): profiled at 20,000 Nodes, that made JSON parsing 56 % of the start (about 9 s
-    of 17). Nothing a page holds is cyclic, and it is dropped before the collector is back
-    on, so the pause defers no garbage but the page's own."""
+    generations, and every few pages a full collection walks the whole heap (the imported
+    modules, the client, pydantic): on a big fleet that made JSON parsing most of the start
+    (docs/performance.md, "20,000 Nodes, with Flux and the NVIDIA controller"). Nothing a page
+    holds is cyclic, and it is dropped before the collector is back on, so the pause defers no
+    garbage but the page's own."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -157,9 +158,11 @@ def freeze_heap() -> int:
     """Collect once, then move every object that survived into the collector's permanent
     generation (gc.freeze), where no later collection walks it. Called after the first
     reconcile: the compact facts of every Node, the rule catalog and the imported modules are
-    long-lived, and at 20,000 Nodes a full collection over them took 120 ms or more, paid by
-    whichever change happened to trigger it. Facts replaced later are freed by reference
-    counting as before (they hold no cycles). Returns the objects frozen."""
+    long-lived, and a full collection over them grows with the fleet and is paid by whichever
+    change happens to trigger it; frozen, it is bounded by what changed since (what it cost
+    unfrozen: docs/performance.md, "20,000 Nodes without Flux, on a quiet machine"). Facts
+    replaced later are freed by reference counting as before (they hold no cycles). Returns
+    the objects frozen."""
     gc.collect()
     gc.freeze()
     return gc.get_freeze_count()

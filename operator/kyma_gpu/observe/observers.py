@@ -28,11 +28,12 @@ class Observers:
     """The collector's pause while an observer parses a page, one for all of them."""
 
     def start(self, registry: MachineTypeRegistry, module_ns: str, target_ns: str) -> None:
-        """Nodes, operand DaemonSets, the operator's pods that cannot pull, our Flux objects,
-        the ClusterPolicy, the GPUCluster and the CRDs."""
+        """The Gpus, Nodes, operand DaemonSets, the operator's pods that cannot pull, our Flux
+        objects, the ClusterPolicy, the GPUCluster and the CRDs."""
         self.stack_namespaces = tuple(dict.fromkeys((module_ns, target_ns)))
         self.store.listen(sources.CRDS, self._crd_changed)
         for source in (
+            sources.gpu_source(),
             sources.node_source(registry),
             sources.daemonset_source(target_ns),
             sources.pull_source(target_ns),

@@ -2,6 +2,8 @@
 
 | resource          | collection                                    | facts kept                |
 |-------------------|-----------------------------------------------|---------------------------|
+| gpus              | every Gpu (the module's CRD; one is served)   | GpuObject, managedFields  |
+|                   |                                               | read (pruned_values)      |
 | nodes             | all Nodes (pages of 250: a Node is large)     | ObservedNode              |
 | daemonsets        | DaemonSets in the target namespace only       | DaemonSetFacts            |
 | helmreleases, ... | our Flux objects (label selector), module ns  | LiveObject + status facts |
@@ -14,7 +16,8 @@
 | pods (pulls)      | pending pods of the target namespace (field   | PullFailure: the images   |
 |                   | selector status.phase=Pending): none at rest  | a pod cannot pull         |
 
-The Gpu itself comes from kopf (handlers.py).
+The Gpu is observed like every other kind: the same paged LIST and WATCH, backoff and store,
+and while its CRD is not installed the same "not served: waiting for it" as the ClusterPolicy.
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ from types import MappingProxyType
 from typing import Any
 
 from kyma_gpu.adapter import NODE_JSON, ListQuery
+from kyma_gpu.api.models import API_GROUP, API_VERSION, PLURAL
 from kyma_gpu.api.resources import FLUX_KINDS, OURS, FluxKind
 from kyma_gpu.facts import NodeError, ObservedNode, observe_node
+from kyma_gpu.facts.gpu import GpuObject, gpu_object
 from kyma_gpu.facts.machines import MachineTypeRegistry
 from kyma_gpu.observe.informer import Source
 from kyma_gpu.observe.store import Resource
@@ -47,6 +52,8 @@ from kyma_gpu.status import (
 )
 
 log = logging.getLogger(__name__)
+GPUS: Resource[GpuObject] = Resource("gpus")
+"""The Gpus: what the user asks for, and the status the loop wrote last."""
 NODES: Resource[ObservedNode] = Resource("nodes")
 DAEMONSETS: Resource[DaemonSetFacts] = Resource("daemonsets")
 CLUSTER_POLICIES: Resource[OperatorStateFacts] = Resource("clusterpolicies")
@@ -60,6 +67,7 @@ FLUX: Mapping[str, FluxKind] = MappingProxyType({k.plural: k for k in FLUX_KINDS
 FLUX_RESOURCES: tuple[Resource[FluxFacts], ...] = tuple(Resource(plural) for plural in FLUX)
 GATED = MappingProxyType(
     {
+        f"{PLURAL}.{API_GROUP}": GPUS,
         **{k.crd_name: k.plural for k in FLUX_KINDS},
         "clusterpolicies.nvidia.com": CLUSTER_POLICIES,
         "gpuclusters.nvidia.com": GPU_CLUSTERS,
@@ -77,6 +85,13 @@ REQUIRED: tuple[str, ...] = (NODES, DAEMONSETS, CRDS, *FLUX)
 """Listed (or found absent) before the first reconcile: planning without them would be wrong.
 The ClusterPolicy and the GPUCluster are not among them: a CRD of our own chart must never
 delay anything."""
+
+
+def gpu_source() -> Source:
+    """Every Gpu, whole: the facts keep what the loop reads (gpu_object), managedFields
+    included, which say which spec.values the API server pruned (pruned_values)."""
+    query = ListQuery(f"/apis/{API_GROUP}/{API_VERSION}/{PLURAL}")
+    return Source(GPUS, query, gpu_object, key=_name)
 
 
 def node_source(registry: MachineTypeRegistry) -> Source:

@@ -29,8 +29,8 @@ from kyma_gpu.api.resources import FLUX_KINDS
 from kyma_gpu.errors import ApiError, PermanentError
 from kyma_gpu.facts.gpu import GpuObject, gpu_object
 from kyma_gpu.metrics import ErrorKind
-from kyma_gpu.observe.sources import CRDS, NODES, flux_facts
-from kyma_gpu.observe.store import Entry, Resource, Store, version_of
+from kyma_gpu.observe.sources import CRDS, GPUS, NODES, flux_facts
+from kyma_gpu.observe.store import Entry, Store, version_of
 from kyma_gpu.plan.actions import LiveObject, live_object, missing
 from kyma_gpu.plan.provision import crd_facts
 from kyma_gpu.reconcile.machine import Failure
@@ -48,8 +48,6 @@ from kyma_gpu.status.remediation import NodeWrite
 
 log = logging.getLogger(__name__)
 
-GPUS: Resource[GpuObject] = Resource("gpus")
-"""The Gpus, as kopf's watch hands them over (handlers.py)."""
 _FLUX_PLURAL = MappingProxyType({k.kind: k.plural for k in FLUX_KINDS})
 
 

@@ -35,6 +35,7 @@ from kyma_gpu.observe.sources import (
     FLUX_RESOURCES,
     GATED,
     GPU_CLUSTERS,
+    GPUS,
     NODES,
     PODS,
     PULLS,
@@ -56,7 +57,6 @@ from kyma_gpu.plan.provision import (
     crd_facts,
 )
 from kyma_gpu.reconcile.effects import (
-    GPUS,
     ClusterApi,
     FluxKey,
     Recorder,
@@ -86,7 +86,8 @@ from kyma_gpu.status.remediation import NodeWrite
 from kyma_gpu.status.snapshot import Snapshot
 
 __all__ = ("GPUS", "ClusterApi", "Done", "Loop", "flux_api", "now", "snapshot")
-"""GPUS, ClusterApi and now live in reconcile/effects.py; they are the loop's words too."""
+"""GPUS lives in observe/sources.py, ClusterApi and now in reconcile/effects.py; they are the
+loop's words too."""
 
 log = logging.getLogger(__name__)
 

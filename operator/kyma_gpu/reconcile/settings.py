@@ -71,19 +71,14 @@ class ElectionSettings:
 
 @dataclass(frozen=True, slots=True)
 class KopfSettings:
-    """kopf's part: its watch of the Gpu and its API requests (handlers.py)."""
+    """kopf's part: its own API requests (handlers.py). It serves no resource; it reads the
+    API's discovery once, at its start."""
 
-    gpu_watch_seconds: int = 600
-    """The server ends kopf's Gpu watch after this long; kopf resumes it."""
     request_backoffs: tuple[float, ...] = (0.5, 1.0, 2.0, 3.0, 5.0, 8.0)
     """kopf's retries of a failed request, then `request_backoff_forever` for as long as it
     takes: a finite list (kopf's default) ends the operator after about a minute without an
     API server, and an outage of minutes must be waited out (tests/e2e/test_outage.py)."""
     request_backoff_forever: float = 10.0
-    served_poll: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0)
-    """How often startup asks discovery whether the Gpu resource is served yet (the last one
-    again until it is): kopf looks the resource up once, and a scan that misses it (an API
-    server restarting, whose CRDs are not loaded yet) would leave every Gpu unwatched."""
 
 
 @dataclass(frozen=True, slots=True)
