@@ -7,6 +7,7 @@ when the committed file differs from what this module generates.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -26,6 +27,7 @@ from kyma_gpu.api.models import (
 from kyma_gpu.api.operations import PROFILE_NAME_RESERVED, REPLICAS_NEEDED, TIME_SLICING_ONLY
 from kyma_gpu.api.resources import module_labels
 from kyma_gpu.api.values import (
+    ALLOWLIST,
     GATES_RULE,
     LABEL_VALUE_PATTERN,
     LABELS_RULE,
@@ -34,65 +36,71 @@ from kyma_gpu.api.values import (
     Allowed,
     Tree,
     ValueType,
-    allowlist,
 )
 from kyma_gpu.yamlio import dump
 
-_DROP = {"title", "additionalProperties", "x-kyma-values"}
+_Rules = tuple[Mapping[str, str], ...]
+
+_DROP = frozenset({"title", "additionalProperties", "x-kyma-values"})
 
 # Validation that JSON schema cannot say, checked by the API server (CEL).
-_ROOT_RULES = [
-    {
+_ROOT_RULES: _Rules = (
+    MappingProxyType({
         "rule": f"self.metadata.name == '{SINGLETON_NAME}'",
         "message": SINGLETON_MESSAGE,
-    }
-]
-_SOURCE_RULES = [
-    {
+    }),
+)  # fmt: skip
+_SOURCE_RULES: _Rules = (
+    MappingProxyType({
         "rule": "!has(self.chartRepository) || !self.chartRepository.startsWith('http://')"
         " || (has(self.insecure) && self.insecure)",
         "message": HTTP_NEEDS_INSECURE,
-    }
-]
+    }),
+)  # fmt: skip
 
-_SHARING_RULES = [
-    {
+_SHARING_RULES: _Rules = (
+    MappingProxyType({
         "rule": "!has(self.mode) || self.mode == 'None' || has(self.replicas)",
         "message": REPLICAS_NEEDED,
-    },
-    {
+    }),
+    MappingProxyType({
         "rule": "!(has(self.failRequestsGreaterThanOne) && self.failRequestsGreaterThanOne)"
         " || (has(self.mode) && self.mode == 'TimeSlicing')",
         "message": TIME_SLICING_ONLY,
-    },
-]
-_PROFILES_RULE = {
+    }),
+)  # fmt: skip
+_PROFILES_RULE: Mapping[str, str] = MappingProxyType({
     "rule": "!has(self.profiles) || self.profiles.all(p, p.name != 'default')",
     "message": PROFILE_NAME_RESERVED,
-}
-_COMPONENTS_RULES = [
-    {
+})  # fmt: skip
+_COMPONENTS_RULES: _Rules = (
+    MappingProxyType({
         "rule": "!(has(self.vgpuManager) && self.vgpuManager) || has(self.vgpuManagerImage)",
         "message": VGPU_NEEDS_IMAGE,
-    }
-]
+    }),
+)  # fmt: skip
+
+
+def _rules(rules: _Rules) -> list[dict[str, str]]:
+    """CEL rules as the CRD's YAML holds them."""
+    return [dict(rule) for rule in rules]
 
 
 def _add_rules(spec: dict[str, Any]) -> None:
     """The CEL rules that mirror the models' own validators."""
     props = spec["properties"]
-    props["source"]["x-kubernetes-validations"] = _SOURCE_RULES
-    props["components"]["x-kubernetes-validations"] = _COMPONENTS_RULES
+    props["source"]["x-kubernetes-validations"] = _rules(_SOURCE_RULES)
+    props["components"]["x-kubernetes-validations"] = _rules(_COMPONENTS_RULES)
     sharing = props["sharing"]
-    sharing["x-kubernetes-validations"] = [*_SHARING_RULES, _PROFILES_RULE]
-    sharing["properties"]["profiles"]["items"]["x-kubernetes-validations"] = _SHARING_RULES
+    sharing["x-kubernetes-validations"] = _rules((*_SHARING_RULES, _PROFILES_RULE))
+    sharing["properties"]["profiles"]["items"]["x-kubernetes-validations"] = _rules(_SHARING_RULES)
 
 
 def _values_schema(description: str) -> dict[str, Any]:
     """spec.values: exactly the allowlist's values (values-rules/values-allowlist.yaml), typed,
     with nothing preserved, so the API server prunes (or, under strict field validation,
     names) every other key."""
-    out = _object(values_tree(allowlist().tree))
+    out = _object(values_tree(ALLOWLIST.tree))
     out["description"] = " ".join(description.split())
     return out
 
@@ -109,13 +117,13 @@ def _object(properties: dict[str, Any]) -> dict[str, Any]:
     return {"type": "object", "properties": properties}
 
 
-_MAPS: dict[ValueType, tuple[dict[str, Any], Mapping[str, str]]] = {
+_MAPS: Mapping[ValueType, tuple[Mapping[str, Any], Mapping[str, str]]] = MappingProxyType({
     ValueType.LABELS: (
-        {"type": "string", "maxLength": 63, "pattern": LABEL_VALUE_PATTERN},
+        MappingProxyType({"type": "string", "maxLength": 63, "pattern": LABEL_VALUE_PATTERN}),
         LABELS_RULE,
     ),
-    ValueType.FEATURE_GATES: ({"type": "boolean"}, GATES_RULE),
-}
+    ValueType.FEATURE_GATES: (MappingProxyType({"type": "boolean"}), GATES_RULE),
+})  # fmt: skip
 """The map types: their values' schema and the CEL rule on their keys (a structural schema
 has no propertyNames)."""
 
@@ -124,7 +132,7 @@ def _leaf(allowed: Allowed) -> dict[str, Any]:
     if allowed.type in _MAPS:
         values, keys = _MAPS[allowed.type]
         schema: dict[str, Any] = {"type": "object", "maxProperties": MAX_LABELS,
-                                  "additionalProperties": values,
+                                  "additionalProperties": dict(values),
                                   "x-kubernetes-validations": [dict(keys)]}  # fmt: skip
     else:
         raw = TypeAdapter(PYTHON_TYPES[allowed.type]).json_schema(by_alias=True, mode="validation")
@@ -224,7 +232,7 @@ def _open_api_schema() -> dict[str, Any]:
         f"Operator with fitting values. A singleton named '{SINGLETON_NAME}'.",
         "type": "object",
         "required": ["spec"],
-        "x-kubernetes-validations": _ROOT_RULES,
+        "x-kubernetes-validations": _rules(_ROOT_RULES),
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},

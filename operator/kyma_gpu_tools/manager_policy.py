@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 from kyma_gpu.api.chart_sources import CONFIG_MAP_NAME
@@ -91,7 +92,7 @@ FLUX_KINDS = (
 )
 TARGET_NAMESPACE = "gpu-operator"
 LEASE = "kyma-gpu-manager"
-WRITABLE = {
+WRITABLE: Mapping[str, tuple[str, ...]] = MappingProxyType({
     API_GROUP: (PLURAL,),
     "helm.toolkit.fluxcd.io": ("helmreleases",),
     "source.toolkit.fluxcd.io": ("helmrepositories", "ocirepositories"),
@@ -100,11 +101,11 @@ WRITABLE = {
     "": ("events",),
     "events.k8s.io": ("events",),
     "apiextensions.k8s.io": ("customresourcedefinitions",),
-}
+})  # fmt: skip
 """The kinds the manager's RBAC lets it write (config/rbac; a unit test holds the two together):
 the policy matches these only, so the rest of the cluster's requests (Node and pod updates,
 above all) never meet it. RBAC refuses the manager everything else before admission."""
-NODE_WRITABLE = {"": ("nodes", "nodes/status")}
+NODE_WRITABLE: Mapping[str, tuple[str, ...]] = MappingProxyType({"": ("nodes", "nodes/status")})
 """What the manager's RBAC lets it write of Nodes (patch, for GPU health remediation, issue 33):
 kyma-gpu-manager-nodes matches these, for UPDATE only (a PATCH is an UPDATE at admission), and
 kyma-gpu-manager does not (WRITABLE has no Nodes): the kubelets' status updates meet only the
@@ -137,12 +138,12 @@ NODE_STATUS_FIELDS = (
     "declaredFeatures",
 )
 """NodeStatus but conditions, named for the same reason."""
-LEASE_RENEWALS = {
-    "apiGroups": ["coordination.k8s.io"],
-    "apiVersions": ["*"],
-    "operations": ["UPDATE"],
-    "resources": ["leases"],
-}
+LEASE_RENEWALS: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    "apiGroups": ("coordination.k8s.io",),
+    "apiVersions": ("*",),
+    "operations": ("UPDATE",),
+    "resources": ("leases",),
+})  # fmt: skip
 """Not matched: every kubelet renews its Lease every 10 s (a tenth of the Nodes each second), so
 a match there costs every cluster; RBAC already limits the manager's Lease updates to its own
 name (benchmarks/admission_cost.py measures it)."""
@@ -390,7 +391,7 @@ def policy() -> dict[str, Any]:
                 }
                 for group, resources in WRITABLE.items()
             ],
-            "excludeResourceRules": [LEASE_RENEWALS],
+            "excludeResourceRules": [{k: list(v) for k, v in LEASE_RENEWALS.items()}],
         },
         "matchConditions": [
             {

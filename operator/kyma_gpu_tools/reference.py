@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from kyma_gpu.api.conditions import REASONS
-from kyma_gpu.api.values import ALLOWLIST_DOC, TYPE_TAKES, ValueType, allowlist
+from kyma_gpu.api.values import ALLOWLIST, ALLOWLIST_DOC, TYPE_TAKES, ValueType
 from kyma_gpu_tools.crd import crd
 
 
@@ -97,7 +97,7 @@ def _values_rows() -> list[str]:
         "## Chart values (spec.values)",
         "",
         f"Only these chart values, listed in `{ALLOWLIST_DOC}` for every supported chart",
-        f"({', '.join(allowlist().charts)}); the CRD's schema is generated from the list, so the",
+        f"({', '.join(ALLOWLIST.charts)}); the CRD's schema is generated from the list, so the",
         "API server prunes any other key, and names it (`unknown field`) under strict field",
         "validation (`kubectl apply` and `create` by default); without it (`kubectl patch` by",
         "default) the key is dropped, with a warning. Images, commands, env entries, host paths,",
@@ -106,7 +106,7 @@ def _values_rows() -> list[str]:
         "",
         "| value | type | why |",
         "|---|---|---|",
-        *(f"| `{a.dotted}` | {a.type} | {a.why} |" for a in allowlist().values),
+        *(f"| `{a.dotted}` | {a.type} | {a.why} |" for a in ALLOWLIST.values),
         "",
         "| type | takes |",
         "|---|---|",

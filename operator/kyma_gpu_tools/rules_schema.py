@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import types
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Literal, Union, get_args, get_origin
 
@@ -29,7 +29,7 @@ from kyma_gpu.rules.data_models import (
     RulesFile,
 )
 
-SCHEMAS: dict[str, type[BaseModel]] = {
+SCHEMAS: Mapping[str, type[BaseModel]] = types.MappingProxyType({
     "rules": RulesFile,
     "defaults": Defaults,
     "machine-types": MachineTypesFile,
@@ -41,7 +41,7 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "installer-values": InstallerValues,
     "values-allowlist": AllowlistFile,
     "image-digests": ImageDigestsFile,
-}
+})  # fmt: skip
 """Schema name (values-rules/schema/<name>.json) -> the model of its files."""
 
 FILES: tuple[tuple[str, str], ...] = (

@@ -34,7 +34,7 @@ import re
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cache
@@ -47,7 +47,7 @@ from pydantic import ValidationError
 
 from kyma_gpu.api.chart_sources import NVIDIA_REPOSITORY
 from kyma_gpu.api.models import GpuSpec
-from kyma_gpu.api.values import Allowed, ValueType, allowlist
+from kyma_gpu.api.values import ALLOWLIST, Allowed, ValueType
 from kyma_gpu.facts import cluster_facts, node_facts
 from kyma_gpu.plan import Plan, Verdict, make_plan, origins_of
 from kyma_gpu.rules.catalog import Catalog
@@ -346,9 +346,9 @@ def _show(leaf: Leaf) -> str:
 
 def _listed(keys: Leaf) -> Allowed | None:
     """The allowlist's entry at or above these keys (values-rules/values-allowlist.yaml)."""
-    node: Any = allowlist().tree
+    node: Any = ALLOWLIST.tree
     for key in keys:
-        node = node.get(key) if isinstance(node, dict) else None
+        node = node.get(key) if isinstance(node, Mapping) else None
         if node is None or isinstance(node, Allowed):
             return node
     return None

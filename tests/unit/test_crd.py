@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kyma_gpu.api.values import allowlist
+from kyma_gpu.api.values import ALLOWLIST
 from kyma_gpu_tools.crd import crd, crd_yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -126,7 +126,7 @@ def test_spec_values_is_an_object() -> None:
 
 
 def test_spec_values_holds_the_allowlists_fields() -> None:
-    assert set(_spec_properties()["values"]["properties"]) == set(allowlist().tree)
+    assert set(_spec_properties()["values"]["properties"]) == set(ALLOWLIST.tree)
 
 
 def test_the_states_are_kymas_module_states() -> None:
@@ -184,7 +184,7 @@ def test_spec_values_preserves_nothing_the_allowlist_does_not_name() -> None:
             assert path.endswith(("additionalLabels", "featureGates")), f"{path}: an open map"
 
 
-@pytest.mark.parametrize("allowed", allowlist().values, ids=lambda a: a.dotted)
+@pytest.mark.parametrize("allowed", ALLOWLIST.values, ids=lambda a: a.dotted)
 def test_each_listed_value_is_in_the_schema_with_its_reason(allowed: Any) -> None:
     node = _schema()["properties"]["spec"]["properties"]["values"]
     for key in allowed.path:

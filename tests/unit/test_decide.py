@@ -490,12 +490,6 @@ def test_decide_is_pure(world: World, case: Case) -> None:
     assert decide(inputs) == decide(inputs)
 
 
-_KEPT = {"kyma_gpu.plan.provision._bundle", "kyma_gpu.api.values.allowlist"}
-"""Known to remember, and still to go: the parsed Flux bundle per set of images and the parsed
-values allowlist (packaged files, read once per process). They belong to the Loop, or to
-module constants of immutable data."""
-
-
 _OPAQUE = (
     type,
     types.ModuleType,
@@ -524,7 +518,7 @@ def _roots(name: str, module: types.ModuleType, caches: dict[str, object]) -> li
             roots += [getattr(value, "__defaults__", None), getattr(value, "__kwdefaults__", None)]
             cells = getattr(value, "__closure__", None) or ()
             roots += [c.cell_contents for c in cells if c.cell_contents is not value]
-            if hasattr(value, "cache_info") and f"{name}.{value.__name__}" not in _KEPT:
+            if hasattr(value, "cache_info"):
                 caches[f"{name}.{value.__name__} cache"] = value.cache_info()
         elif not isinstance(value, _OPAQUE):
             roots.append(value)

@@ -27,28 +27,10 @@ from collections.abc import Iterator
 
 import pydantic
 
-_CACHE_TO_GO = (
-    "still to go: a functools cache of packaged data (test_decide's _KEPT); to become the "
-    "Catalog's or the Loop's (the GpuSpec validator reads the allowlist with no owner in reach)"
-)
-_BODY_TO_GO = "still to go: copied into the HelmRelease's body (dict(r)), whose lists it shares"
-_TOOLS_TO_GO = "still to go: a generator's table, dumped to YAML as it is (yaml takes no proxy)"
-_ALLOWED: typing.Mapping[str, str] = types.MappingProxyType({
-    "kyma_gpu.api.values.adapter": _CACHE_TO_GO,
-    "kyma_gpu.api.values.allowlist": _CACHE_TO_GO,
-    "kyma_gpu.plan.provision._bundle": _CACHE_TO_GO,
-    "kyma_gpu.plan.flux_objects.DRIFT_IGNORE": _BODY_TO_GO,
-    "kyma_gpu.plan.flux_objects.HEALTH_CHECKS": _BODY_TO_GO,
-    **dict.fromkeys((
-        "kyma_gpu_tools.crd._COMPONENTS_RULES", "kyma_gpu_tools.crd._DROP",
-        "kyma_gpu_tools.crd._MAPS", "kyma_gpu_tools.crd._PROFILES_RULE",
-        "kyma_gpu_tools.crd._ROOT_RULES", "kyma_gpu_tools.crd._SHARING_RULES",
-        "kyma_gpu_tools.crd._SOURCE_RULES", "kyma_gpu_tools.manager_policy.LEASE_RENEWALS",
-        "kyma_gpu_tools.manager_policy.NODE_WRITABLE", "kyma_gpu_tools.manager_policy.WRITABLE",
-        "kyma_gpu_tools.rules_schema.SCHEMAS",
-    ), _TOOLS_TO_GO),
-})  # fmt: skip
-"""`module.name` -> why it is still mutable. Nothing here must stay: each entry is work left."""
+_ALLOWED: typing.Mapping[str, str] = types.MappingProxyType({})
+"""`module.name` -> why it must stay mutable: nothing does. The packaged data (the values
+allowlist, the Flux bundle) is parsed at import into frozen data; tables are MappingProxyType,
+tuples and frozensets, copied into plain dicts and lists where YAML or JSON dumps them."""
 
 _PACKAGES = ("kyma_gpu", "kyma_gpu_tools")
 

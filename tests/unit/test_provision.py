@@ -146,7 +146,7 @@ def test_localised_flux_images_are_deployed_and_change_the_hash() -> None:
     assert not bundle_current(api(ours(HR, digest=bundle_hash())), images)
     assert bundle_current(api(ours(HR, digest=bundle_hash(images))), images)
     assert FluxImages.from_env({}) == FluxImages()
-    assert bundle(FluxImages.from_env({})) is bundle()
+    assert bundle(FluxImages.from_env({})) == bundle()
 
 
 def test_a_mirrored_controller_is_labelled_for_the_mirror_policy() -> None:

@@ -21,12 +21,12 @@ from pydantic import ValidationError
 from kyma_gpu.api.admission import admission_message
 from kyma_gpu.api.models import GpuSpec
 from kyma_gpu.api.values import (
+    ALLOWLIST,
     NOT_LISTED,
     PRUNED,
     PYTHON_TYPES,
     Allowed,
     ValueType,
-    allowlist,
     parse_allowlist,
     pruned_error,
     unlisted_managed_values,
@@ -192,7 +192,7 @@ def test_an_entrys_charts_are_the_lists() -> None:
 
 def test_the_list_names_the_supported_charts() -> None:
     shipped = sorted(p.stem for p in (ROOT / "values-rules" / "charts").glob("v*.yaml"))
-    assert sorted(allowlist().charts) == shipped
+    assert sorted(ALLOWLIST.charts) == shipped
 
 
 # --- every listed path holds in every supported chart --------------------------------------
@@ -243,8 +243,8 @@ def _holds(values: dict[str, Any], path: tuple[str, ...], templates: str) -> boo
 
 
 def _listed() -> Iterator[tuple[str, Allowed]]:
-    for allowed in allowlist().values:
-        for version in allowed.charts or allowlist().charts:
+    for allowed in ALLOWLIST.values:
+        for version in allowed.charts or ALLOWLIST.charts:
             yield version, allowed
 
 
@@ -265,12 +265,12 @@ def _leaves(node: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
         yield path
 
 
-@pytest.mark.parametrize("version", sorted(allowlist().charts))
+@pytest.mark.parametrize("version", sorted(ALLOWLIST.charts))
 def test_every_other_value_of_the_charts_is_refused(version: str) -> None:
     """Every leaf of both values.yaml files: listed (and then typed), or refused by name."""
     values, nfd, _ = chart_files(version)
     leaves = [*_leaves(values), *(("node-feature-discovery", *p) for p in _leaves(nfd))]
-    listed = {a.path for a in allowlist().values}
+    listed = {a.path for a in ALLOWLIST.values}
     refused = 0
     for leaf in leaves:
         if any(leaf[: len(p)] == p for p in listed):

@@ -19,10 +19,9 @@ value the API server pruned after an upgrade of the list (`unlisted_managed_valu
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import cache
 from itertools import pairwise
 from pathlib import Path
 from types import MappingProxyType
@@ -264,9 +263,10 @@ TYPE_TAKES: Mapping[ValueType, str] = MappingProxyType(
 """What each type takes, for the CRD reference."""
 
 
-@cache
-def adapter(value_type: ValueType) -> TypeAdapter[Any]:
-    return TypeAdapter(PYTHON_TYPES[value_type])
+VALIDATE: Mapping[ValueType, Callable[..., Any]] = MappingProxyType(
+    {value_type: TypeAdapter(PYTHON_TYPES[value_type]).validate_python for value_type in ValueType}
+)
+"""Each type's validator, pydantic's, compiled when the module is imported."""
 
 
 class AllowedValues(_Model):
@@ -327,7 +327,13 @@ def _tree(values: Sequence[Allowed]) -> Tree:
         for key in allowed.path[:-1]:
             node = node.setdefault(key, {})
         node[allowed.path[-1]] = allowed
-    return root
+    return _frozen(root)
+
+
+def _frozen(node: Mapping[str, Any]) -> Tree:
+    return MappingProxyType(
+        {k: v if isinstance(v, Allowed) else _frozen(v) for k, v in node.items()}
+    )
 
 
 def parse_allowlist(data: Any) -> Allowlist:
@@ -348,12 +354,16 @@ def parse_allowlist(data: Any) -> Allowlist:
     return Allowlist(tuple(parsed.charts), values, _tree(values))
 
 
-@cache
-def allowlist(directory: Path | None = None) -> Allowlist:
-    """The allowlist of values-rules/ (read once per directory; frozen)."""
-    path = (directory or default_rules_dir()) / ALLOWLIST_FILE
-    with path.open(encoding="utf-8") as handle:
+def load_allowlist(directory: Path) -> Allowlist:
+    """The allowlist of a values-rules/ directory."""
+    with (directory / ALLOWLIST_FILE).open(encoding="utf-8") as handle:
         return parse_allowlist(yaml.safe_load(handle))
+
+
+ALLOWLIST = load_allowlist(default_rules_dir())
+"""The module's allowlist, read (from $KYMA_GPU_RULES_DIR, else the package's values-rules/) and
+frozen when the module is imported: the list the CRD's schema is generated from, which the API
+server enforces."""
 
 
 def path_text(path: Sequence[str | int]) -> str:
@@ -377,7 +387,7 @@ def _unlisted(path: str) -> ValuesError:
 def values_error(values: Any, listed: Allowlist | None = None) -> ValuesError | None:
     """None when spec.values holds only listed values of their types (nulls count as unset,
     as the API server drops them)."""
-    return next(_errors(values, (listed or allowlist()).tree, ()), None)
+    return next(_errors(values, (listed or ALLOWLIST).tree, ()), None)
 
 
 def without_nulls(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -415,7 +425,7 @@ def _errors(node: Any, tree: Tree | Allowed, path: tuple[str, ...]) -> Iterator[
 
 def _leaf_errors(node: Any, allowed: Allowed, path: tuple[str, ...]) -> Iterator[ValuesError]:
     try:
-        adapter(allowed.type).validate_python(node, strict=True)
+        VALIDATE[allowed.type](node, strict=True)
     except ValidationError as err:
         yield _leaf_error(err, allowed, path)
 
@@ -457,7 +467,7 @@ def unlisted_managed_values(
     After the list narrows, the API server prunes such values when it reads the Gpu, so the
     manager never sees them; their managedFields entries stay (metadata is never pruned). They
     show that the Gpu the user wrote is not the Gpu the module reads."""
-    tree = (listed or allowlist()).tree
+    tree = (listed or ALLOWLIST).tree
     found: list[str] = []
     for entry in managed_fields or ():
         fields = entry.get("fieldsV1")

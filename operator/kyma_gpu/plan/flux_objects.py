@@ -30,21 +30,21 @@ admission policy kyma-gpu-flux-sources (kyma_gpu_tools/flux_policy.py) selects t
 
 # Fields of release objects that something other than Helm legitimately changes; drift detection
 # must not fight over them. Each entry says who writes the field.
-DRIFT_IGNORE: tuple[dict[str, Any], ...] = (
-    {
+DRIFT_IGNORE: tuple[Mapping[str, Any], ...] = (
+    MappingProxyType({
         # Deployment replicas may be scaled by hand during maintenance (e.g. the operator to 0
         # while nodes are drained); Flux must not scale it back in the middle.
-        "paths": ["/spec/replicas"],
-        "target": {"kind": "Deployment"},
-    },
-    {
+        "paths": ("/spec/replicas",),
+        "target": MappingProxyType({"kind": "Deployment"}),
+    }),
+    MappingProxyType({
         # Annotations on the ClusterPolicy are written by the GPU operator and by people;
         # they are not Helm's. Not verified against the NVIDIA controller (it cannot run in
         # the tests here): revisit on a real GPU cluster.
-        "paths": ["/metadata/annotations"],
-        "target": {"group": "nvidia.com", "kind": "ClusterPolicy"},
-    },
-)
+        "paths": ("/metadata/annotations",),
+        "target": MappingProxyType({"group": "nvidia.com", "kind": "ClusterPolicy"}),
+    }),
+)  # fmt: skip
 
 
 # The NVIDIA operator's custom resources report Ready only once every GPU node runs the stack.
@@ -52,10 +52,14 @@ DRIFT_IGNORE: tuple[dict[str, Any], ...] = (
 # then: through a node-by-node driver rollout (spec.driver.upgradePolicy, an hour on a big pool)
 # and past the release timeout, failing and retrying a release that went fine. Helm waits for
 # the chart's own Deployments and DaemonSets; the Gpu status follows these resources.
-HEALTH_CHECKS: tuple[dict[str, str], ...] = (
-    {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "current": "true"},
-    {"apiVersion": "nvidia.com/v1alpha1", "kind": "NVIDIADriver", "current": "true"},
-    {"apiVersion": "nvidia.com/v1alpha1", "kind": "GPUCluster", "current": "true"},
+HEALTH_CHECKS: tuple[Mapping[str, str], ...] = (
+    MappingProxyType({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "current": "true"}),
+    MappingProxyType(
+        {"apiVersion": "nvidia.com/v1alpha1", "kind": "NVIDIADriver", "current": "true"}
+    ),
+    MappingProxyType(
+        {"apiVersion": "nvidia.com/v1alpha1", "kind": "GPUCluster", "current": "true"}
+    ),
 )
 
 
@@ -240,7 +244,12 @@ def _release_spec(settings: FluxSettings, values: Mapping[str, Any]) -> dict[str
             "deletionPropagation": "foreground",
             "timeout": settings.uninstall_timeout,
         },
-        "driftDetection": {"mode": "enabled", "ignore": [dict(r) for r in DRIFT_IGNORE]},
+        "driftDetection": {
+            "mode": "enabled",
+            "ignore": [
+                {"paths": list(r["paths"]), "target": dict(r["target"])} for r in DRIFT_IGNORE
+            ],
+        },
         "healthCheckExprs": [dict(h) for h in HEALTH_CHECKS],
         "values": copy.deepcopy(dict(values)),
     }

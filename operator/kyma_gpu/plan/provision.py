@@ -19,7 +19,6 @@ import importlib.resources
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from functools import cache
 from types import MappingProxyType
 from typing import Any
 
@@ -174,10 +173,49 @@ class FluxImages:
     image the bundle was rendered with (flux/kustomization.yaml)."""
 
     images: tuple[tuple[str, str], ...] = ()
+    digest: str = field(init=False, repr=False, compare=False)
+    """The bundle's hash with these images (of the text and the images): on every object."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "digest", _digest(self.images) if self.images else _DIGEST)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> FluxImages:
         return cls(tuple((c, env[name]) for c, name in IMAGE_ENV.items() if env.get(name)))
+
+
+def _digest(images: tuple[tuple[str, str], ...]) -> str:
+    source = _TEXT + (repr(images) if images else "")
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+_TEXT = importlib.resources.files("kyma_gpu.data").joinpath("flux.yaml").read_text()
+"""The rendered flux/ base (hack/flux-bundle.sh), packaged."""
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's loader where PyYAML has it (a tenth of the pure one's 0.2 s for the bundle)."""
+_DIGEST = _digest(())
+
+
+def _frozen(node: Any) -> Any:
+    if isinstance(node, dict):
+        return MappingProxyType({k: _frozen(v) for k, v in node.items()})
+    return tuple(_frozen(v) for v in node) if isinstance(node, list) else node
+
+
+def _thawed(node: Any) -> Any:
+    if isinstance(node, Mapping):
+        return {k: _thawed(v) for k, v in node.items()}
+    return [_thawed(v) for v in node] if isinstance(node, tuple) else node
+
+
+_RENDERED: tuple[Mapping[str, Any], ...] = tuple(
+    sorted(
+        (_frozen(obj) for obj in yaml.load_all(_TEXT, Loader=_LOADER) if obj),
+        key=lambda obj: bool(obj["metadata"]["name"] == MARKER_CRD),
+    )
+)
+"""Its objects, the marker CRD last, parsed when the module is imported (frozen): `bundle`
+makes each caller a copy of its own, with the images and the hash."""
 
 
 def _controller(image: str) -> str | None:
@@ -200,20 +238,11 @@ def _set_images(objects: Sequence[dict[str, Any]], images: FluxImages) -> None:
 
 def bundle(images: FluxImages = FluxImages()) -> tuple[Mapping[str, Any], ...]:
     """The rendered flux/ base (hack/flux-bundle.sh) with the given controller images, its
-    hash (of the text and the images) on every object and the marker CRD last."""
-    return _bundle(images)
-
-
-@cache
-def _bundle(images: FluxImages) -> tuple[Mapping[str, Any], ...]:
-    text = importlib.resources.files("kyma_gpu.data").joinpath("flux.yaml").read_text()
-    source = text + (repr(images.images) if images.images else "")
-    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
-    objects = [obj for obj in yaml.safe_load_all(text) if obj]
+    hash (of the text and the images) on every object and the marker CRD last: a fresh copy."""
+    objects: list[dict[str, Any]] = [_thawed(obj) for obj in _RENDERED]
     _set_images(objects, images)
     for obj in objects:
-        obj["metadata"].setdefault("annotations", {})[BUNDLE_HASH] = digest
-    objects.sort(key=lambda obj: obj["metadata"]["name"] == MARKER_CRD)
+        obj["metadata"].setdefault("annotations", {})[BUNDLE_HASH] = images.digest
     return tuple(objects)
 
 
@@ -228,7 +257,7 @@ def bundle_images(images: FluxImages = FluxImages()) -> dict[str, str]:
 
 
 def bundle_hash(images: FluxImages = FluxImages()) -> str:
-    return str(bundle(images)[-1]["metadata"]["annotations"][BUNDLE_HASH])
+    return images.digest
 
 
 def bundle_current(api: FluxApi, images: FluxImages = FluxImages()) -> bool:
@@ -237,7 +266,9 @@ def bundle_current(api: FluxApi, images: FluxImages = FluxImages()) -> bool:
 
 
 def bundle_crds() -> tuple[str, ...]:
-    return tuple(o["metadata"]["name"] for o in bundle() if o["kind"] == "CustomResourceDefinition")
+    return tuple(
+        o["metadata"]["name"] for o in _RENDERED if o["kind"] == "CustomResourceDefinition"
+    )
 
 
 def bundle_workloads() -> tuple[Mapping[str, Any], ...]:
