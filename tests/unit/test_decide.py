@@ -1,11 +1,12 @@
-"""`decide(Inputs) -> Step` as a table: one case (or more) per `Situation`, the rows of
-`machine.ROWS`, asserting that `classify` sees that Situation, and the phase and the actions of
-the step.
+"""`decide(Inputs) -> Step` as a table: one case (or more) per situation, the rows of
+`MACHINE.rows` (the core's `machine.ROWS` and the registered extensions'), asserting that
+`classify` sees that situation, and the phase and the actions of the step.
 
-The table is code (`ROWS`), not text: `test_every_situation_has_a_case` fails on a Situation
+The table is code (`ROWS`), not text: `test_every_situation_has_a_case` fails on a situation
 without a case, a case's step must have its row's phase, and a row that says its writes are
-retried must write (and the other way round). docs/architecture.md shows the table, generated
-from ROWS (`phase_table`; tests/unit/test_docs.py checks it). Checked by breaking one thing at
+retried must write (and the other way round). docs/architecture.md shows the tables, generated
+(`phase_table`; tests/unit/test_docs.py checks it). The core alone (`Machine()`, no extension)
+classifies the core's cases as the whole machine does. Checked by breaking one thing at
 a time and seeing a test fail, then restoring: `_classify_running` giving IN_SYNC_PROGRESSING for a
 blocked plan (the Blocked case fails), the HelmRelease-first sort of Uninstalling dropped (the
 Uninstalling case fails), Initializing given no finalizer change (its case fails), and a row's
@@ -22,12 +23,16 @@ import sys
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, assert_never
 
 import pytest
 
 from kyma_gpu.api.models import SKIP_PROTECTION_ANNOTATION, GpuSpec
+from kyma_gpu.extensions import EXTENSIONS, MACHINE
+from kyma_gpu.extensions.workload_protection.machine import Phase as ProtectionPhase
+from kyma_gpu.extensions.workload_protection.machine import Situation as Protection
 from kyma_gpu.facts import ClusterFacts, ObservedNode, cluster_facts, observe_node
 from kyma_gpu.facts.gpu import GpuObject, gpu_object
 from kyma_gpu.facts.stack import FluxObjectFacts, flux_object_facts
@@ -52,17 +57,17 @@ from kyma_gpu.reconcile.machine import (
     AddFinalizer,
     Apply,
     Delete,
+    ExtensionAction,
     Failure,
     Inputs,
     ListFlux,
+    Machine,
     MarkNodes,
     Phase,
     RemoveFinalizer,
     RemoveFlux,
     Situation,
     Step,
-    classify,
-    decide,
 )
 from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.rules.catalog import Catalog
@@ -73,6 +78,7 @@ from tests.unit.test_remediation import MARKED
 from tests.unit.test_remediation import gpu as gpu_node
 
 NOW = "2026-12-01T10:00:00Z"
+classify, decide = MACHINE.classify, MACHINE.decide
 DELETED_AT = "2026-12-01T09:59:00Z"
 
 # -- building Inputs --
@@ -199,6 +205,8 @@ def said(action: Action | None) -> list[str]:
         case RemoveFlux(_, _, hand_over, announce):
             crds = "hand its CRDs over" if hand_over else "delete its CRDs"
             return [f"remove the module's Flux, {crds}"] + ([announce.reason] if announce else [])
+        case ExtensionAction():
+            raise AssertionError(f"no words for {action!r}")
         case _:
             assert_never(action)
 
@@ -218,10 +226,10 @@ def ready_reason(step: Step) -> str | None:
 
 @dataclass(frozen=True)
 class Case:
-    situation: Situation
-    """What `classify` must see: the row of `machine.ROWS`."""
+    situation: StrEnum
+    """What `classify` must see: the row of `MACHINE.rows`."""
     inputs: Callable[[World], Inputs]
-    phase: Phase
+    phase: StrEnum
     actions: tuple[str, ...]
     state: str | None = None
     """The status's state; None: the step leaves the status as it is."""
@@ -341,13 +349,13 @@ CASES = [
     Case(S.FINALIZER_GONE,
          lambda w: w.inputs(gpu(finalizer=False, deleting=True), **live(w.plan(gpu()))),
          Phase.RELEASED, ()),
-    Case(S.WORKLOADS_UNLISTED,
+    Case(Protection.WORKLOADS_UNLISTED,
          lambda w: w.inputs(gpu(deleting=True), gpu_workloads=None, **live(w.plan(gpu()))),
-         Phase.WAITING_FOR_WORKLOADS, ("watch pods",)),
-    Case(S.WORKLOADS_RUNNING,
+         ProtectionPhase.WAITING_FOR_WORKLOADS, ("watch pods",)),
+    Case(Protection.WORKLOADS_RUNNING,
          lambda w: w.inputs(gpu(deleting=True), gpu_workloads=("ml/train",),
                             **live(w.plan(gpu()))),
-         Phase.WAITING_FOR_WORKLOADS, ("watch pods",), state="Warning", reason="Deleting",
+         ProtectionPhase.WAITING_FOR_WORKLOADS, ("watch pods",), state="Warning", reason="Deleting",
          check=_names_the_pod),
     Case(S.FLUX_OBJECTS_LEFT,  # the skip annotation: pods are not looked at
          lambda w: w.inputs(gpu(deleting=True, skip_protection=True), gpu_workloads=None,
@@ -432,8 +440,32 @@ CASES = [
 
 
 def test_every_situation_has_a_case_and_a_row() -> None:
-    assert set(machine.ROWS) == set(Situation)
-    assert {c.situation for c in CASES} == set(Situation)
+    situations = {*Situation, *(s for e in EXTENSIONS for s in e.situations)}
+    assert set(MACHINE.rows) == situations
+    assert {c.situation for c in CASES} == situations
+
+
+CORE = Machine()
+"""The core alone: what is left when every extension is removed."""
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if isinstance(c.situation, Situation)],
+                         ids=lambda c: c.situation.value)  # fmt: skip
+def test_the_core_alone_decides_the_cards_situations(world: World, case: Case) -> None:
+    """`Machine()` has the core's rows only, and sees the core's cases as the whole machine
+    does, with the same step but for the pods the extensions watch."""
+    assert set(CORE.rows) == set(Situation)
+    inputs = dataclasses.replace(case.inputs(world), failure=None)
+    assert CORE.classify(inputs).situation is case.situation
+    assert CORE.decide(inputs) == dataclasses.replace(decide(inputs), watch_pods=False)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if not isinstance(c.situation, Situation)],
+                         ids=lambda c: c.situation.value)  # fmt: skip
+def test_the_core_alone_sees_a_situation_of_its_own_for_an_extensions(
+    world: World, case: Case
+) -> None:
+    assert isinstance(CORE.classify(case.inputs(world)).situation, Situation)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{c.situation.value}-{i}" for i, c in
@@ -443,13 +475,13 @@ def test_classify_sees_the_cases_situation_and_its_row_makes_the_step(
 ) -> None:
     inputs = case.inputs(world)
     assert classify(inputs).situation is case.situation
-    row = machine.ROWS[case.situation]
+    row = MACHINE.rows[case.situation]
     step = decide(dataclasses.replace(inputs, failure=None))
     assert step.phase is row.phase
     assert step.requests is row.retried  # a step that asks the API is retried after a failure
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if machine.ROWS[c.situation].retried],
+@pytest.mark.parametrize("case", [c for c in CASES if MACHINE.rows[c.situation].retried],
                          ids=lambda c: c.situation.value)  # fmt: skip
 def test_a_failed_write_holds_its_row_back_until_the_retry(world: World, case: Case) -> None:
     """Every row that writes, deletion's included (a failed Delete is Failed until its retry):

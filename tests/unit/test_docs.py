@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from kyma_gpu.api.conditions import REASONS, ConditionType, PreflightReason
+from kyma_gpu.extensions import MACHINE
 from kyma_gpu.facts import OsFamily
-from kyma_gpu.reconcile.machine import phase_table
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.rules.engine import RuleError
 from kyma_gpu_tools.cli import main
@@ -29,7 +29,10 @@ DOCS = REPO / "docs"
 UPDATE = os.environ.get("UPDATE_DOCS") == "1"
 RBAC_BEGIN = "<!-- rbac-table: generated from config/rbac/ (tests/unit/test_docs.py) -->"
 RBAC_END = "<!-- rbac-table end -->"
-PHASES_BEGIN = "<!-- phase-table: generated from machine.py ROWS (tests/unit/test_docs.py) -->"
+PHASES_BEGIN = (
+    "<!-- phase-table: generated from machine.py ROWS and the extensions' rows "
+    "(tests/unit/test_docs.py) -->"
+)
 PHASES_END = "<!-- phase-table end -->"
 IMAGES = "$ .venv/bin/kyma-gpu images\n"
 
@@ -208,10 +211,11 @@ def test_the_broken_rule_data_example_is_what_the_manager_says(tmp_path: Path) -
 
 
 def test_the_phase_table_is_the_machines() -> None:
-    """docs/architecture.md's table of the reconcile state machine is `machine.ROWS`."""
+    """docs/architecture.md's tables of the reconcile state machine are `machine.ROWS` and
+    the registered extensions' rows (`MACHINE.phase_table`)."""
     if UPDATE:
-        _replace_between("architecture.md", PHASES_BEGIN, PHASES_END, phase_table())
+        _replace_between("architecture.md", PHASES_BEGIN, PHASES_END, MACHINE.phase_table())
     text = _read("architecture.md")
-    assert f"{PHASES_BEGIN}\n{phase_table()}{PHASES_END}" in text, (
+    assert f"{PHASES_BEGIN}\n{MACHINE.phase_table()}{PHASES_END}" in text, (
         "architecture.md's phase table is stale: UPDATE_DOCS=1 pytest tests/unit/test_docs.py"
     )

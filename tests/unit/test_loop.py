@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Mapping
+from enum import StrEnum
 from typing import Any
 
 import pytest
 
+from kyma_gpu.extensions.workload_protection.machine import Phase as Protection
 from kyma_gpu.facts import observe_node
 from kyma_gpu.facts.gpu import GpuObject, gpu_object
 from kyma_gpu.observe.sources import CRDS, DAEMONSETS, FLUX, NODES, PODS, flux_facts
@@ -31,7 +33,7 @@ class World:
     api: FakeApi
     store: Store
     pods_wanted: list[bool]
-    phases: dict[str, Phase] = dataclasses.field(default_factory=dict)
+    phases: dict[str, StrEnum] = dataclasses.field(default_factory=dict)
     """The phase each Gpu's last reconcile ended in (recorded around Loop.reconcile)."""
 
     def sync_gpu(self) -> None:
@@ -48,13 +50,13 @@ class World:
         self.api.gpu["spec"] = spec
         self.edit(generation=self.api.gpu["metadata"]["generation"] + 1)
 
-    def run(self) -> Phase:
+    def run(self) -> StrEnum:
         self.api.writes()
         asyncio.run(self.loop.run_pass())
         return self.last_phase
 
     @property
-    def last_phase(self) -> Phase:
+    def last_phase(self) -> StrEnum:
         return next(iter(self.phases.values()))
 
     def flux_says(self, kind: str, ready: bool = True, **status: Any) -> None:
@@ -207,11 +209,11 @@ def test_a_finalizer_conflict_is_retried(world: World) -> None:
 def test_deletion_waits_for_gpu_pods_then_uninstalls_then_releases(world: World) -> None:
     installed(world)
     world.edit(deletionTimestamp="2026-11-30T10:00:00Z")
-    assert world.run() is Phase.WAITING_FOR_WORKLOADS
+    assert world.run() is Protection.WAITING_FOR_WORKLOADS
     assert world.pods_wanted[-1] is True
     assert world.api.calls == []
     world.store.replace(PODS, {"ml/train": Entry(None, "ml/train")}, None)
-    assert world.run() is Phase.WAITING_FOR_WORKLOADS
+    assert world.run() is Protection.WAITING_FOR_WORKLOADS
     ready = next(c for c in world.api.gpu["status"]["conditions"] if c["type"] == "Ready")
     assert "ml/train" in ready["message"]
     world.store.put(PODS, "ml/train", None)

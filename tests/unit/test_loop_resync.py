@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from enum import StrEnum
 
 from kyma_gpu.reconcile.machine import FINALIZER, Phase
 from kyma_gpu.reconcile.settings import LoopSettings
@@ -61,7 +62,7 @@ def test_the_safety_pass_reads_again_and_writes_nothing_when_nothing_differs(
     catalog: Catalog,
 ) -> None:
     world = settled(catalog)
-    passes: list[Phase] = []
+    passes: list[StrEnum] = []
     run_pass = world.loop.run_pass
 
     async def counted() -> float | None:

@@ -24,6 +24,8 @@ from typing import Any, assert_never
 from kyma_gpu.adapter import ObjectRef
 from kyma_gpu.api.models import GpuSpec
 from kyma_gpu.errors import ApiError
+from kyma_gpu.extensions import EXTENSIONS
+from kyma_gpu.extensions.base import Context, Extension
 from kyma_gpu.facts import ClusterFacts
 from kyma_gpu.facts.gpu import GpuObject
 from kyma_gpu.metrics import ErrorKind, Metrics, PoolGpus, Scraped
@@ -72,12 +74,13 @@ from kyma_gpu.reconcile.machine import (
     AddFinalizer,
     Apply,
     Delete,
+    ExtensionAction,
     Inputs,
+    Machine,
     MarkNodes,
     RemoveFinalizer,
     RemoveFlux,
     Step,
-    decide,
 )
 from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.rules.catalog import Catalog
@@ -179,6 +182,8 @@ class Loop:
     flux_images: FluxImages = field(default_factory=FluxImages)
     """The images of the Flux the module installs (provision.IMAGE_ENV, from the manager's
     environment)."""
+    extensions: tuple[Extension, ...] = EXTENSIONS
+    """The extras beyond the card (kyma_gpu/extensions/): their rows, and their actions."""
     error_count: int = 0
     """Failed writes and failed passes so far: a reconcile that adds one did not succeed."""
     write_back: WriteBack = field(init=False)
@@ -186,8 +191,10 @@ class Loop:
     status: StatusWriter = field(init=False)
     retries: Retries = field(init=False)
     plans: PlanMemo = field(init=False)
+    machine: Machine = field(init=False)
 
     def __post_init__(self) -> None:
+        self.machine = Machine(self.extensions)
         self.plans = PlanMemo(self.catalog)
         self.write_back = WriteBack(self.store, node_source(self.catalog.machine_types).fold)
         self.recorder = Recorder(self.writer, self.module_namespace)
@@ -280,7 +287,7 @@ class Loop:
         for _ in range(self.settings.max_steps):
             snap = replace(snapshot(self.store, self.write_back.as_applied, self.origins()),
                            flux_leftovers=leftovers)  # fmt: skip
-            step = decide(Inputs(gpu, snap, self.plan, self.retries.last(gpu.name),
+            step = self.machine.decide(Inputs(gpu, snap, self.plan, self.retries.last(gpu.name),
                                  time.monotonic(), now(), self.flux_images, self.module_namespace,
                                  self.settings.removal_wait_seconds))  # fmt: skip
             done = await self.perform(gpu, step)
@@ -349,8 +356,15 @@ class Loop:
                 done = await self._remove_flux(action)
                 await self._announce(gpu, action.announce)
                 return done
+            case ExtensionAction():
+                return await self._carry(gpu, action)
             case _:
                 assert_never(action)
+
+    async def _carry(self, gpu: GpuObject, action: ExtensionAction) -> int:
+        """An extension's action, carried out by the extension that registers its type."""
+        carry = next(e.actions[type(action)] for e in self.extensions if type(action) in e.actions)
+        return await carry(action, Context(gpu, self.writer, self.write_back, self.recorder))
 
     async def _announce(self, gpu: GpuObject, announce: GpuEvent | None) -> None:
         if announce is not None:

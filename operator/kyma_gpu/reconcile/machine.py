@@ -1,19 +1,26 @@
 """The reconcile loop's state machine. Pure: facts in, one `Step` out.
 
-`decide` works in two steps, as helm-controller's DetermineReleaseState and actionForState:
+`Machine.decide` works in two steps, as helm-controller's DetermineReleaseState and
+actionForState:
 
-1. `classify(inputs) -> Seen`: the one `Situation` of the Gpu, the observed facts and the
-   chart origins (not the singleton, being deleted with pods running, the Flux objects differ
-   from the plan, ...), checked in a fixed order;
-2. `ROWS[situation]`: the row of the table, with its phase, what it does in words, whether
-   its writes are retried, and the function that makes its `Step` (one action at most: add
-   the finalizer, apply, delete, list the Flux objects, remove the module's Flux, mark Nodes,
-   remove the finalizer; the status the Gpu should show; when to look again).
+1. `Machine.classify(inputs) -> Seen`: the one situation of the Gpu, the observed facts and
+   the chart origins (not the singleton, being deleted, the Flux objects differ from the plan,
+   ...), checked in a fixed order;
+2. `Machine.rows[situation]`: the row of the table, with its phase, what it does in words,
+   whether its writes are retried, and the function that makes its `Step` (one action at
+   most: add the finalizer, apply, delete, remove the finalizer, or an extension's; the status
+   the Gpu should show; when to look again).
+
+The core table (`Situation`, `ROWS`) is the card's: detect, hand the Gpu to Flux, mirror
+Flux's state into the status, uninstall. The extras are extensions (kyma_gpu/extensions/):
+each brings its own situations and rows, and `classify` asks them at the named points of its
+order (`Point`). A `Machine` is the core with some extensions; extensions/__init__.py's
+`MACHINE` has every registered one, `Machine()` the core alone.
 
 A write that failed lately holds a retried row back as Failed until its retry time. The loop
 (reconcile/loop.py) carries the action out through the adapter and calls `decide` again with
 what the writes returned; it stops when a step has nothing left to do. Deletion is rows of the
-same table. docs/architecture.md shows the table, generated from ROWS (`phase_table`).
+same table. docs/architecture.md shows the tables, generated (`Machine.phase_table`).
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
@@ -83,7 +90,6 @@ class Phase(StrEnum):
     FAILED = "Failed"
     PROGRESSING = "Progressing"
     READY = "Ready"
-    WAITING_FOR_WORKLOADS = "WaitingForWorkloads"
     UNINSTALLING = "Uninstalling"
     FLUX_INCOMPATIBLE = "FluxIncompatible"
     PROVIDING_FLUX = "ProvidingFlux"
@@ -178,19 +184,26 @@ class RemoveFinalizer:
 
 
 @dataclass(frozen=True, slots=True)
+class ExtensionAction:
+    """An extension's writes: the extension carries them out (extensions/base.py,
+    `Extension.actions`)."""
+
+
+@dataclass(frozen=True, slots=True)
 class MarkNodes:
     """Set or clear the Node condition KymaGpuUnhealthy, cordon or uncordon (spec.health)."""
 
     writes: tuple[NodeWrite, ...]
 
 
-Action = AddFinalizer | Apply | Delete | RemoveFlux | RemoveFinalizer | MarkNodes
+Action = AddFinalizer | Apply | Delete | RemoveFlux | RemoveFinalizer | MarkNodes | ExtensionAction
 Read = ListFlux
 
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    phase: Phase
+    phase: StrEnum
+    """A `Phase`, or an extension's."""
     action: Action | None = None
     """The writes this step carries out; None: nothing (a status at most)."""
     read: Read | None = None
@@ -244,12 +257,11 @@ class Inputs:
 
 
 class Situation(StrEnum):
-    """What `classify` sees in the inputs: one value per row of `ROWS`."""
+    """What `classify` sees in the inputs: one value per row of `ROWS` (the core's; an
+    extension has its own)."""
 
     NOT_THE_SINGLETON = "NotTheSingleton"
     FINALIZER_GONE = "FinalizerGone"
-    WORKLOADS_UNLISTED = "WorkloadsUnlisted"
-    WORKLOADS_RUNNING = "WorkloadsRunning"
     FLUX_OBJECTS_LEFT = "FluxObjectsLeft"
     FLUX_OBJECTS_TERMINATING = "FluxObjectsTerminating"
     MARKS_LEFT = "MarksLeft"
@@ -276,7 +288,8 @@ class Situation(StrEnum):
 class Seen:
     """A Situation and what `classify` worked out on the way, for the row's step."""
 
-    situation: Situation
+    situation: StrEnum
+    """A `Situation`, or an extension's."""
     plan: Plan | None = None
     error: ValidationError | str | None = None
     """Why the spec is invalid, or why it cannot be planned; the incompatible Flux's message."""
@@ -287,18 +300,47 @@ class Seen:
     """The module's Flux objects to delete, HelmRelease first (FLUX_OBJECTS_LEFT)."""
     leftovers: tuple[Leftover, ...] = ()
     status: GpuStatus | None = None
-    protect: bool = False
-    """Being deleted and guarding users' GPU pods (no skip annotation): watch pods."""
 
 
-def classify(inputs: Inputs) -> Seen:
-    """The one Situation of the inputs, checked in the order of `ROWS`."""
+class Point(StrEnum):
+    """Where `classify` asks the extensions, in its order: the first extension (in the order
+    of registration) that sees a situation of its own there decides the row."""
+
+    DELETING = "being deleted, before the module's Flux objects are deleted"
+    UNINSTALLED = "being deleted, uninstalled, before the finalizer is removed"
+    FLUX = "the plan's Flux compatible, before waiting for its APIs"
+    APPLIED = "the plan's objects applied, before the status"
+
+
+Hook = Callable[[Inputs, Plan | None], Seen | None]
+"""An extension's classify at a `Point`: its situation, or None (not one of its)."""
+
+
+class Part(Protocol):
+    """What the machine reads of an extension (extensions/base.py: `Extension`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def classify(self) -> Mapping[Point, Hook]: ...
+
+    @property
+    def rows(self) -> Mapping[StrEnum, Row]: ...
+
+    @property
+    def watches_pods(self) -> Callable[[Inputs], bool] | None: ...
+
+
+def _classify(machine: Machine, inputs: Inputs) -> Seen:
+    """The one situation of the inputs, checked in the order of `ROWS`; the extensions' at
+    their points."""
     gpu = inputs.gpu
     if gpu.name != SINGLETON_NAME:
         return Seen(Situation.NOT_THE_SINGLETON)
     spec = _parse(gpu)
     if gpu.deleting:
-        return _classify_deleting(inputs, spec if isinstance(spec, GpuSpec) else None)
+        return _classify_deleting(machine, inputs, spec if isinstance(spec, GpuSpec) else None)
     if isinstance(spec, ValidationError):
         return Seen(Situation.SPEC_INVALID, error=spec)
     if FINALIZER not in gpu.finalizers:
@@ -306,10 +348,10 @@ def classify(inputs: Inputs) -> Seen:
     plan = _safe_plan(inputs, spec)
     if isinstance(plan, str):
         return Seen(Situation.UNPLANNABLE, error=plan)
-    return _classify_running(inputs, plan)
+    return _classify_running(machine, inputs, plan)
 
 
-def _classify_running(inputs: Inputs, plan: Plan) -> Seen:
+def _classify_running(machine: Machine, inputs: Inputs, plan: Plan) -> Seen:
     if plan.helm_release is None:
         return Seen(Situation.PLAN_BLOCKED, plan)
     flux = verdict(inputs.snap.flux_api)
@@ -320,10 +362,10 @@ def _classify_running(inputs: Inputs, plan: Plan) -> Seen:
         return Seen(Situation.FLUX_TO_PROVIDE, plan)
     if not flux.served:
         return Seen(Situation.FLUX_NOT_SERVED, plan)
-    return _classify_served(inputs, plan, flux.mode)
+    return _classify_served(machine, inputs, plan, flux.mode)
 
 
-def _classify_served(inputs: Inputs, plan: Plan, mode: FluxMode) -> Seen:
+def _classify_served(machine: Machine, inputs: Inputs, plan: Plan, mode: FluxMode) -> Seen:
     """Flux is ready for the plan's objects: are they applied, and is all well?"""
     objects = shard(plan.objects) if mode is FluxMode.PROVIDED else plan.objects
     actions = plan_actions(objects, inputs.snap.flux, inputs.snap.as_applied)
@@ -332,7 +374,7 @@ def _classify_served(inputs: Inputs, plan: Plan, mode: FluxMode) -> Seen:
     marks = _node_writes(inputs, plan)
     if marks:
         return Seen(Situation.NODES_TO_MARK, plan, marks=marks)
-    status = _status(inputs, plan)
+    status = status_of(inputs, plan)
     return Seen(_in_sync(status), plan, status=status)
 
 
@@ -345,43 +387,44 @@ def _in_sync(status: GpuStatus) -> Situation:
     return Situation.IN_SYNC_PROGRESSING
 
 
-def _classify_deleting(inputs: Inputs, spec: GpuSpec | None) -> Seen:
+def _classify_deleting(machine: Machine, inputs: Inputs, spec: GpuSpec | None) -> Seen:
     gpu, snap = inputs.gpu, inputs.snap
     if FINALIZER not in gpu.finalizers:
         return Seen(Situation.FINALIZER_GONE)
-    protect = not gpu.skip_protection
-    if protect and snap.gpu_workloads is None:
-        return Seen(Situation.WORKLOADS_UNLISTED, protect=protect)
     planned = _safe_plan(inputs, spec) if spec is not None else None
     plan = planned if isinstance(planned, Plan) else None
-    if protect and snap.gpu_workloads:
-        return Seen(Situation.WORKLOADS_RUNNING, plan, protect=protect)
+    seen = machine.ask(Point.DELETING, inputs, plan)
+    if seen is not None:
+        return seen
     if snap.flux:
         # HelmRelease first: Flux uninstalls the release while its source is still there.
         doomed = tuple(sorted((o for o in snap.flux if not o.deleting),
                               key=lambda o: o.kind != "HelmRelease"))  # fmt: skip
         left = Situation.FLUX_OBJECTS_LEFT if doomed else Situation.FLUX_OBJECTS_TERMINATING
-        return Seen(left, plan, doomed=doomed, protect=protect)
-    return _classify_uninstalled(inputs, protect)
+        return Seen(left, plan, doomed=doomed)
+    return _classify_uninstalled(machine, inputs)
 
 
-def _classify_uninstalled(inputs: Inputs, protect: bool) -> Seen:
+def _classify_uninstalled(machine: Machine, inputs: Inputs) -> Seen:
     """Flux uninstalled the release: the module's Node marks go, then its own Flux (once the
     Flux objects of every kind are listed), then the finalizer."""
     snap = inputs.snap
     cleared = _cleared_marks(snap.nodes)
     if cleared:
-        return Seen(Situation.MARKS_LEFT, marks=cleared, protect=protect)
+        return Seen(Situation.MARKS_LEFT, marks=cleared)
+    seen = machine.ask(Point.UNINSTALLED, inputs, None)
+    if seen is not None:
+        return seen
     if not _own_flux_left(snap.flux_api):
-        return Seen(Situation.NOTHING_LEFT, protect=protect)
+        return Seen(Situation.NOTHING_LEFT)
     if snap.flux_leftovers is None:
-        return Seen(Situation.OWN_FLUX_UNLISTED, protect=protect)
+        return Seen(Situation.OWN_FLUX_UNLISTED)
     situation = {
         Removal.WAIT: Situation.OWN_FLUX_TERMINATING,
         Removal.HAND_OVER: Situation.OWN_FLUX_IN_USE,
         Removal.DELETE_CRDS: Situation.OWN_FLUX_UNUSED,
     }[removal(snap.flux_leftovers, inputs.module_namespace)]
-    return Seen(situation, leftovers=snap.flux_leftovers, protect=protect)
+    return Seen(situation, leftovers=snap.flux_leftovers)
 
 
 # -- the table: each Situation's row, and the step it makes --
@@ -405,7 +448,8 @@ Build = Callable[[Seen, Inputs], Step]
 class Row:
     when: str
     """The Situation in words."""
-    phase: Phase
+    phase: StrEnum
+    """A `Phase`, or an extension's."""
     does: str
     """The step's action or status, in words."""
     retried: bool
@@ -422,22 +466,17 @@ def _released(seen: Seen, inputs: Inputs) -> Step:
     return Step(Phase.RELEASED)
 
 
-def _waiting_for_workloads(seen: Seen, inputs: Inputs) -> Step:
-    status = _status(inputs, seen.plan) if seen.plan is not None else None
-    return Step(Phase.WAITING_FOR_WORKLOADS, status=status)
-
-
 def _uninstalling(seen: Seen, inputs: Inputs) -> Step:
     uninstall = uninstall_of(_deleting_flux(inputs.snap.flux, inputs.now), inputs.now)
     plan = seen.plan
-    status = _status(inputs, plan, uninstall=uninstall) if plan is not None else None
+    status = status_of(inputs, plan, uninstall=uninstall) if plan is not None else None
     return Step(Phase.UNINSTALLING, Delete(seen.doomed) if seen.doomed else None, status=status,
                 key=_key((), seen.doomed), requeue_after=uninstall.next_stall_in)  # fmt: skip
 
 
 def _marking_nodes(seen: Seen, inputs: Inputs) -> Step:
     # while running, the status follows the marks (it shows them): written by the next step
-    status = _status(inputs, seen.plan) if seen.plan is not None else None
+    status = status_of(inputs, seen.plan) if seen.plan is not None else None
     return Step(Phase.MARKING_NODES, MarkNodes(seen.marks), key=marks_key(seen.marks),
                 status_if_failed=status)  # fmt: skip
 
@@ -482,7 +521,7 @@ def _initializing(seen: Seen, inputs: Inputs) -> Step:
 def _status_only(phase: Phase) -> Build:
     def build(seen: Seen, inputs: Inputs) -> Step:
         assert seen.plan is not None
-        return Step(phase, status=seen.status or _status(inputs, seen.plan))
+        return Step(phase, status=seen.status or status_of(inputs, seen.plan))
 
     return build
 
@@ -497,7 +536,7 @@ def _providing_flux(seen: Seen, inputs: Inputs) -> Step:
     assert seen.plan is not None
     key = f"flux-bundle-{bundle_hash(inputs.flux_images)}"
     return Step(Phase.PROVIDING_FLUX, Apply(bundle(inputs.flux_images)), key=key,
-                status_if_failed=_loud_status(inputs, seen.plan, key))  # fmt: skip
+                status_if_failed=loud_status(inputs, seen.plan, key))  # fmt: skip
 
 
 def _applying(seen: Seen, inputs: Inputs) -> Step:
@@ -506,7 +545,7 @@ def _applying(seen: Seen, inputs: Inputs) -> Step:
     apply, stale = seen.actions.apply, seen.actions.delete
     key = _key(apply, stale)
     return Step(Phase.APPLYING, Apply(apply, stale), key=key,
-                status_if_failed=_loud_status(inputs, seen.plan, key))  # fmt: skip
+                status_if_failed=loud_status(inputs, seen.plan, key))  # fmt: skip
 
 
 S = Situation
@@ -516,15 +555,6 @@ ROWS: Mapping[Situation, Row] = MappingProxyType({
         False, _refused),
     S.FINALIZER_GONE: Row(
         "being deleted, our finalizer gone", Phase.RELEASED, "nothing", False, _released),
-    S.WORKLOADS_UNLISTED: Row(
-        "being deleted, users' GPU pods not listed yet (skipped with the annotation "
-        "`gpu.kyma-project.io/skip-workload-protection=true`, as the next row)",
-        Phase.WAITING_FOR_WORKLOADS, "observe pods", False, _waiting_for_workloads),
-    S.WORKLOADS_RUNNING: Row(
-        "being deleted, users' GPU pods running (skipped with the annotation)",
-        Phase.WAITING_FOR_WORKLOADS,
-        "status names them, an Event (in kyma-system) counts them", False,
-        _waiting_for_workloads),
     S.FLUX_OBJECTS_LEFT: Row(
         "being deleted, our Flux objects remain", Phase.UNINSTALLING,
         "delete them, HelmRelease first; look again when the uninstall timeout + 60 s "
@@ -602,24 +632,62 @@ phase and its step. docs/architecture.md shows it (`phase_table`, generated)."""
 del S
 
 
-def decide(inputs: Inputs) -> Step:
-    """The Situation's row makes the step; a write that failed lately holds a retried row back
-    (phase Failed) until its retry time."""
-    seen = classify(inputs)
-    row = ROWS[seen.situation]
-    step = replace(row.build(seen, inputs), watch_pods=seen.protect)
-    failed = inputs.failure
-    wait = failed.wait(step.key, inputs.clock) if row.retried and failed is not None else None
-    if wait is None:
-        return step
-    return Step(Phase.FAILED, status=step.status_if_failed or step.status,
-                watch_pods=step.watch_pods, requeue_after=wait)  # fmt: skip
+@dataclass(frozen=True, slots=True)
+class Machine:
+    """The core table and the extensions' (`parts`, in the order `classify` asks them)."""
+
+    parts: tuple[Part, ...] = ()
+    rows: Mapping[StrEnum, Row] = field(init=False)
+    """`ROWS` and every extension's rows."""
+
+    def __post_init__(self) -> None:
+        rows: dict[StrEnum, Row] = dict(ROWS.items())
+        for part in self.parts:
+            clash = sorted({s.value for s in rows} & {s.value for s in part.rows})
+            if clash:
+                raise ValueError(f"the extension {part.name} repeats situations: {clash}")
+            rows.update(part.rows)
+        object.__setattr__(self, "rows", MappingProxyType(rows))
+
+    def ask(self, point: Point, inputs: Inputs, plan: Plan | None) -> Seen | None:
+        """The first extension's situation at `point`, or None."""
+        for part in self.parts:
+            hook = part.classify.get(point)
+            seen = hook(inputs, plan) if hook is not None else None
+            if seen is not None:
+                return seen
+        return None
+
+    def classify(self, inputs: Inputs) -> Seen:
+        return _classify(self, inputs)
+
+    def decide(self, inputs: Inputs) -> Step:
+        """The situation's row makes the step; a write that failed lately holds a retried row
+        back (phase Failed) until its retry time."""
+        seen = self.classify(inputs)
+        row = self.rows[seen.situation]
+        pods = any(p.watches_pods(inputs) for p in self.parts if p.watches_pods is not None)
+        step = replace(row.build(seen, inputs), watch_pods=pods)
+        failed = inputs.failure
+        wait = failed.wait(step.key, inputs.clock) if row.retried and failed is not None else None
+        if wait is None:
+            return step
+        return Step(Phase.FAILED, status=step.status_if_failed or step.status,
+                    watch_pods=step.watch_pods, requeue_after=wait)  # fmt: skip
+
+    def phase_table(self) -> str:
+        """The core table, then one per extension, in Markdown (docs/architecture.md)."""
+        parts = [_table(ROWS)]
+        for part in self.parts:
+            points = "; ".join(f"{point.value}" for point in part.classify)
+            heading = f"Extension `{part.name}`, asked where the Gpu is {points}:"
+            parts.append(f"{heading}\n\n{_table(part.rows)}")
+        return "\n".join(parts)
 
 
-def phase_table() -> str:
-    """ROWS as a Markdown table (docs/architecture.md)."""
+def _table(rows: Mapping[Situation, Row] | Mapping[StrEnum, Row]) -> str:
     lines = ["| situation | when | phase | step | a failed write |", "|---|---|---|---|---|"]
-    for situation, row in ROWS.items():
+    for situation, row in rows.items():
         retried = "Failed until its retry is due" if row.retried else "no action to retry"
         lines.append(f"| {situation.value} | {row.when} | {row.phase.value} | {row.does} | "
                      f"{retried} |")  # fmt: skip
@@ -656,7 +724,7 @@ def _safe_plan(inputs: Inputs, spec: GpuSpec) -> Plan | str:
         )
 
 
-def _status(
+def status_of(
     inputs: Inputs, plan: Plan, error: str = "", uninstall: Uninstall | None = None
 ) -> GpuStatus:
     return gpu_status(inputs.gpu, inputs.snap, plan, inputs.now, error, uninstall)
@@ -671,12 +739,12 @@ def _node_writes(inputs: Inputs, plan: Plan) -> tuple[NodeWrite, ...]:
     return node_writes(plan_health(plan, [n for n in nodes if n.is_gpu]), plan.health, nodes)
 
 
-def _loud_status(inputs: Inputs, plan: Plan, key: str) -> GpuStatus | None:
+def loud_status(inputs: Inputs, plan: Plan, key: str) -> GpuStatus | None:
     """The status of a failed write: after repeated transient failures, or a permanent one."""
     failed = inputs.failure
     if failed is None or not failed.loud(key):
         return None
-    return _status(inputs, plan, error=failed.error)
+    return status_of(inputs, plan, error=failed.error)
 
 
 def _cleared_marks(nodes: Sequence[ObservedNode]) -> tuple[NodeWrite, ...]:

@@ -1,0 +1,63 @@
+"""The one interface of an extension: what it adds to the state machine and the loop.
+
+An extension is an extra beyond the card (detect nodes, hand the Gpu to Flux, mirror Flux's
+state into the status): it lives in one folder of kyma_gpu/extensions/ and is registered by
+one line of `EXTENSIONS` (extensions/__init__.py). Removing it means deleting both; the core
+(reconcile/machine.py's `Situation` and `ROWS`) does not name it.
+
+What an extension brings:
+
+- its situations, as a StrEnum of its own, and their rows (phase, step, retried or not);
+- a classify hook per `Point` of the core's order: its situation there, or None;
+- whether it wants users' pods observed (`watches_pods`);
+- its actions, and how the loop carries each out (`actions`, with a `Context`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+from kyma_gpu.facts.gpu import GpuObject
+from kyma_gpu.reconcile.effects import ClusterApi, Recorder, WriteBack
+from kyma_gpu.reconcile.machine import ExtensionAction, Hook, Inputs, Point, Row
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What the loop hands an extension's action: the Gpu, the writer (the adapter) and where
+    answers go (the store's write-back, the Event recorder)."""
+
+    gpu: GpuObject
+    writer: ClusterApi
+    write_back: WriteBack
+    recorder: Recorder
+
+
+Carry = Callable[[Any, Context], Awaitable[int]]
+"""Carries one action (of the type it is registered for) out; returns the requests made."""
+
+
+@dataclass(frozen=True, slots=True)
+class Extension:
+    name: str
+    situations: type[StrEnum]
+    classify: Mapping[Point, Hook]
+    """Where `classify` asks it (reconcile/machine.py's `Point`), and what it sees there."""
+    rows: Mapping[StrEnum, Row]
+    """One row per situation, in the order it checks them."""
+    watches_pods: Callable[[Inputs], bool] | None = None
+    """True: the loop observes users' GPU pods (the snapshot's `gpu_workloads`)."""
+    actions: Mapping[type[ExtensionAction], Carry] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    """Its actions, and how the loop carries each out."""
+
+    def __post_init__(self) -> None:
+        if list(self.rows) != list(self.situations):
+            raise ValueError(f"the extension {self.name} needs one row per situation, in order")
+        for name in ("classify", "rows", "actions"):  # frozen: no module holds mutable state
+            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
