@@ -31,6 +31,9 @@ import pytest
 
 from kyma_gpu.api.models import SKIP_PROTECTION_ANNOTATION, GpuSpec
 from kyma_gpu.extensions import EXTENSIONS, MACHINE
+from kyma_gpu.extensions.node_marks.machine import MarkNodes
+from kyma_gpu.extensions.node_marks.machine import Phase as MarksPhase
+from kyma_gpu.extensions.node_marks.machine import Situation as Marks
 from kyma_gpu.extensions.workload_protection.machine import Phase as ProtectionPhase
 from kyma_gpu.extensions.workload_protection.machine import Situation as Protection
 from kyma_gpu.facts import ClusterFacts, ObservedNode, cluster_facts, observe_node
@@ -62,7 +65,6 @@ from kyma_gpu.reconcile.machine import (
     Inputs,
     ListFlux,
     Machine,
-    MarkNodes,
     Phase,
     RemoveFinalizer,
     RemoveFlux,
@@ -200,11 +202,11 @@ def said(action: Action | None) -> list[str]:
             return [f"apply {o['kind']}/{o['metadata']['name']}" for o in objects] + _deletes(stale)
         case Delete(objects):
             return _deletes(objects)
-        case MarkNodes(writes):
-            return [f"mark {w.name} unhealthy={w.unhealthy} cordon={w.cordon}" for w in writes]
         case RemoveFlux(_, _, hand_over, announce):
             crds = "hand its CRDs over" if hand_over else "delete its CRDs"
             return [f"remove the module's Flux, {crds}"] + ([announce.reason] if announce else [])
+        case MarkNodes(writes):
+            return [f"mark {w.name} unhealthy={w.unhealthy} cordon={w.cordon}" for w in writes]
         case ExtensionAction():
             raise AssertionError(f"no words for {action!r}")
         case _:
@@ -432,9 +434,9 @@ CASES = [
     Case(S.IN_SYNC_PROGRESSING, lambda w: _applied(w, components=False),
          Phase.PROGRESSING, (), state="Processing"),
     Case(S.IN_SYNC_READY, _applied, Phase.READY, (), state="Ready", reason="Ready"),
-    Case(S.NODES_TO_MARK, lambda w: _sick(w, "MarkNodes"), Phase.MARKING_NODES,
+    Case(Marks.NODES_TO_MARK, lambda w: _sick(w, "MarkNodes"), MarksPhase.MARKING_NODES,
          ("mark gpu-1 unhealthy=True cordon=None",), check=_marks_then_status),
-    Case(S.MARKS_LEFT, _marked_and_deleting, Phase.MARKING_NODES,
+    Case(Marks.MARKS_LEFT, _marked_and_deleting, MarksPhase.MARKING_NODES,
          ("mark gpu-1 unhealthy=False cordon=None", "watch pods")),
 ]  # fmt: skip
 

@@ -11,6 +11,7 @@ import pytest
 from kyma_gpu.api.conditions import HealthReason
 from kyma_gpu.api.models import HealthSpec, Remediation
 from kyma_gpu.api.node_marks import CORDON_ANNOTATION, NODE_CONDITION
+from kyma_gpu.extensions.node_marks.machine import Phase as MarksPhase
 from kyma_gpu.facts import MachineTypeRegistry, ObservedNode, observe_node
 from kyma_gpu.observe.sources import FLUX, NODES, PODS
 from kyma_gpu.observe.store import Entry, version_of
@@ -129,7 +130,7 @@ def _facts(world: World, name: str) -> ObservedNode:
 def test_the_loop_marks_cordons_then_clears_and_writes_nothing_more(catalog: Catalog) -> None:
     world = _world(catalog, {"health": {"remediation": "MarkAndCordon"}}, gpu("a"), gpu("b"))
     world.run()
-    assert world.run() is not Phase.MARKING_NODES
+    assert world.run() is not MarksPhase.MARKING_NODES
     assert world.api.writes() == []
     _set(world, gpu("a", "0"))
     world.run()

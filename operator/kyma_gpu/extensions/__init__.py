@@ -9,7 +9,10 @@ from importlib import import_module
 from kyma_gpu.extensions.base import Extension
 from kyma_gpu.reconcile.machine import Machine
 
-REGISTERED = ("workload_protection",)
+REGISTERED = (
+    "workload_protection",
+    "node_marks",
+)
 """The extensions' folders, in the order the state machine asks them at a `Point`."""
 
 

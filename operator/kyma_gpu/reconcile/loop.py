@@ -77,7 +77,6 @@ from kyma_gpu.reconcile.machine import (
     ExtensionAction,
     Inputs,
     Machine,
-    MarkNodes,
     RemoveFinalizer,
     RemoveFlux,
     Step,
@@ -85,7 +84,6 @@ from kyma_gpu.reconcile.machine import (
 from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status.events import GpuEvent
-from kyma_gpu.status.remediation import NodeWrite
 from kyma_gpu.status.snapshot import Snapshot
 
 __all__ = ("GPUS", "ClusterApi", "Done", "Loop", "flux_api", "now", "snapshot")
@@ -350,8 +348,6 @@ class Loop:
                 for live in objects:
                     await self._delete(live)
                 return len(objects)
-            case MarkNodes(writes):
-                return await self._mark(writes)
             case RemoveFlux():
                 done = await self._remove_flux(action)
                 await self._announce(gpu, action.announce)
@@ -370,13 +366,6 @@ class Loop:
         if announce is not None:
             log.warning("%s", announce.message)
             await self.recorder.announce(gpu, announce)
-
-    async def _mark(self, writes: tuple[NodeWrite, ...]) -> int:
-        for write in writes:
-            log.info("GPU health: node %s unhealthy=%s cordon=%s %s", write.name,
-                     write.unhealthy, write.cordon, write.reason)  # fmt: skip
-            self.write_back.node(await self.writer.mark_node(write, now()))
-        return len(writes)
 
     async def _apply(self, obj: Mapping[str, Any]) -> None:
         log.info("applying %s", ObjectRef.of(obj))

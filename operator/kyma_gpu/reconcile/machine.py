@@ -41,11 +41,9 @@ from kyma_gpu.api.models import (
     GpuSpec,
     GpuState,
     GpuStatus,
-    HealthSpec,
-    Remediation,
 )
 from kyma_gpu.api.values import pruned_error
-from kyma_gpu.facts import ClusterFacts, ObservedNode, cluster_facts
+from kyma_gpu.facts import ClusterFacts, cluster_facts
 from kyma_gpu.facts.gpu import GpuObject
 from kyma_gpu.plan import Origins, Owner, Plan
 from kyma_gpu.plan.actions import Actions, LiveObject, plan_actions
@@ -65,11 +63,8 @@ from kyma_gpu.plan.provision import (
     shard,
     verdict,
 )
-from kyma_gpu.status.aggregate import plan_health
 from kyma_gpu.status.deletion import Deleting, Uninstall, uninstall_of
 from kyma_gpu.status.events import EventType, GpuEvent
-from kyma_gpu.status.health import Health
-from kyma_gpu.status.remediation import NodeWrite, marks_key, node_writes
 from kyma_gpu.status.snapshot import (
     Snapshot,
     error_status,
@@ -93,7 +88,6 @@ class Phase(StrEnum):
     UNINSTALLING = "Uninstalling"
     FLUX_INCOMPATIBLE = "FluxIncompatible"
     PROVIDING_FLUX = "ProvidingFlux"
-    MARKING_NODES = "MarkingNodes"
     REMOVING_FLUX = "RemovingFlux"
     RELEASED = "Released"
 
@@ -189,14 +183,7 @@ class ExtensionAction:
     `Extension.actions`)."""
 
 
-@dataclass(frozen=True, slots=True)
-class MarkNodes:
-    """Set or clear the Node condition KymaGpuUnhealthy, cordon or uncordon (spec.health)."""
-
-    writes: tuple[NodeWrite, ...]
-
-
-Action = AddFinalizer | Apply | Delete | RemoveFlux | RemoveFinalizer | MarkNodes | ExtensionAction
+Action = AddFinalizer | Apply | Delete | RemoveFlux | RemoveFinalizer | ExtensionAction
 Read = ListFlux
 
 
@@ -264,7 +251,6 @@ class Situation(StrEnum):
     FINALIZER_GONE = "FinalizerGone"
     FLUX_OBJECTS_LEFT = "FluxObjectsLeft"
     FLUX_OBJECTS_TERMINATING = "FluxObjectsTerminating"
-    MARKS_LEFT = "MarksLeft"
     OWN_FLUX_UNLISTED = "OwnFluxUnlisted"
     OWN_FLUX_TERMINATING = "OwnFluxTerminating"
     OWN_FLUX_IN_USE = "OwnFluxInUse"
@@ -278,7 +264,6 @@ class Situation(StrEnum):
     FLUX_TO_PROVIDE = "FluxToProvide"
     FLUX_NOT_SERVED = "FluxNotServed"
     OBJECTS_DIFFER = "ObjectsDiffer"
-    NODES_TO_MARK = "NodesToMark"
     IN_SYNC_FAILED = "InSyncFailed"
     IN_SYNC_PROGRESSING = "InSyncProgressing"
     IN_SYNC_READY = "InSyncReady"
@@ -295,7 +280,6 @@ class Seen:
     """Why the spec is invalid, or why it cannot be planned; the incompatible Flux's message."""
     actions: Actions | None = None
     """The plan's objects against the live ones (OBJECTS_DIFFER)."""
-    marks: tuple[NodeWrite, ...] = ()
     doomed: tuple[LiveObject, ...] = ()
     """The module's Flux objects to delete, HelmRelease first (FLUX_OBJECTS_LEFT)."""
     leftovers: tuple[Leftover, ...] = ()
@@ -371,9 +355,9 @@ def _classify_served(machine: Machine, inputs: Inputs, plan: Plan, mode: FluxMod
     actions = plan_actions(objects, inputs.snap.flux, inputs.snap.as_applied)
     if actions.apply or actions.delete:
         return Seen(Situation.OBJECTS_DIFFER, plan, actions=actions)
-    marks = _node_writes(inputs, plan)
-    if marks:
-        return Seen(Situation.NODES_TO_MARK, plan, marks=marks)
+    seen = machine.ask(Point.APPLIED, inputs, plan)
+    if seen is not None:
+        return seen
     status = status_of(inputs, plan)
     return Seen(_in_sync(status), plan, status=status)
 
@@ -406,12 +390,9 @@ def _classify_deleting(machine: Machine, inputs: Inputs, spec: GpuSpec | None) -
 
 
 def _classify_uninstalled(machine: Machine, inputs: Inputs) -> Seen:
-    """Flux uninstalled the release: the module's Node marks go, then its own Flux (once the
-    Flux objects of every kind are listed), then the finalizer."""
+    """Flux uninstalled the release: what the extensions left goes, then the module's own
+    Flux (once the Flux objects of every kind are listed), then the finalizer."""
     snap = inputs.snap
-    cleared = _cleared_marks(snap.nodes)
-    if cleared:
-        return Seen(Situation.MARKS_LEFT, marks=cleared)
     seen = machine.ask(Point.UNINSTALLED, inputs, None)
     if seen is not None:
         return seen
@@ -472,13 +453,6 @@ def _uninstalling(seen: Seen, inputs: Inputs) -> Step:
     status = status_of(inputs, plan, uninstall=uninstall) if plan is not None else None
     return Step(Phase.UNINSTALLING, Delete(seen.doomed) if seen.doomed else None, status=status,
                 key=_key((), seen.doomed), requeue_after=uninstall.next_stall_in)  # fmt: skip
-
-
-def _marking_nodes(seen: Seen, inputs: Inputs) -> Step:
-    # while running, the status follows the marks (it shows them): written by the next step
-    status = status_of(inputs, seen.plan) if seen.plan is not None else None
-    return Step(Phase.MARKING_NODES, MarkNodes(seen.marks), key=marks_key(seen.marks),
-                status_if_failed=status)  # fmt: skip
 
 
 def _list_flux(seen: Seen, inputs: Inputs) -> Step:
@@ -562,10 +536,6 @@ ROWS: Mapping[Situation, Row] = MappingProxyType({
     S.FLUX_OBJECTS_TERMINATING: Row(
         "being deleted, our Flux objects remain, all terminating", Phase.UNINSTALLING,
         "status; look again when the uninstall timeout + 60 s passes", False, _uninstalling),
-    S.MARKS_LEFT: Row(
-        "being deleted, uninstalled, a Node still carries a mark of the module's",
-        Phase.MARKING_NODES, "clear the condition `KymaGpuUnhealthy`, lift our cordons",
-        True, _marking_nodes),
     S.OWN_FLUX_UNLISTED: Row(
         "being deleted, uninstalled, the module's own Flux left, Flux objects not listed in "
         "this pass", Phase.REMOVING_FLUX,
@@ -613,11 +583,6 @@ ROWS: Mapping[Situation, Row] = MappingProxyType({
     S.OBJECTS_DIFFER: Row(
         "the Flux objects differ from the plan", Phase.APPLYING,
         "server-side apply (and delete stale ones)", True, _applying),
-    S.NODES_TO_MARK: Row(
-        "applied; GPU health remediation (`spec.health`) wants a Node's condition "
-        "`KymaGpuUnhealthy` or cordon changed", Phase.MARKING_NODES,
-        "patch the Nodes' status and spec; the status follows in the next step", True,
-        _marking_nodes),
     S.IN_SYNC_FAILED: Row(
         "applied, the status says `Error`", Phase.FAILED, "status", False,
         _status_only(Phase.FAILED)),
@@ -730,29 +695,12 @@ def status_of(
     return gpu_status(inputs.gpu, inputs.snap, plan, inputs.now, error, uninstall)
 
 
-def _node_writes(inputs: Inputs, plan: Plan) -> tuple[NodeWrite, ...]:
-    """GPU health remediation's writes; none (and no work) while it is off and no node carries
-    a mark of the manager's."""
-    nodes = inputs.snap.nodes
-    if plan.health.remediation is Remediation.OFF and not any(n.mark for n in nodes):
-        return ()
-    return node_writes(plan_health(plan, [n for n in nodes if n.is_gpu]), plan.health, nodes)
-
-
 def loud_status(inputs: Inputs, plan: Plan, key: str) -> GpuStatus | None:
     """The status of a failed write: after repeated transient failures, or a permanent one."""
     failed = inputs.failure
     if failed is None or not failed.loud(key):
         return None
     return status_of(inputs, plan, error=failed.error)
-
-
-def _cleared_marks(nodes: Sequence[ObservedNode]) -> tuple[NodeWrite, ...]:
-    """A deletion leaves no mark of the module's behind: its conditions False, its cordons
-    lifted (with remediation off, node_writes clears every mark)."""
-    if not any(n.mark is not None and (n.mark.unhealthy or n.mark.cordoned) for n in nodes):
-        return ()
-    return node_writes(Health(), HealthSpec(), nodes)
 
 
 def _own_flux_left(api: FluxApi) -> bool:

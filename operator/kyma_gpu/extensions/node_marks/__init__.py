@@ -1,0 +1,19 @@
+"""GPU health with node marks: spec.health.remediation marks (condition KymaGpuUnhealthy)
+and cordons the GPU nodes whose GPUs are unhealthy, and a deletion clears the marks
+(status/remediation.py says which writes; api/node_marks.py names the condition and the
+annotation the admission policy lets the manager write)."""
+
+from __future__ import annotations
+
+from kyma_gpu.extensions.base import Extension
+from kyma_gpu.extensions.node_marks.effects import mark
+from kyma_gpu.extensions.node_marks.machine import ROWS, MarkNodes, Situation, left, to_mark
+from kyma_gpu.reconcile.machine import Point
+
+EXTENSION = Extension(
+    name="node-marks",
+    situations=Situation,
+    classify={Point.APPLIED: to_mark, Point.UNINSTALLED: left},
+    rows=ROWS,
+    actions={MarkNodes: mark},
+)
