@@ -9,7 +9,7 @@ from importlib import import_module
 from kyma_gpu.extensions.base import Extension
 from kyma_gpu.reconcile.machine import Machine
 
-REGISTERED = (
+REGISTERED: tuple[str, ...] = (
     "workload_protection",
     "node_marks",
 )
