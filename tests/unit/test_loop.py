@@ -233,6 +233,30 @@ def test_deletion_waits_for_gpu_pods_then_uninstalls_then_releases(world: World)
     assert world.api.calls == []
 
 
+def test_a_gpu_deleted_before_the_finalizer_write_answers_is_not_written_again(
+    world: World,
+) -> None:
+    """The API server deletes the Gpu when its last finalizer goes; the watch's DELETED can
+    reach the store before the PATCH's answer, which the store then refuses (older than the
+    deletion). The pass ends there: no second finalizer write on a Gpu that is gone (404)."""
+    installed(world)
+    for plural in FLUX:
+        world.store.replace(plural, {}, version_of(world.api.next_version()))
+    world.edit(deletionTimestamp="2026-11-30T10:00:00Z")
+    world.store.replace(PODS, {}, None)  # no users' GPU pods
+    set_finalizers = world.api.set_finalizers
+
+    async def deleted_meanwhile(name: str, finalizers: list[str], rv: str) -> dict[str, Any]:
+        answer = await set_finalizers(name, finalizers, rv)
+        world.store.put(GPUS, name, None, version_of(world.api.next_version()))
+        return answer
+
+    world.api.set_finalizers = deleted_meanwhile  # type: ignore[method-assign,assignment]
+    assert world.run() is Phase.RELEASED
+    assert world.api.calls == ["finalizers"]
+    assert world.loop.retries.last("gpu") is None
+
+
 def _condition(world: World, type_: str) -> dict[str, Any]:
     return next(c for c in world.api.gpu["status"]["conditions"] if c["type"] == type_)
 

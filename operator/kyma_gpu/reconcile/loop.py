@@ -291,7 +291,10 @@ class Loop:
             done = await self.perform(gpu, step)
             writes, reads = writes + done.writes, reads + done.reads
             leftovers = done.leftovers if done.leftovers is not None else leftovers
-            gpu = self.store.get(GPUS, gpu.name) or gpu
+            current = self.store.get(GPUS, gpu.name)
+            if current is None:  # deleted: the watch's DELETED came before the write's answer
+                break
+            gpu = current
             if not done.decide_again:
                 break
         failed = self.error_count > errors or self.retries.last(gpu.name) is not None
