@@ -24,8 +24,8 @@ from benchmarks.scale.fleet import gpu_pool, is_gpu_index, scale_node  # noqa: E
 from kyma_gpu.facts import observe_node  # noqa: E402
 from kyma_gpu.facts.gpu import gpu_object  # noqa: E402
 from kyma_gpu.facts.node import LABEL_DRIVER_UPGRADE  # noqa: E402
-from kyma_gpu.observe.sources import CRDS, DAEMONSETS, FLUX, NODES  # noqa: E402
 from kyma_gpu.observe.store import Entry, Store, version_of  # noqa: E402
+from kyma_gpu.observe.watches import CRDS, DAEMONSETS, FLUX, NODES  # noqa: E402
 from kyma_gpu.plan.provision import REQUIRED_APIS, CrdFacts  # noqa: E402
 from kyma_gpu.reconcile.loop import GPUS, Loop  # noqa: E402
 from kyma_gpu.reconcile.settings import LoopSettings  # noqa: E402

@@ -6,8 +6,8 @@ for `--seconds` and reports its CPU (utime + stime, the process's own). Readers:
 
 - `stream`: urllib3's chunked stream read and split as the adapter did before 2026-12-04;
 - `adapter`: KubeAdapter.watch, each event as it comes (coalesce 0: every watch but the Nodes');
-- `coalesced`: KubeAdapter.watch as the manager watches Nodes (observe.sources.NODE_COALESCE);
-- `coalesced+facts`: the same, and each Node folded into its compact facts, as the observer
+- `coalesced`: KubeAdapter.watch as the manager watches Nodes (observe.watches.NODE_COALESCE);
+- `coalesced+facts`: the same, and each Node folded into its compact facts, as the informer
   does.
 
 Prints one table: events read, CPU seconds (user, system), % of a core, microseconds per
@@ -48,7 +48,7 @@ def _stream_lines(response: Any) -> Iterator[bytes]:
 def _events(reader: str, kubeconfig: str, rv: str, seconds: int) -> Iterator[dict[str, Any]]:
     os.environ["KUBECONFIG"] = kubeconfig
     from kyma_gpu.adapter import NODE_JSON, KubeAdapter, ListQuery
-    from kyma_gpu.observe.sources import NODE_COALESCE
+    from kyma_gpu.observe.watches import NODE_COALESCE
 
     adapter = KubeAdapter.connect("watch-read-bench")
     coalesce = float(os.environ.get("WATCH_READ_COALESCE") or NODE_COALESCE)

@@ -1,7 +1,7 @@
 """The only module of the operator that talks to the Kubernetes API (kopf reads discovery once).
 
 Reads are paged LISTs and WATCH streams of raw JSON (never the client's model objects), used
-by the observers in `kyma_gpu.observe`, which run them in their own threads. Writes are
+by the informers in `kyma_gpu.observe`, which run them in their own threads. Writes are
 server-side apply with one field manager, a delete, or a finalizer patch; they run in a
 thread too, so that the event loop never blocks. Every write is counted, so that tests and
 the benchmark can show that nothing is written when nothing changed.
@@ -195,7 +195,7 @@ class KubeAdapter:
         result: dict[str, Any] = json.loads(self._bytes(what, method, path, **kwargs))
         return result
 
-    # -- reads (blocking: the observers call them from their own threads) --
+    # -- reads (blocking: the informers call them from their own threads) --
 
     def list_page(self, query: ListQuery, limit: int, token: str | None = None) -> dict[str, Any]:
         """One page of a LIST: the parsed JSON (items, metadata.continue/resourceVersion)."""
@@ -538,7 +538,7 @@ def _lines(response: urllib3.BaseHTTPResponse, what: str, coalesce: float = 0.0)
     With `coalesce`, a read that had to wait for the server is followed by a sleep that long;
     the reads after it find their data buffered and do not wait. A wake-up of the thread costs
     more than reading a Node event (benchmarks/watch_read.py), so however many heartbeats a
-    second a fleet sends, the Node watch (observe.sources.NODE_COALESCE) wakes up at most about
+    second a fleet sends, the Node watch (observe.watches.NODE_COALESCE) wakes up at most about
     1 / coalesce times a second, each event at most `coalesce` seconds later."""
     pending = b""
     began = time.monotonic()

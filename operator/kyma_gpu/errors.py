@@ -3,7 +3,7 @@
 `TransientError`: try again (conflict, throttling, server error, timeout, no connection).
 `PermanentError`: a retry alone will not fix it; `NotFound` (404: the object, or a resource
 type whose CRD is not installed) and `Gone` (410: a watch's resourceVersion expired, list
-again) are the two that callers branch on. Pure: the adapter raises them, the observers and
+again) are the two that callers branch on. Pure: the adapter raises them, the informers and
 the reconcile loop catch them.
 """
 

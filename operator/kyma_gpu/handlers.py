@@ -1,4 +1,4 @@
-"""kopf's part: the process. The module's observers and reconcile loop do the rest.
+"""kopf's part: the process. The module's informers and reconcile loop do the rest.
 
 kopf runs the process and nothing else: the event loop, the signals, the startup handler
 (`start`, which starts everything below) and the cleanup handler (`stop`), and the liveness
@@ -8,7 +8,7 @@ standalone, without peering (a Lease picks the replica that writes: reconcile/el
 without scanning (it follows no CRD). Its memo carries the process's state from `start` to
 `stop`: one entry, a `Runtime`, read with `runtime(memo)`.
 
-Everything else is the module's own. The observers (kyma_gpu.observe) keep paged LISTs and
+Everything else is the module's own. The informers (kyma_gpu.observe) keep paged LISTs and
 WATCHes of the Gpus, Nodes, the operand DaemonSets, the operand's pods that cannot pull, our
 Flux objects, the ClusterPolicy, the GPUCluster and the CRDs (and GPU pods while a deletion
 waits for them) as compact facts in one store, and, observed here, the one ConfigMap of
@@ -39,10 +39,10 @@ from aiohttp import web
 from kyma_gpu.adapter import KubeAdapter, ListQuery
 from kyma_gpu.api.chart_sources import CONFIG_MAP_NAME
 from kyma_gpu.metrics import Metrics, serve
-from kyma_gpu.observe import Observers, Store
-from kyma_gpu.observe.informer import Informer, Source
-from kyma_gpu.observe.sources import REQUIRED
+from kyma_gpu.observe import Informers, Store
+from kyma_gpu.observe.informer import Informer, ListWatch
 from kyma_gpu.observe.store import Resource
+from kyma_gpu.observe.watches import REQUIRED
 from kyma_gpu.plan import Origins, origins_of
 from kyma_gpu.plan.provision import FluxImages
 from kyma_gpu.reconcile.election import Elector
@@ -75,7 +75,7 @@ class Started:
     """The facts of everything observed, the Gpus' among them."""
     stopped: asyncio.Event
     """Set by `stop`: the loop and the elector end."""
-    observers: Observers
+    informers: Informers
     chart_sources: Informer
     loop_task: asyncio.Task[None]
     elector: Elector | None
@@ -117,12 +117,12 @@ def runtime(memo: kopf.Memo) -> Runtime:
     return found
 
 
-def chart_sources_source(namespace: str) -> Source:
+def chart_sources_watch(namespace: str) -> ListWatch:
     """The ConfigMap kyma-gpu-chart-sources only: a field selector on its name, which the
     manager's Role allows to list and watch by that resourceName."""
     query = ListQuery(f"/api/v1/namespaces/{namespace}/configmaps",
                       field_selector=f"metadata.name={CONFIG_MAP_NAME}")  # fmt: skip
-    return Source(CHART_SOURCES, query, origins_of, key=lambda _: CONFIG_MAP_NAME)
+    return ListWatch(CHART_SOURCES, query, origins_of, key=lambda _: CONFIG_MAP_NAME)
 
 
 def chart_origins(store: Store) -> Origins:
@@ -134,7 +134,7 @@ class _Forever:
     """kopf's request retries (KopfSettings), then the last for as long as it takes: kopf still
     reads the API's discovery once at its start, and a request that gives up ends kopf, so the
     process (an API server that is down when the manager starts is waited for, as the
-    observers wait for it)."""
+    informers wait for it)."""
 
     def __init__(self, settings: KopfSettings) -> None:
         self.settings = settings
@@ -154,14 +154,14 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     metrics = Metrics.for_process()
     adapter = KubeAdapter.connect(given.identity, metrics)
     store = Store()
-    observers = Observers(adapter, store, asyncio.get_running_loop(), settings=ours.watching)
+    informers = Informers(adapter, store, asyncio.get_running_loop(), settings=ours.watching)
     namespace = catalog.defaults.module_namespace
     stopped = asyncio.Event()
     elector = None
     if given.leader_election:
         elector = Elector(adapter, namespace, ours.election.lease_name, given.identity,
                           settings=ours.election)  # fmt: skip
-    loop = Loop(store, adapter, catalog, watch_pods=observers.watch_pods,
+    loop = Loop(store, adapter, catalog, watch_pods=informers.watch_pods,
                 may_write=elector.may_write if elector else lambda: True,
                 module_namespace=namespace, settings=ours.loop, metrics=metrics,
                 flux_images=FluxImages.from_env(os.environ),
@@ -169,17 +169,17 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
                 required=(*REQUIRED, CHART_SOURCES))  # fmt: skip
     metrics.observe(loop.scrape)
     metrics_server = await _serve_metrics(given.metrics_address, metrics, loop)
-    observers.start(catalog.machine_types, namespace, catalog.defaults.target_namespace)
-    chart_sources = Informer(adapter, chart_sources_source(namespace), store,
+    informers.start(catalog.machine_types, namespace, catalog.defaults.target_namespace)
+    chart_sources = Informer(adapter, chart_sources_watch(namespace), store,
                              asyncio.get_running_loop(), ours.watching,
-                             observers.gc_pause).start()  # fmt: skip
+                             informers.gc_pause).start()  # fmt: skip
     elector_task = None
     if elector is not None:
         elector_task = asyncio.create_task(elector.run(stopped), name="election")
     loop_task = asyncio.create_task(loop.run(stopped), name="reconcile-loop")
     loop_task.add_done_callback(_loop_ended)
     state.started = Started(
-        store=store, stopped=stopped, observers=observers, chart_sources=chart_sources,
+        store=store, stopped=stopped, informers=informers, chart_sources=chart_sources,
         loop_task=loop_task, elector=elector, elector_task=elector_task,
         metrics_server=metrics_server,
     )  # fmt: skip
@@ -209,7 +209,7 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
     """kopf runs it only after `start` succeeded, when the process is asked to stop."""
     started = runtime(memo).started
     started.stopped.set()
-    started.observers.stop()
+    started.informers.stop()
     started.chart_sources.stop()
     try:
         await asyncio.wait_for(started.loop_task, timeout=10)

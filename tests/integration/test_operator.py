@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from kyma_gpu.adapter import KubeAdapter, ListQuery, ObjectRef
-from kyma_gpu.observe.sources import FluxFacts, flux_facts, flux_source
+from kyma_gpu.observe.watches import FluxFacts, flux_facts, flux_watch
 from tests.harness.cluster import LocalCluster
 from tests.harness.module import (
     MODULE_NAMESPACE,
@@ -188,12 +188,12 @@ def test_creating_gpu_writes_flux_objects(
     assert release["reason"] in ("ReleasePending", "Progressing")
 
 
-def test_the_safety_pass_reads_what_the_observers_list(
+def test_the_safety_pass_reads_what_the_informers_list(
     local_cluster: LocalCluster, operator: OperatorProcess, show_operator_log: None
 ) -> None:
     """The periodic safety pass reads each of the module's Flux objects again
     (`KubeAdapter.read`, a GET). On the real API server its answer folds into the very facts
-    the observers' LIST gives, so an object in order changes nothing in the store and the pass
+    the informers' LIST gives, so an object in order changes nothing in the store and the pass
     writes nothing; an object that is not there reads as None (a ghost goes)."""
     _apply(local_cluster, GPU_MANIFEST)  # as the file's first test left it (also run alone)
     wait_until(lambda: helm_release(local_cluster), 60, "the HelmRelease")
@@ -222,7 +222,7 @@ def _read_as_listed(adapter: KubeAdapter) -> None:
     """Each listed object of the module, read again: the same facts."""
 
     def listed_and_read(plural: str) -> list[tuple[FluxFacts, FluxFacts | None]]:
-        query = flux_source(plural, MODULE_NAMESPACE).query
+        query = flux_watch(plural, MODULE_NAMESPACE).query
         pairs: list[tuple[FluxFacts, FluxFacts | None]] = []
         for item in adapter.list_page(query, 500).get("items") or ():
             facts = flux_facts(plural, item)

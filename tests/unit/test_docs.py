@@ -133,20 +133,20 @@ def test_the_golden_scenario_count() -> None:
 
 
 def test_the_watch_thread_count(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One thread per observed resource: count the sources the observers start."""
-    from kyma_gpu.observe.observers import Observers
+    """One thread per observed resource: count the list-watches the informers start."""
+    from kyma_gpu.observe.informers import Informers
 
     started: list[str] = []
-    monkeypatch.setattr(Observers, "_start", lambda self, source: started.append(source.resource))
+    monkeypatch.setattr(Informers, "_start", lambda self, watch: started.append(watch.resource))
 
     class _Store:
         def listen(self, *args: Any) -> None:
             pass
 
-    observers = Observers(reader=None, store=_Store(), loop=None)  # type: ignore[arg-type]
-    observers.start(Catalog().machine_types, "kyma-system", "gpu-operator")
+    informers = Informers(reader=None, store=_Store(), loop=None)  # type: ignore[arg-type]
+    informers.start(Catalog().machine_types, "kyma-system", "gpu-operator")
     words = {6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten"}
-    assert f"each observer is a thread\n  ({words[len(started)]}," in _read("architecture.md")
+    assert f"each informer is a thread\n  ({words[len(started)]}," in _read("architecture.md")
 
 
 # -- reasons -------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The Gpu is observed like every other kind (observe/sources.py gpu_source): its facts in the
+"""The Gpu is observed like every other kind (observe/watches.py gpu_watch): its facts in the
 store are gpu_object of its body, managedFields read; a deletion leaves None at its version; a
 missing CRD is "not served: waiting", and its appearance starts the list."""
 
@@ -12,8 +12,8 @@ from kyma_gpu.errors import NotFound
 from kyma_gpu.facts.gpu import gpu_object
 from kyma_gpu.observe import Store
 from kyma_gpu.observe.informer import Informer, WatchSettings
-from kyma_gpu.observe.observers import Observers
-from kyma_gpu.observe.sources import GATED, GPUS, gpu_source
+from kyma_gpu.observe.informers import Informers
+from kyma_gpu.observe.watches import GATED, GPUS, gpu_watch
 from kyma_gpu.rules.catalog import Catalog
 from tests.unit.test_observe import ScriptedReader
 
@@ -32,7 +32,7 @@ def body(rv: int, **spec: Any) -> dict[str, Any]:
 def observe(reader: ScriptedReader, until: Any, crd_present: bool = False) -> Store:
     async def main() -> Store:
         store = Store()
-        informer = Informer(reader, gpu_source(), store, asyncio.get_running_loop(),
+        informer = Informer(reader, gpu_watch(), store, asyncio.get_running_loop(),
                             WatchSettings(absent_recheck=30.0)).start()  # fmt: skip
         await asyncio.sleep(0.1)
         if crd_present:
@@ -56,7 +56,7 @@ def test_the_facts_are_what_gpu_object_makes_of_the_body_managed_fields_included
     assert held.pruned_values == ("spec.values.hostPaths",)
     assert held.skip_protection
     assert held.finalizers == ("gpu.kyma-project.io/finalizer",)
-    assert gpu_source().query.path == "/apis/gpu.kyma-project.io/v1beta1/gpus"
+    assert gpu_watch().query.path == "/apis/gpu.kyma-project.io/v1beta1/gpus"
 
 
 def test_a_deleted_gpu_is_none_at_the_version_of_its_deletion() -> None:
@@ -75,17 +75,17 @@ def test_without_its_crd_the_gpu_is_absent_until_the_crd_appears() -> None:
     reader = ScriptedReader(pages=[[body(5)]], list_errors=[NotFound("list", 404)])
     listed = observe(reader, lambda s: s.get(GPUS, "gpu") is not None, crd_present=True)
     assert not listed.collection(GPUS).absent
-    assert GATED["gpus.gpu.kyma-project.io"] == GPUS  # the CRD observer says when it appears
+    assert GATED["gpus.gpu.kyma-project.io"] == GPUS  # the CRD informer says when it appears
 
 
-def test_the_observers_watch_the_gpu_with_the_nine_other_kinds() -> None:
+def test_the_informers_watch_the_gpu_with_the_nine_other_kinds() -> None:
     reader = ScriptedReader(pages=[[]])
 
     async def main() -> list[str]:
-        observers = Observers(reader, Store(), asyncio.get_running_loop())
-        observers.start(Catalog().machine_types, "kyma-system", "gpu-operator")
-        observers.stop()
-        return list(observers.informers)
+        informers = Informers(reader, Store(), asyncio.get_running_loop())
+        informers.start(Catalog().machine_types, "kyma-system", "gpu-operator")
+        informers.stop()
+        return list(informers.running)
 
     started = asyncio.run(main())
     assert started[0] == GPUS

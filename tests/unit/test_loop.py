@@ -13,8 +13,8 @@ import pytest
 from kyma_gpu.extensions.workload_protection.machine import Phase as Protection
 from kyma_gpu.facts import observe_node
 from kyma_gpu.facts.gpu import GpuObject, gpu_object
-from kyma_gpu.observe.sources import CRDS, DAEMONSETS, FLUX, NODES, PODS, flux_facts
 from kyma_gpu.observe.store import Entry, Store, version_of
+from kyma_gpu.observe.watches import CRDS, DAEMONSETS, FLUX, NODES, PODS, flux_facts
 from kyma_gpu.plan import Origins
 from kyma_gpu.plan.provision import PROVIDED_LABEL, REQUIRED_APIS, SHARD, SHARD_LABEL, CrdFacts
 from kyma_gpu.reconcile.loop import GPUS, Loop
@@ -350,14 +350,14 @@ def test_a_change_of_state_is_written_at_once(world: World) -> None:
 
 
 def _no_flux(world: World) -> None:
-    """A cluster without Flux: no Flux CRDs, and the Flux observers found their kinds absent."""
+    """A cluster without Flux: no Flux CRDs, and the Flux informers found their kinds absent."""
     world.store.replace(CRDS, {}, 1)
     for plural in FLUX:
         world.store.replace(plural, {}, None, absent=True)
 
 
 def _flux_crds_served(world: World) -> None:
-    """The CRD observer saw the CRDs the module applied; the Flux observers listed."""
+    """The CRD informer saw the CRDs the module applied; the Flux informers listed."""
     for plural in FLUX:
         world.store.replace(plural, {}, version_of(world.api.next_version()))
 

@@ -1,4 +1,4 @@
-"""The observers' backoff by cause, as a pure function (observe/informer.py `Backoff`): fast
+"""The informers' backoff by cause, as a pure function (observe/informer.py `Backoff`): fast
 while a CRD that exists is still starting (404), client-go's doubling up to 30 s for the API
 server and the network, started over after two minutes without an error. And the loop's
 retries of failed writes (reconcile/effects.py `Retries`)."""

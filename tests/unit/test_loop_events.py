@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from kyma_gpu.observe.sources import DAEMONSETS, flux_facts
 from kyma_gpu.observe.store import Entry, version_of
+from kyma_gpu.observe.watches import DAEMONSETS, flux_facts
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status import OperatorStateFacts, daemonset_facts
 from kyma_gpu.status.events import EventType

@@ -40,8 +40,8 @@ from hypothesis.stateful import (
 
 from kyma_gpu.facts import observe_node
 from kyma_gpu.facts.gpu import GpuObject
-from kyma_gpu.observe.sources import CRDS, FLUX, NODES, PODS
 from kyma_gpu.observe.store import Entry, version_of
+from kyma_gpu.observe.watches import CRDS, FLUX, NODES, PODS
 from kyma_gpu.plan.provision import MARKER_CRD, PROVIDED_LABEL, bundle_crds
 from kyma_gpu.reconcile.loop import Done
 from kyma_gpu.reconcile.machine import FINALIZER, Step
@@ -134,7 +134,7 @@ class LoopMachine(RuleBasedStateMachine):
 
     @rule()
     def the_modules_flux_serves(self) -> None:
-        """The bundle's CRDs are established: the Flux observers list their kinds."""
+        """The bundle's CRDs are established: the Flux informers list their kinds."""
         marker = self.world.store.get(CRDS, MARKER_CRD)
         if marker is not None and not marker.deleting:
             for plural in FLUX:
@@ -170,7 +170,7 @@ class LoopMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.deleting)
     @rule(pod=st.sampled_from(["ml/train", "ml/infer"]))
     def a_users_gpu_pod_runs(self, pod: str) -> None:
-        """Listed by the pod observer, which the loop starts during a deletion."""
+        """Listed by the pod informer, which the loop starts during a deletion."""
         pods = {p: Entry(None, p) for p in [*self.world.store.facts(PODS), pod]}
         self.world.store.replace(PODS, pods, None)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from kyma_gpu.api.models import GpuSpec
 from kyma_gpu.facts import MachineTypeRegistry, cluster_facts, node_facts, observe_node
-from kyma_gpu.observe.sources import CRDS, FLUX, FLUX_RESOURCES, NODES
 from kyma_gpu.observe.store import Entry, Resource, Store
+from kyma_gpu.observe.watches import CRDS, FLUX, FLUX_RESOURCES, NODES
 from kyma_gpu.plan import Origins, Owner
 from kyma_gpu.plan.provision import CrdFacts
 from kyma_gpu.reconcile.loop import Loop

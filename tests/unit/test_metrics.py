@@ -26,7 +26,7 @@ from kyma_gpu.metrics import (
     serve,
     write_labels,
 )
-from kyma_gpu.observe.sources import NODES, REQUIRED
+from kyma_gpu.observe.watches import NODES, REQUIRED
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu_tools.cli import main
 from tests.harness.procs import free_port

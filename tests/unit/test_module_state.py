@@ -6,7 +6,7 @@ frozenset of immutables, a MappingProxyType of them, a frozen dataclass or froze
 model of them, an enum member, a compiled pattern, a typing construct) or code (a module, a
 class, a function). A list, dict, set or bytearray, an instance of a class that keeps a
 `__dict__`, or a function behind a functools cache is state the process shares: it belongs in
-an object with an owner (the Loop, the Catalog, the Observers), where a test can make a fresh
+an object with an owner (the Loop, the Catalog, the Informers), where a test can make a fresh
 one. What must stay is listed in `_ALLOWED`, each with its reason.
 """
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kyma_gpu.errors import Gone, NotFound, TransientError
-from kyma_gpu.observe.informer import Informer, Source, WatchSettings
+from kyma_gpu.observe.informer import Informer, ListWatch, WatchSettings
 from kyma_gpu.observe.store import Entry, Store
 
 # -- the store --
@@ -132,9 +132,9 @@ def run_informer(
 ) -> Store:  # fmt: skip
     async def main() -> Store:
         store = Store()
-        source = Source("things", None, fold, page_size=2)
+        list_watch = ListWatch("things", None, fold, page_size=2)
         loop = asyncio.get_running_loop()
-        informer = Informer(reader, source, store, loop, settings or WatchSettings()).start()
+        informer = Informer(reader, list_watch, store, loop, settings or WatchSettings()).start()
         await asyncio.sleep(0.2)
         then(informer)
         deadline = time.monotonic() + 5
@@ -189,7 +189,7 @@ def test_transient_errors_back_off_and_recover() -> None:
     assert reader.calls[:3] == ["list", "list", "list"]
 
 
-def test_an_appearing_crd_wakes_an_absent_observer_and_404s_are_retried_meanwhile() -> None:
+def test_an_appearing_crd_wakes_an_absent_informer_and_404s_are_retried_meanwhile() -> None:
     # The CRD is announced while the resource still answers 404 (not served yet).
     errors: list[Exception] = [NotFound("list", 404), NotFound("list", 404)]
     reader = ScriptedReader(pages=[[obj("a", 1)]], list_errors=errors)

@@ -13,8 +13,8 @@ from kyma_gpu.api.models import HealthSpec, Remediation
 from kyma_gpu.api.node_marks import CORDON_ANNOTATION, NODE_CONDITION
 from kyma_gpu.extensions.node_marks.machine import Phase as MarksPhase
 from kyma_gpu.facts import MachineTypeRegistry, ObservedNode, observe_node
-from kyma_gpu.observe.sources import FLUX, NODES, PODS
 from kyma_gpu.observe.store import Entry, version_of
+from kyma_gpu.observe.watches import FLUX, NODES, PODS
 from kyma_gpu.reconcile.machine import Phase
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status.health import gpu_health

@@ -100,9 +100,9 @@ def test_a_node_with_json_the_fast_parser_refuses_is_still_read() -> None:
 def test_other_objects_keep_integers_beyond_64_bits() -> None:
     """orjson would read this as a float, and the HelmRelease's values would differ from what
     was applied: only Nodes go through it."""
-    from kyma_gpu.observe.sources import flux_source
+    from kyma_gpu.observe.watches import flux_watch
 
     data = b'{"spec": {"values": {"n": 123456789012345678901234567890}}}'
-    parser = flux_source("helmreleases", "kyma-system").query.parser
+    parser = flux_watch("helmreleases", "kyma-system").query.parser
     assert parser.event(data)["spec"]["values"]["n"] == 123456789012345678901234567890
     assert parser.page(data)["spec"]["values"]["n"] == 123456789012345678901234567890

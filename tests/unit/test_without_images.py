@@ -1,4 +1,4 @@
-"""The Node observer cuts status.images from the raw JSON before parsing (adapter.without_images):
+"""The Node informer cuts status.images from the raw JSON before parsing (adapter.without_images):
 the facts must be the same as from the whole body, and an odd body must still parse whole."""
 
 from __future__ import annotations

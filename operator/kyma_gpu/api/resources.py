@@ -1,7 +1,7 @@
 """The one definition of the Flux kinds the module writes and of the module's label set.
 
 Everything else derives from these: the plan's objects (plan/flux_objects.py), the API paths of the
-adapter, what the observers list (observe/sources.py), the CRDs whose APIs the module needs
+adapter, what the informers list (observe/watches.py), the CRDs whose APIs the module needs
 (plan/provision.py) and the label selector of the module's own objects.
 """
 

@@ -1,4 +1,4 @@
-"""An observer of one resource, like a client-go informer: a paged LIST, then a WATCH from
+"""An informer of one resource, as in client-go: a paged LIST, then a WATCH from
 the list's resourceVersion, each object folded into compact facts at once and its body
 dropped; a new LIST after 410 Gone; backoff on errors; never more than two pages in memory
 (the one folded and the next one arriving, adapter.list_pages).
@@ -7,16 +7,16 @@ It runs in a thread of its own (the API client is blocking) and hands facts to t
 the event loop's thread. It filters unchanged facts itself, so that a Node heartbeat costs a
 JSON parse and a comparison, and nothing crosses to the loop.
 
-A resource whose CRD is not installed answers 404: the observer reports it absent (synced,
-empty) and sleeps until `crd_present(True)` (the CRD observer calls it when the CRD appears)
+A resource whose CRD is not installed answers 404: the informer reports it absent (synced,
+empty) and sleeps until `crd_present(True)` (the CRD informer calls it when the CRD appears)
 or a long safety interval. While the CRD exists, a 404 means "not served yet" and is retried
 with the short backoff; after `unserved_after` attempts the store hears that the CRD does not
 serve the version (`Collection.unserved`), and the retries go on. A CRD that is replaced or
-goes away ends the watch; the observer lists again, with a short backoff while the API
+goes away ends the watch; the informer lists again, with a short backoff while the API
 server's storage for it reinitializes (429/503). Other errors (the API server, the network)
 back off like client-go's: doubling from 0.25 s up to 30 s, starting over once two minutes
 passed without an error (`Backoff`).
-Nothing here ever blocks another observer or the reconcile loop.
+Nothing here ever blocks another informer or the reconcile loop.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class WatchSettings:
-    """How every observer lists, watches and backs off (part of reconcile.settings.Settings)."""
+    """How every informer lists, watches and backs off (part of reconcile.settings.Settings)."""
 
     starting_backoff: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0, 5.0)
     """Seconds between attempts while a resource whose CRD exists answers 404 (times 0.8 to
@@ -63,7 +63,7 @@ class WatchSettings:
     absent_recheck: float = 300.0
     """A safety net only: an absent resource is listed again when its CRD appears."""
     watch_seconds: int = 60
-    """The server ends each watch after this long and the observer resumes it from the last
+    """The server ends each watch after this long and the informer resumes it from the last
     resourceVersion. Short on purpose: the client's read timeout is this plus 30 s
     (adapter.py), so a connection that went silent (an overloaded or restarted API server) is
     noticed within 90 s, not after many minutes."""
@@ -92,7 +92,7 @@ class Cause(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Backoff:
-    """The errors behind one observer: how many in a row (since its last good watch), how many
+    """The errors behind one informer: how many in a row (since its last good watch), how many
     on the server schedule, and when the last one was (monotonic seconds)."""
 
     in_a_row: int = 0
@@ -120,7 +120,7 @@ class Backoff:
 
 class GcPause:
     """The cyclic garbage collector off while any thread is inside (counted). The collector is
-    the process's, so its holders share one pause: the Observers own it and hand it to every
+    the process's, so its holders share one pause: the Informers own it and hand it to every
     Informer of the process (handlers.start gives it to the chart sources' one too). An
     Informer made without one (tests) gets its own; pauses that overlap still leave the
     collector on once all are left (the one that turned it off turns it on).
@@ -175,8 +175,9 @@ def default_key(body: Mapping[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
-class Source:
-    """What to observe: the collection (a ListQuery), how to fold, how big the pages are."""
+class ListWatch:
+    """What one informer lists and watches (Kubernetes' ListWatch): the collection (a ListQuery),
+    how to fold, how big the pages are, the key."""
 
     resource: str
     query: Any
@@ -187,18 +188,18 @@ class Source:
 
 class Informer:
     def __init__(
-        self, reader: Reader, source: Source, store: Store, loop: asyncio.AbstractEventLoop,
+        self, reader: Reader, list_watch: ListWatch, store: Store, loop: asyncio.AbstractEventLoop,
         settings: WatchSettings = WatchSettings(), gc_pause: GcPause | None = None,
     ) -> None:  # fmt: skip
-        self.reader, self.source, self.store, self.loop = reader, source, store, loop
+        self.reader, self.list_watch, self.store, self.loop = reader, list_watch, store, loop
         self.settings = settings
         self._gc_pause = gc_pause or GcPause()
-        """Shared with the other observers of the process (`Observers.gc_pause`)."""
+        """Shared with the other informers of the process (`Informers.gc_pause`)."""
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._known: dict[str, Any] = {}
         self._thread = threading.Thread(
-            target=self._run, name=f"observe-{source.resource}", daemon=True
+            target=self._run, name=f"observe-{list_watch.resource}", daemon=True
         )
         self._said_absent = False
         self._crd_present = False
@@ -240,14 +241,14 @@ class Informer:
                 version = None
                 if self._crd_present:  # a new CRD is served a moment after it is created
                     if backoff.in_a_row == self.settings.unserved_after:  # ... not this long after
-                        self._hand_over(self.store.mark_unserved, self.source.resource)
+                        self._hand_over(self.store.mark_unserved, self.list_watch.resource)
                     backoff = self._back_off(backoff, Cause.STARTING, err)
                 else:
                     self._absent()
             except ApiError as err:
                 backoff = self._back_off(backoff, Cause.SERVER, err)
             except Exception as err:  # a bug must not end observation for good
-                log.exception("observe %s: unexpected error", self.source.resource)
+                log.exception("observe %s: unexpected error", self.list_watch.resource)
                 backoff = self._back_off(backoff, Cause.SERVER, err)
 
     def _back_off(self, backoff: Backoff, cause: Cause, err: Exception) -> Backoff:
@@ -255,16 +256,16 @@ class Informer:
         delay *= random.uniform(0.8, 1.2)
         quiet = isinstance(err, TransientError) and backoff.in_a_row < 3
         log.log(logging.INFO if quiet else logging.WARNING, "observe %s: %s; again in %.1fs",
-                self.source.resource, err, delay)  # fmt: skip
+                self.list_watch.resource, err, delay)  # fmt: skip
         self._stop.wait(delay)
         return after
 
     def _absent(self) -> None:
         if not self._said_absent:
             log.info("observe %s: not served (CRD not installed); waiting for it",
-                     self.source.resource)  # fmt: skip
+                     self.list_watch.resource)  # fmt: skip
         self._said_absent, self._known = True, {}
-        self._hand_over(self.store.replace, self.source.resource, {}, None, True)
+        self._hand_over(self.store.replace, self.list_watch.resource, {}, None, True)
         self._wake.wait(self.settings.absent_recheck)
         self._wake.clear()
 
@@ -272,7 +273,7 @@ class Informer:
         began, pages, seen = time.monotonic(), 0, 0
         entries: dict[str, Entry] = {}
         meta: dict[str, Any] = {}
-        listing = self.reader.list_pages(self.source.query, self.source.page_size)
+        listing = self.reader.list_pages(self.list_watch.query, self.list_watch.page_size)
         while True:
             with self._gc_pause():  # the page is parsed, folded and dropped before gc runs again
                 page = next(listing, None)
@@ -287,9 +288,9 @@ class Informer:
         version = str(meta.get("resourceVersion", ""))
         self._said_absent = False
         self._known = {key: entry.facts for key, entry in entries.items()}
-        self._hand_over(self.store.replace, self.source.resource, entries, version_of(version))
+        self._hand_over(self.store.replace, self.list_watch.resource, entries, version_of(version))
         log.info("observe %s: listed %d objects (%d kept) in %d pages, %.2fs",
-                 self.source.resource, seen, len(entries), pages,
+                 self.list_watch.resource, seen, len(entries), pages,
                  time.monotonic() - began)  # fmt: skip
         return version
 
@@ -297,18 +298,20 @@ class Informer:
         facts = self._fold(item)
         if facts is not None:
             meta = item.get("metadata") or {}
-            entries[self.source.key(item)] = Entry(version_of(meta.get("resourceVersion")), facts)
+            entries[self.list_watch.key(item)] = Entry(
+                version_of(meta.get("resourceVersion")), facts
+            )
 
     def _fold(self, body: Mapping[str, Any]) -> Any:
         try:
-            return self.source.fold(body)
+            return self.list_watch.fold(body)
         except Exception:  # one odd object must not stop observation of the others
-            log.exception("observe %s: cannot read %s", self.source.resource, default_key(body))
+            log.exception("observe %s: cannot read %s", self.list_watch.resource, default_key(body))
             return None
 
     def _watch(self, version: str) -> str:
         began = time.monotonic()
-        stream = self.reader.watch(self.source.query, version, self.settings.watch_seconds)
+        stream = self.reader.watch(self.list_watch.query, version, self.settings.watch_seconds)
         for event in stream:
             if self._stop.is_set():
                 break
@@ -321,19 +324,19 @@ class Informer:
         return version
 
     def _event(self, kind: str, obj: Mapping[str, Any]) -> None:
-        key = self.source.key(obj)
+        key = self.list_watch.key(obj)
         facts = None if kind == "DELETED" else self._fold(obj)
         if self._known.get(key) == facts:
             return  # a heartbeat, or an object of no interest: nothing crosses to the loop
         if facts is None:
             self._known.pop(key, None)
             gone_at = version_of((obj.get("metadata") or {}).get("resourceVersion"))
-            self._hand_over(self.store.put, self.source.resource, key, None, gone_at)
+            self._hand_over(self.store.put, self.list_watch.resource, key, None, gone_at)
             return
         self._known[key] = facts
         meta = obj.get("metadata") or {}
         entry = Entry(version_of(meta.get("resourceVersion")), facts)
-        self._hand_over(self.store.put, self.source.resource, key, entry)
+        self._hand_over(self.store.put, self.list_watch.resource, key, entry)
 
     def _hand_over(self, func: Callable[..., Any], *args: Any) -> None:
         def apply() -> None:

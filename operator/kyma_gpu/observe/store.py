@@ -1,4 +1,4 @@
-"""The store of compact facts: what the observers saw, as the reconcile loop reads it.
+"""The store of compact facts: what the informers saw, as the reconcile loop reads it.
 
 One `Collection` per watched resource, keyed by "namespace/name" (or the name). Every entry
 keeps the object's resourceVersion next to its facts, so that a watch event older than what a
@@ -6,7 +6,7 @@ write returned (server-side apply answers with the object as stored) is ignored 
 rolling the store back. Resource versions are compared as integers: etcd revisions, which
 the API server has always served (and KEP-5504 makes comparable by contract).
 
-The store lives on the event loop's thread; observers hand their results over with
+The store lives on the event loop's thread; informers hand their results over with
 `loop.call_soon_threadsafe`. Any change of facts sets `changed`, which wakes the loop.
 Equal facts (a Node heartbeat) change nothing and wake nothing.
 """
@@ -26,7 +26,7 @@ T = TypeVar("T")
 
 class Resource(str, Generic[T]):
     """A collection's name that says which facts it holds: to mypy, `store.get(NODES, name)`
-    is an `ObservedNode | None` (observe/sources.py), `store.get("nodes", name)` only Any. At run
+    is an `ObservedNode | None` (observe/watches.py), `store.get("nodes", name)` only Any. At run
     time it is the plain string."""
 
     __slots__ = ()
@@ -169,7 +169,7 @@ class Store:
             self.changed.set()
 
     def forget(self, resource: str) -> None:
-        """Stop tracking a resource (its observer stopped): empty and not synced."""
+        """Stop tracking a resource (its informer stopped): empty and not synced."""
         coll = self.collection(resource)
         had = bool(coll.entries)
         coll.entries, coll.synced = {}, False

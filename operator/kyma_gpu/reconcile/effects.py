@@ -29,8 +29,8 @@ from kyma_gpu.api.resources import FLUX_KINDS
 from kyma_gpu.errors import ApiError, PermanentError
 from kyma_gpu.facts.gpu import GpuObject, gpu_object
 from kyma_gpu.metrics import ErrorKind
-from kyma_gpu.observe.sources import CRDS, GPUS, NODES, flux_facts
 from kyma_gpu.observe.store import Entry, Store, version_of
+from kyma_gpu.observe.watches import CRDS, GPUS, NODES, flux_facts
 from kyma_gpu.plan.actions import LiveObject, live_object, missing
 from kyma_gpu.plan.provision import crd_facts
 from kyma_gpu.reconcile.machine import Failure
@@ -122,7 +122,7 @@ class WriteBack:
 
     store: Store
     node_fold: Callable[[Mapping[str, Any]], Any] = lambda _: None
-    """A Node body -> its ObservedNode (observe/sources.py node_source)."""
+    """A Node body -> its ObservedNode (observe/watches.py node_watch)."""
     as_applied: dict[FluxKey, tuple[str | None, int]] = field(default_factory=dict)
     """Flux objects whose apply answer lacked planned fields (the server dropped them): their
     spec hash and generation then. Not applied again while both stay (see LiveObject)."""

@@ -30,7 +30,8 @@ from kyma_gpu.facts import ClusterFacts
 from kyma_gpu.facts.gpu import GpuObject
 from kyma_gpu.metrics import ErrorKind, Metrics, PoolGpus, Scraped
 from kyma_gpu.observe.informer import freeze_heap
-from kyma_gpu.observe.sources import (
+from kyma_gpu.observe.store import Store
+from kyma_gpu.observe.watches import (
     CLUSTER_POLICIES,
     CRDS,
     DAEMONSETS,
@@ -42,9 +43,8 @@ from kyma_gpu.observe.sources import (
     PODS,
     PULLS,
     REQUIRED,
-    node_source,
+    node_watch,
 )
-from kyma_gpu.observe.store import Store
 from kyma_gpu.plan import Origins, Owner, Plan
 from kyma_gpu.plan.actions import LiveObject, object_key
 from kyma_gpu.plan.cache import PlanMemo
@@ -87,7 +87,7 @@ from kyma_gpu.status.events import GpuEvent
 from kyma_gpu.status.snapshot import Snapshot
 
 __all__ = ("GPUS", "ClusterApi", "Done", "Loop", "flux_api", "now", "snapshot")
-"""GPUS lives in observe/sources.py, ClusterApi and now in reconcile/effects.py; they are the
+"""GPUS lives in observe/watches.py, ClusterApi and now in reconcile/effects.py; they are the
 loop's words too."""
 
 log = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ def snapshot(
 
 
 def flux_api(store: Store) -> FluxApi:
-    """The Flux CRDs present and how the observers of the APIs the module writes fare."""
+    """The Flux CRDs present and how the informers of the APIs the module writes fare."""
     crds = {name: store.get(CRDS, name) for name in REQUIRED_APIS}
     return FluxApi(
         crds={name: facts for name, facts in crds.items() if facts is not None},
@@ -163,7 +163,7 @@ class Loop:
     writer: ClusterApi
     catalog: Catalog
     watch_pods: Callable[[bool], None] = lambda _: None
-    """Starts (True) or stops (False) the pod observer."""
+    """Starts (True) or stops (False) the pod informer."""
     may_write: Callable[[], bool] = lambda: True
     """False while another replica leads (reconcile/election.py): then nothing is written."""
     module_namespace: str = "kyma-system"
@@ -194,7 +194,7 @@ class Loop:
     def __post_init__(self) -> None:
         self.machine = Machine(self.extensions)
         self.plans = PlanMemo(self.catalog)
-        self.write_back = WriteBack(self.store, node_source(self.catalog.machine_types).fold)
+        self.write_back = WriteBack(self.store, node_watch(self.catalog.machine_types).fold)
         self.recorder = Recorder(self.writer, self.module_namespace)
         self.retries = Retries(self.settings)
         self.status = StatusWriter(self.writer, self.write_back, self.recorder, self._error,
@@ -323,7 +323,7 @@ class Loop:
         return Done(acted + wrote, decide_again=acted > 0)
 
     async def _read(self, gpu: GpuObject, step: Step) -> Done:
-        """What the next snapshot needs and no observer watches (ListFlux). A failed read is
+        """What the next snapshot needs and no informer watches (ListFlux). A failed read is
         held back like a failed write; one that goes through does not end a failure: the
         writes it leads to may still fail."""
         try:

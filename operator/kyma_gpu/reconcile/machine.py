@@ -194,7 +194,7 @@ class Step:
     action: Action | None = None
     """The writes this step carries out; None: nothing (a status at most)."""
     read: Read | None = None
-    """What the next snapshot must hold that no observer watches: the loop reads it, and
+    """What the next snapshot must hold that no informer watches: the loop reads it, and
     decides again with it."""
     status: GpuStatus | None = None
     """The status the Gpu should show; None: leave it as it is."""
@@ -460,7 +460,7 @@ def _list_flux(seen: Seen, inputs: Inputs) -> Step:
 
 
 def _removal_waits(seen: Seen, inputs: Inputs) -> Step:
-    # no observer watches the terminating kind: look (and list) again after a while
+    # no informer watches the terminating kind: look (and list) again after a while
     return Step(Phase.REMOVING_FLUX, requeue_after=inputs.removal_wait_seconds)
 
 

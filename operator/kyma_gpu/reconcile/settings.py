@@ -1,7 +1,7 @@
 """Every timing and limit of the operator process in one object, as kopf's OperatorSettings.
 
 `Settings` groups them by who uses them; handlers.start builds it once and hands each part to
-what it starts (the observers, the loop, the elector, kopf). Tests pass settings of their own
+what it starts (the informers, the loop, the elector, kopf). Tests pass settings of their own
 instead of patching module constants. Each field says why it has its value.
 """
 
@@ -50,7 +50,7 @@ class LoopSettings:
     one process."""
     removal_wait_seconds: float = 5.0
     """RemovingFlux waits while one of the module's Flux objects terminates (a HelmChart its
-    source-controller finalizes): no observer watches that kind, so the machine looks again
+    source-controller finalizes): no informer watches that kind, so the machine looks again
     after this long (a list of the Flux objects of every kind each time)."""
 
 

@@ -32,7 +32,7 @@ from kyma_gpu.status.flux_available import with_flux
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """What the observers hold right now, flattened."""
+    """What the informers hold right now, flattened."""
 
     nodes: tuple[ObservedNode, ...] = ()
     """Every Node: what planning reads of it, and its per-node state."""

@@ -1,4 +1,5 @@
-"""What the operator observes, and the compact facts it keeps of each object.
+"""The list-watches of the operator (what each informer lists and watches), and the compact facts
+it keeps of each object.
 
 | resource          | collection                                    | facts kept                |
 |-------------------|-----------------------------------------------|---------------------------|
@@ -34,7 +35,7 @@ from kyma_gpu.api.resources import FLUX_KINDS, OURS, FluxKind
 from kyma_gpu.facts import NodeError, ObservedNode, observe_node
 from kyma_gpu.facts.gpu import GpuObject, gpu_object
 from kyma_gpu.facts.machines import MachineTypeRegistry
-from kyma_gpu.observe.informer import Source
+from kyma_gpu.observe.informer import ListWatch
 from kyma_gpu.observe.store import Resource
 from kyma_gpu.plan.actions import LiveObject, live_object
 from kyma_gpu.plan.provision import CrdFacts, crd_facts
@@ -73,7 +74,7 @@ GATED = MappingProxyType(
         "gpuclusters.nvidia.com": GPU_CLUSTERS,
     }
 )
-"""CRD name -> the resource it serves: its observer lists again when the CRD appears."""
+"""CRD name -> the resource it serves: its informer lists again when the CRD appears."""
 NODE_COALESCE = 0.2
 """Seconds the Node watch waits after an event that came after a wait (adapter._lines): the
 kubelets' status updates, which grow with the fleet, are read at most 1/NODE_COALESCE times a
@@ -87,14 +88,14 @@ The ClusterPolicy and the GPUCluster are not among them: a CRD of our own chart 
 delay anything."""
 
 
-def gpu_source() -> Source:
+def gpu_watch() -> ListWatch:
     """Every Gpu, whole: the facts keep what the loop reads (gpu_object), managedFields
     included, which say which spec.values the API server pruned (pruned_values)."""
     query = ListQuery(f"/apis/{API_GROUP}/{API_VERSION}/{PLURAL}")
-    return Source(GPUS, query, gpu_object, key=_name)
+    return ListWatch(GPUS, query, gpu_object, key=_name)
 
 
-def node_source(registry: MachineTypeRegistry) -> Source:
+def node_watch(registry: MachineTypeRegistry) -> ListWatch:
     def fold(body: Mapping[str, Any]) -> Any:
         try:
             return observe_node(body, registry)
@@ -104,12 +105,12 @@ def node_source(registry: MachineTypeRegistry) -> Source:
 
     # status.images: never read, most of the bytes. Heartbeats: read in batches (NODE_COALESCE).
     query = ListQuery("/api/v1/nodes", parser=NODE_JSON, coalesce=NODE_COALESCE)
-    return Source(NODES, query, fold, page_size=250, key=_name)
+    return ListWatch(NODES, query, fold, page_size=250, key=_name)
 
 
-def daemonset_source(target_namespace: str) -> Source:
+def daemonset_watch(target_namespace: str) -> ListWatch:
     path = f"/apis/apps/v1/namespaces/{target_namespace}/daemonsets"
-    return Source(DAEMONSETS, ListQuery(path), daemonset_facts, key=_name)
+    return ListWatch(DAEMONSETS, ListQuery(path), daemonset_facts, key=_name)
 
 
 FluxFacts = tuple[LiveObject, FluxObjectFacts]
@@ -122,43 +123,43 @@ def flux_facts(plural: str, body: Mapping[str, Any]) -> FluxFacts:
     return (live_object(full), flux_object_facts(full))
 
 
-def flux_source(plural: str, namespace: str) -> Source:
+def flux_watch(plural: str, namespace: str) -> ListWatch:
     path = FLUX[plural].path(namespace)
-    return Source(plural, ListQuery(path, label_selector=OURS), partial(flux_facts, plural),
+    return ListWatch(plural, ListQuery(path, label_selector=OURS), partial(flux_facts, plural),
                   key=_name)  # fmt: skip
 
 
-def pull_source(target_namespace: str) -> Source:
+def pull_watch(target_namespace: str) -> ListWatch:
     """Pending pods of the GPU operator's namespace; only those that cannot pull are kept. The
     server filters by phase: at rest there are none, and a running pod leaves the watch."""
     query = ListQuery(f"/api/v1/namespaces/{target_namespace}/pods",
                       field_selector="status.phase=Pending")  # fmt: skip
-    return Source(PULLS, query, pull_failure, key=_name)
+    return ListWatch(PULLS, query, pull_failure, key=_name)
 
 
-def cluster_policy_source() -> Source:
+def cluster_policy_watch() -> ListWatch:
     query = ListQuery("/apis/nvidia.com/v1/clusterpolicies")
-    return Source(CLUSTER_POLICIES, query, cluster_policy_facts, key=_name)
+    return ListWatch(CLUSTER_POLICIES, query, cluster_policy_facts, key=_name)
 
 
-def gpu_cluster_source() -> Source:
+def gpu_cluster_watch() -> ListWatch:
     """The DRA stack's GPUCluster: an empty watch on the default stack (the CRD comes with the
     v26.7.0 chart either way), one object on the DRA stack."""
     query = ListQuery("/apis/nvidia.com/v1alpha1/gpuclusters")
-    return Source(GPU_CLUSTERS, query, gpu_cluster_facts, key=_name)
+    return ListWatch(GPU_CLUSTERS, query, gpu_cluster_facts, key=_name)
 
 
-def crd_source() -> Source:
+def crd_watch() -> ListWatch:
     def fold(body: Mapping[str, Any]) -> Any:
         meta = body.get("metadata") or {}
         return crd_facts(meta) if meta.get("name") in GATED else None
 
     query = ListQuery("/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
                       metadata_only=True)  # fmt: skip
-    return Source(CRDS, query, fold, page_size=100, key=_name)
+    return ListWatch(CRDS, query, fold, page_size=100, key=_name)
 
 
-def pod_source(stack_namespaces: tuple[str, ...]) -> Source:
+def pod_watch(stack_namespaces: tuple[str, ...]) -> ListWatch:
     """Users' GPU pods: the stack's own namespaces are left out by the server already."""
 
     def fold(body: Mapping[str, Any]) -> Any:
@@ -170,7 +171,7 @@ def pod_source(stack_namespaces: tuple[str, ...]) -> Source:
         ["status.phase!=Succeeded", "status.phase!=Failed"]
         + [f"metadata.namespace!={ns}" for ns in stack_namespaces]
     )
-    return Source(PODS, ListQuery("/api/v1/pods", field_selector=selector), fold)
+    return ListWatch(PODS, ListQuery("/api/v1/pods", field_selector=selector), fold)
 
 
 def _name(body: Mapping[str, Any]) -> str:
