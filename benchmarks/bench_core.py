@@ -30,7 +30,7 @@ from kyma_gpu.api.models import GpuSpec
 from kyma_gpu.facts import DriverUpgradeState, ObservedNode, cluster_facts, observe_node
 from kyma_gpu.facts.node import LABEL_DRIVER_UPGRADE
 from kyma_gpu.observe.store import Store
-from kyma_gpu.plan import Origins, Owner, make_plan
+from kyma_gpu.plan import AllowedSources, Owner, make_plan
 from kyma_gpu.plan.cache import PlanMemo
 from kyma_gpu.reconcile.loop import Loop
 from kyma_gpu.rules.catalog import Catalog
@@ -115,7 +115,7 @@ def _rollout_rows(bodies: list[dict[str, Any]], catalog: Catalog, spec: GpuSpec,
     labelled = [i for i, b in enumerate(bodies) if LABEL_DRIVER_UPGRADE in b["metadata"]["labels"]]
     moves = iter(labelled * 2)
     plans = PlanMemo(catalog)
-    plans.plan(spec, cfacts, owner, Origins())
+    plans.plan(spec, cfacts, owner, AllowedSources())
 
     def one_label_moved() -> object:
         """The next node's label moves (each time another node)."""
@@ -124,7 +124,7 @@ def _rollout_rows(bodies: list[dict[str, Any]], catalog: Catalog, spec: GpuSpec,
         done = labels[LABEL_DRIVER_UPGRADE] == DriverUpgradeState.DONE
         labels[LABEL_DRIVER_UPGRADE] = "upgrade-required" if done else "upgrade-done"
         facts[at] = observe_node(bodies[at], catalog.machine_types)
-        return plans.plan(spec, cluster_facts(n.facts for n in facts), owner, Origins())
+        return plans.plan(spec, cluster_facts(n.facts for n in facts), owner, AllowedSources())
 
     timed("cluster_facts + plan after one upgrade label moved", 20, one_label_moved)
 
@@ -151,12 +151,12 @@ def main() -> None:
         lambda: make_plan(spec, cfacts, catalog, owner),
     )
     loop = Loop(store=Store(), writer=None, catalog=catalog)  # type: ignore[arg-type]
-    loop.plan(spec, cfacts, owner, Origins())
+    loop.plan(spec, cfacts, owner, AllowedSources())
     again = cluster_facts(facts)  # a pass builds its own, from the store's unchanged NodeFacts
     timed(
         "memoized plan lookup (reconcile without change)",
         200,
-        lambda: loop.plan(spec, again, owner, Origins()),
+        lambda: loop.plan(spec, again, owner, AllowedSources()),
     )
     plan = make_plan(spec, cfacts, catalog, owner)
     nodes = _gpu_nodes(observed)

@@ -43,7 +43,7 @@ from kyma_gpu.observe import Informers, Store
 from kyma_gpu.observe.informer import Informer, ListWatch
 from kyma_gpu.observe.store import Resource
 from kyma_gpu.observe.watches import REQUIRED
-from kyma_gpu.plan import Origins, origins_of
+from kyma_gpu.plan import AllowedSources, allowed_sources_of
 from kyma_gpu.plan.provision import FluxImages
 from kyma_gpu.reconcile.election import Elector
 from kyma_gpu.reconcile.loop import Loop
@@ -51,7 +51,7 @@ from kyma_gpu.reconcile.settings import KopfSettings, Settings
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.rules.engine import RuleError
 
-CHART_SOURCES: Resource[Origins] = Resource("chartsources")
+CHART_SOURCES: Resource[AllowedSources] = Resource("chartsources")
 """The allowed chart sources: the facts of the one ConfigMap (absent: NVIDIA's only)."""
 log = logging.getLogger(__name__)
 
@@ -122,12 +122,12 @@ def chart_sources_watch(namespace: str) -> ListWatch:
     manager's Role allows to list and watch by that resourceName."""
     query = ListQuery(f"/api/v1/namespaces/{namespace}/configmaps",
                       field_selector=f"metadata.name={CONFIG_MAP_NAME}")  # fmt: skip
-    return ListWatch(CHART_SOURCES, query, origins_of, key=lambda _: CONFIG_MAP_NAME)
+    return ListWatch(CHART_SOURCES, query, allowed_sources_of, key=lambda _: CONFIG_MAP_NAME)
 
 
-def chart_origins(store: Store) -> Origins:
+def allowed_sources(store: Store) -> AllowedSources:
     """What the watch holds; the default while there is no ConfigMap."""
-    return store.get(CHART_SOURCES, CONFIG_MAP_NAME) or Origins()
+    return store.get(CHART_SOURCES, CONFIG_MAP_NAME) or AllowedSources()
 
 
 class _Forever:
@@ -165,7 +165,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
                 may_write=elector.may_write if elector else lambda: True,
                 module_namespace=namespace, settings=ours.loop, metrics=metrics,
                 flux_images=FluxImages.from_env(os.environ),
-                origins=lambda: chart_origins(store),
+                allowed_sources=lambda: allowed_sources(store),
                 required=(*REQUIRED, CHART_SOURCES))  # fmt: skip
     metrics.observe(loop.scrape)
     metrics_server = await _serve_metrics(given.metrics_address, metrics, loop)

@@ -30,7 +30,15 @@ from kyma_gpu import main as manager
 from kyma_gpu.api.chart_sources import CONFIG_MAP_NAME
 from kyma_gpu.api.models import SINGLETON_MESSAGE, SINGLETON_NAME, Gpu, GpuSpec
 from kyma_gpu.facts import NodeError, cluster_facts, node_facts
-from kyma_gpu.plan import Origins, Owner, Plan, Severity, Verdict, make_plan, origins_of
+from kyma_gpu.plan import (
+    AllowedSources,
+    Owner,
+    Plan,
+    Severity,
+    Verdict,
+    allowed_sources_of,
+    make_plan,
+)
 from kyma_gpu.plan.mirror import replace_registry
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.rules.engine import RuleError
@@ -178,15 +186,15 @@ def load_nodes(path: str, stdin: TextIO) -> list[dict[str, Any]]:
     return nodes
 
 
-def load_origins(path: str | None, stdin: TextIO) -> Origins:
+def load_allowed_sources(path: str | None, stdin: TextIO) -> AllowedSources:
     """The ConfigMap of allowed chart sources (`kubectl get configmap -n kyma-system
     kyma-gpu-chart-sources -o yaml`); none: the default, NVIDIA's repository only."""
     if path is None:
-        return Origins()
+        return AllowedSources()
     data = _one(path, stdin, f"ConfigMap {CONFIG_MAP_NAME}")
     if not isinstance(data, dict) or data.get("kind") != "ConfigMap":
         raise UsageError(f"{path}: expected the ConfigMap {CONFIG_MAP_NAME} (kind ConfigMap)")
-    return origins_of(data)
+    return allowed_sources_of(data)
 
 
 @dataclass(frozen=True)
@@ -197,7 +205,7 @@ class _Inputs:
     spec: GpuSpec
     owner: Owner | None
     nodes: list[dict[str, Any]]
-    origins: Origins
+    allowed_sources: AllowedSources
 
 
 def _inputs(args: argparse.Namespace, stdin: TextIO) -> _Inputs:
@@ -205,7 +213,7 @@ def _inputs(args: argparse.Namespace, stdin: TextIO) -> _Inputs:
         raise UsageError("only one of -f, --nodes and --sources can read standard input")
     spec, owner = load_gpu(args.file, stdin)
     nodes = load_nodes(args.nodes, stdin) if args.nodes else []
-    return _Inputs(spec, owner, nodes, load_origins(args.sources, stdin))
+    return _Inputs(spec, owner, nodes, load_allowed_sources(args.sources, stdin))
 
 
 def _plan(args: argparse.Namespace, given: _Inputs, catalog: Catalog) -> Plan:
@@ -216,7 +224,7 @@ def _plan(args: argparse.Namespace, given: _Inputs, catalog: Catalog) -> Plan:
             facts.append(node_facts(node, catalog.machine_types))
         except NodeError as err:
             raise UsageError(f"{args.nodes}: item {index}: {err}") from err
-    return make_plan(given.spec, cluster_facts(facts), catalog, given.owner, given.origins)
+    return make_plan(given.spec, cluster_facts(facts), catalog, given.owner, given.allowed_sources)
 
 
 def _catalog(args: argparse.Namespace) -> Catalog:

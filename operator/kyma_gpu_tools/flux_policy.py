@@ -1,6 +1,6 @@
 """The admission policies that hold the module's Flux objects to the allowed chart sources.
 
-The manager's plan refuses a chart source the administrator does not allow (plan/origin.py).
+The manager's plan refuses a chart source the administrator does not allow (plan/allowed.py).
 That alone left the allowlist to the manager: a compromised manager, or anyone who may write
 HelmReleases or sources in kyma-system, could make the module's Flux install any chart as the
 release account (issue 32, finding 4). These policies hold the objects themselves, whoever

@@ -49,7 +49,7 @@ from kyma_gpu.api.chart_sources import NVIDIA_REPOSITORY
 from kyma_gpu.api.models import GpuSpec
 from kyma_gpu.api.values import ALLOWLIST, Allowed, ValueType
 from kyma_gpu.facts import cluster_facts, node_facts
-from kyma_gpu.plan import Plan, Verdict, make_plan, origins_of
+from kyma_gpu.plan import Plan, Verdict, allowed_sources_of, make_plan
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu_tools.cli import load_gpu, load_nodes
 
@@ -436,7 +436,7 @@ def planned_spec(version: str) -> GpuSpec:
 
 
 SAFE_SECRET = "chart-auth"
-ORIGINS = origins_of({"kind": "ConfigMap", "data": {"sources.yaml": yaml.safe_dump(
+ALLOWED = allowed_sources_of({"kind": "ConfigMap", "data": {"sources.yaml": yaml.safe_dump(
     {"sources": [{"kind": "HelmRepository", "url": NVIDIA_REPOSITORY,
                   "secretRefs": [SAFE_SECRET]}]}),
     "registries": "registry.example/mirror\nregistry.example\npublic\n"}})  # fmt: skip
@@ -445,7 +445,7 @@ administrator's ConfigMap): the hostile strings are held against a plan that is 
 
 
 def planned(spec: GpuSpec, catalog: Catalog) -> Plan:
-    return make_plan(spec, _facts(catalog), catalog, None, ORIGINS)
+    return make_plan(spec, _facts(catalog), catalog, None, ALLOWED)
 
 
 def check_values(chart: Path, values: dict[str, Any], tally: Tally) -> None:

@@ -1,4 +1,4 @@
-"""Doors 3 and 4 of issue 20 on the real API server: the chart's origin is the platform's.
+"""Doors 3 and 4 of issue 20 on the real API server: where the chart comes from is the platform's.
 
 A user bound only to the module's edit role (ClusterRole kyma-gpu-edit) writes Gpus that name
 another repository, chart, version or Secret; the manager (on its own ServiceAccount, with

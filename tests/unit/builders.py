@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from kyma_gpu.facts import ClusterFacts, MachineTypeRegistry, cluster_facts, node_facts
-from kyma_gpu.plan import Origins, origins_of
+from kyma_gpu.plan import AllowedSources, allowed_sources_of
 
 GL = "Garden Linux 1877.21"
 UBUNTU = "Ubuntu 22.04.5 LTS"
@@ -78,13 +78,13 @@ def facts_of(registry: MachineTypeRegistry, *bodies: Mapping[str, Any]) -> Clust
     return cluster_facts(node_facts(body, registry) for body in bodies)
 
 
-def allowing(*sources: Mapping[str, Any], nvidia: bool = True) -> Origins:
+def allowing(*sources: Mapping[str, Any], nvidia: bool = True) -> AllowedSources:
     """The allowed chart sources as the ConfigMap kyma-system/kyma-gpu-chart-sources holds
     them: NVIDIA's repository (unless `nvidia` is False) and `sources` (each as in
     sources.yaml, camelCase)."""
     default = {"kind": "HelmRepository", "url": "https://helm.ngc.nvidia.com/nvidia"}
     listed = [*([default] if nvidia else []), *(dict(s) for s in sources)]
     text = yaml.safe_dump({"sources": listed})
-    origins = origins_of({"kind": "ConfigMap", "data": {"sources.yaml": text}})
-    assert origins.error is None, origins.error
-    return origins
+    allowed_sources = allowed_sources_of({"kind": "ConfigMap", "data": {"sources.yaml": text}})
+    assert allowed_sources.error is None, allowed_sources.error
+    return allowed_sources

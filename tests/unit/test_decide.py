@@ -39,7 +39,7 @@ from kyma_gpu.extensions.workload_protection.machine import Situation as Protect
 from kyma_gpu.facts import ClusterFacts, ObservedNode, cluster_facts, observe_node
 from kyma_gpu.facts.gpu import GpuObject, gpu_object
 from kyma_gpu.facts.stack import FluxObjectFacts, flux_object_facts
-from kyma_gpu.plan import Origins, Owner, Plan, make_plan
+from kyma_gpu.plan import AllowedSources, Owner, Plan, make_plan
 from kyma_gpu.plan.actions import LiveObject, live_object
 from kyma_gpu.plan.provision import (
     MARKER_CRD,
@@ -91,13 +91,17 @@ class World:
     catalog: Catalog
     nodes: tuple[ObservedNode, ...]
 
-    def planner(self, spec: GpuSpec, facts: ClusterFacts, owner: Owner, origins: Origins) -> Plan:
-        return make_plan(spec, facts, self.catalog, owner, origins)
+    def planner(
+        self, spec: GpuSpec, facts: ClusterFacts, owner: Owner, allowed_sources: AllowedSources
+    ) -> Plan:
+        return make_plan(spec, facts, self.catalog, owner, allowed_sources)
 
     def plan(self, gpu: GpuObject) -> Plan:
         owner = Owner(uid=gpu.uid, name=gpu.name)
         spec = GpuSpec.model_validate(gpu.spec)
-        return self.planner(spec, cluster_facts(n.facts for n in self.nodes), owner, Origins())
+        return self.planner(
+            spec, cluster_facts(n.facts for n in self.nodes), owner, AllowedSources()
+        )
 
     def inputs(self, gpu: GpuObject, failure: Failure | None = None, **snap: Any) -> Inputs:
         snapshot = Snapshot(nodes=self.nodes, **snap)

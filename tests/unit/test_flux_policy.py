@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from kyma_gpu.api.chart_sources import ChartSources, listed_lines, unreadable_lines
+from kyma_gpu.plan.allowed import allowed_sources_of
 from kyma_gpu.plan.flux_objects import CHART_SOURCE_LABEL, FluxSettings, flux_objects
-from kyma_gpu.plan.origin import origins_of
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu_tools.flux_policy import RELEASE, RELEASE_ACCOUNT, TARGET_NAMESPACE, flux_policy_yaml
 
@@ -82,13 +82,13 @@ def test_block_style_reads_the_same_both_ways(text: str) -> None:
     ],
 )  # fmt: skip
 def test_what_the_policy_cannot_read_the_plan_refuses(text: str, says: str | None) -> None:
-    origins = origins_of({"data": {"sources.yaml": text}})
+    allowed_sources = allowed_sources_of({"data": {"sources.yaml": text}})
     if says is None:
-        assert origins.error is None
+        assert allowed_sources.error is None
         return
-    assert origins.error is not None
-    assert says in origins.error
-    assert "reads sources.yaml line by line" in origins.error
+    assert allowed_sources.error is not None
+    assert says in allowed_sources.error
+    assert "reads sources.yaml line by line" in allowed_sources.error
 
 
 def test_only_other_sources_are_labelled_for_the_administrators_list() -> None:

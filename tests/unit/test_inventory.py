@@ -11,7 +11,7 @@ import yaml
 
 from kyma_gpu import __version__
 from kyma_gpu.facts import cluster_facts, node_facts
-from kyma_gpu.plan import make_plan, origins_of
+from kyma_gpu.plan import allowed_sources_of, make_plan
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu_tools.cli import load_gpu, load_nodes, main
 from kyma_gpu_tools.inventory import MANAGER_REPOSITORY, module_images, plan_images
@@ -53,9 +53,11 @@ def _plan_images(scenario: str) -> list[str]:
     spec, owner = load_gpu(str(folder / "gpu.yaml"), io.StringIO())
     nodes = load_nodes(str(folder / "nodes.yaml"), io.StringIO())
     sources = folder / "sources.yaml"
-    origins = origins_of(yaml.safe_load(sources.read_text())) if sources.exists() else None
+    allowed_sources = (
+        allowed_sources_of(yaml.safe_load(sources.read_text())) if sources.exists() else None
+    )
     facts = cluster_facts([node_facts(n, catalog.machine_types) for n in nodes])
-    plan = make_plan(spec, facts, catalog, owner, origins)
+    plan = make_plan(spec, facts, catalog, owner, allowed_sources)
     return [i.reference for i in plan_images(plan, catalog)]
 
 

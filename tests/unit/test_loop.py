@@ -15,7 +15,7 @@ from kyma_gpu.facts import observe_node
 from kyma_gpu.facts.gpu import GpuObject, gpu_object
 from kyma_gpu.observe.store import Entry, Store, version_of
 from kyma_gpu.observe.watches import CRDS, DAEMONSETS, FLUX, NODES, PODS, flux_facts
-from kyma_gpu.plan import Origins
+from kyma_gpu.plan import AllowedSources
 from kyma_gpu.plan.provision import PROVIDED_LABEL, REQUIRED_APIS, SHARD, SHARD_LABEL, CrdFacts
 from kyma_gpu.reconcile.loop import GPUS, Loop
 from kyma_gpu.reconcile.machine import FINALIZER, Phase, Step
@@ -532,11 +532,11 @@ def test_a_changed_list_of_chart_sources_plans_again(catalog: Catalog) -> None:
     administrator lists it is applied once it is listed, without a change to the Gpu."""
     mirror = "https://charts.mirror.example/nvidia"
     world = new_world(catalog, spec={"source": {"chartRepository": mirror}})
-    origins = [Origins()]
-    world.loop.origins = lambda: origins[-1]
+    allowed_sources = [AllowedSources()]
+    world.loop.allowed_sources = lambda: allowed_sources[-1]
     assert world.run() is Phase.BLOCKED
     assert world.api.objects == {}
-    origins.append(allowing({"kind": "HelmRepository", "url": mirror}))
+    allowed_sources.append(allowing({"kind": "HelmRepository", "url": mirror}))
     world.run()
     kinds = sorted(k for k, _ in world.api.objects)
     assert kinds == ["HelmRelease", "HelmRepository"]

@@ -8,7 +8,7 @@ from kyma_gpu.api.models import GpuSpec
 from kyma_gpu.facts import MachineTypeRegistry, cluster_facts, node_facts, observe_node
 from kyma_gpu.observe.store import Entry, Resource, Store
 from kyma_gpu.observe.watches import CRDS, FLUX, FLUX_RESOURCES, NODES
-from kyma_gpu.plan import Origins, Owner
+from kyma_gpu.plan import AllowedSources, Owner
 from kyma_gpu.plan.provision import CrdFacts
 from kyma_gpu.reconcile.loop import Loop
 from kyma_gpu.rules.catalog import Catalog
@@ -72,6 +72,6 @@ def test_equal_cluster_facts_hash_alike_and_find_the_memoized_plan(
     assert other != a
     loop = Loop(store=Store(), writer=None, catalog=catalog)  # type: ignore[arg-type]
     spec, owner = GpuSpec(), Owner(uid="u")
-    planned = loop.plan(spec, a, owner, Origins())
-    assert loop.plan(spec, b, owner, Origins()) is planned
-    assert loop.plan(spec, other, owner, Origins()) is not planned
+    planned = loop.plan(spec, a, owner, AllowedSources())
+    assert loop.plan(spec, b, owner, AllowedSources()) is planned
+    assert loop.plan(spec, other, owner, AllowedSources()) is not planned

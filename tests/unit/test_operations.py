@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from kyma_gpu.api.models import ComponentsSpec, GpuSpec
 from kyma_gpu.api.operations import MigStrategy, SharingMode, SharingSpec
 from kyma_gpu.facts.stack import DaemonSetFacts, OperatorStateFacts, cluster_policy_facts
-from kyma_gpu.plan.origin import origins_of
+from kyma_gpu.plan.allowed import allowed_sources_of
 from kyma_gpu.plan.plan import Plan, make_plan
 from kyma_gpu.plan.sharing import config_map_name, device_plugin_config, device_plugin_configs
 from kyma_gpu.rules.catalog import Catalog
@@ -24,13 +24,13 @@ A100 = "p4d.24xlarge"
 """An AWS machine type with A100 GPUs (MIG-capable, no Confidential Computing)."""
 
 
-VGPU_MIRRORS = origins_of({"data": {"registries": "r.corp\nregistry.corp:5000\npublic\n"}})
+VGPU_MIRRORS = allowed_sources_of({"data": {"registries": "r.corp\nregistry.corp:5000\npublic\n"}})
 """The vGPU images of these tests come from mirrors a cluster administrator lists."""
 
 
 def plan_for(catalog: Catalog, *bodies: Mapping[str, Any], spec: Mapping[str, Any]) -> Plan:
     facts = facts_of(catalog.machine_types, *bodies)
-    return make_plan(GpuSpec.model_validate(spec), facts, catalog, origins=VGPU_MIRRORS)
+    return make_plan(GpuSpec.model_validate(spec), facts, catalog, allowed_sources=VGPU_MIRRORS)
 
 
 def findings(plan: Plan) -> list[tuple[str, str]]:

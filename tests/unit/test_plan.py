@@ -14,10 +14,10 @@ from kyma_gpu.api import GpuSpec
 from kyma_gpu.api.conditions import PreflightReason
 from kyma_gpu.api.models import ClusterDriverMode
 from kyma_gpu.facts import ClusterFacts, cluster_facts
-from kyma_gpu.plan import Finding, Origins, Owner, Plan, Preflight, Severity, make_plan
+from kyma_gpu.plan import AllowedSources, Finding, Owner, Plan, Preflight, Severity, make_plan
+from kyma_gpu.plan.allowed import allowed_sources_of
 from kyma_gpu.plan.driver import resolve
 from kyma_gpu.plan.features import FEATURE_CHECKS
-from kyma_gpu.plan.origin import origins_of
 from kyma_gpu.plan.plan import template_findings
 from kyma_gpu.plan.preflight import CHECKS, preflight_findings
 from kyma_gpu.rules.catalog import Catalog
@@ -36,10 +36,10 @@ def plan_for(
     *bodies: Mapping[str, Any],
     spec: Mapping[str, Any] | None = None,
     owner: Owner | None = None,
-    origins: Origins | None = None,
+    allowed_sources: AllowedSources | None = None,
 ) -> Plan:
     facts = facts_of(catalog.machine_types, *bodies)
-    return make_plan(GpuSpec.model_validate(spec or {}), facts, catalog, owner, origins)
+    return make_plan(GpuSpec.model_validate(spec or {}), facts, catalog, owner, allowed_sources)
 
 
 def reasons(plan: Plan) -> list[tuple[str, str]]:
@@ -375,9 +375,11 @@ def test_preflight_unknown_chart_version(catalog: Catalog) -> None:
     assert ("error", "ChartSourceNotAllowed") in reasons(refused)
     assert refused.objects == ()
     nvidia = "https://helm.ngc.nvidia.com/nvidia"
-    origins = allowing({"kind": "HelmRepository", "url": nvidia,
+    allowed_sources = allowing({"kind": "HelmRepository", "url": nvidia,
                         "operatorVersions": ["v26.7.0", "v27.1.0"]}, nvidia=False)  # fmt: skip
-    plan = plan_for(catalog, node(), spec={"operatorVersion": "v27.1.0"}, origins=origins)
+    plan = plan_for(
+        catalog, node(), spec={"operatorVersion": "v27.1.0"}, allowed_sources=allowed_sources
+    )
     assert reasons(plan) == [("warning", "UnknownChartVersion")]
     assert plan.chart_version == "v27.1.0"
     assert plan.helm_release is not None
@@ -386,7 +388,7 @@ def test_preflight_unknown_chart_version(catalog: Catalog) -> None:
         catalog,
         node(),
         spec={"operatorVersion": "v27.1.0", "source": {"imageRegistry": "mirror.example"}},
-        origins=origins,
+        allowed_sources=allowed_sources,
     )
     assert ("error", "MirrorNeedsChartFacts") in reasons(mirrored)
     assert mirrored.objects == ()
@@ -479,7 +481,7 @@ def test_oci_source(catalog: Catalog) -> None:
     }
     mirror = {"kind": "OCIRepository", "url": "oci://registry.example/mirror/charts",
               "secretRefs": ["chart-auth"]}  # fmt: skip
-    source, release = plan_for(catalog, node(), spec=spec, origins=allowing(mirror)).objects
+    source, release = plan_for(catalog, node(), spec=spec, allowed_sources=allowing(mirror)).objects
     assert source["apiVersion"] == "source.toolkit.fluxcd.io/v1"
     assert source["kind"] == "OCIRepository"
     assert source["spec"]["url"] == "oci://registry.example/mirror/charts/gpu-operator"
@@ -496,15 +498,15 @@ def test_oci_source(catalog: Catalog) -> None:
 
 
 def test_insecure_sources(catalog: Catalog) -> None:
-    origins = allowing(
+    allowed_sources = allowing(
         {"kind": "OCIRepository", "url": "oci://127.0.0.1:5000/charts", "insecure": True},
         {"kind": "HelmRepository", "url": "http://127.0.0.1:8879/charts", "insecure": True},
     )
     oci = {"source": {"chartRepository": "oci://127.0.0.1:5000/charts", "insecure": True}}
-    source, _ = plan_for(catalog, node(), spec=oci, origins=origins).objects
+    source, _ = plan_for(catalog, node(), spec=oci, allowed_sources=allowed_sources).objects
     assert source["spec"]["insecure"] is True
     http = {"source": {"chartRepository": "http://127.0.0.1:8879/charts", "insecure": True}}
-    source, _ = plan_for(catalog, node(), spec=http, origins=origins).objects
+    source, _ = plan_for(catalog, node(), spec=http, allowed_sources=allowed_sources).objects
     assert source["kind"] == "HelmRepository"
     assert source["spec"]["url"] == "http://127.0.0.1:8879/charts"
 
@@ -659,8 +661,8 @@ def test_spec_values_are_merged_last(catalog: Catalog) -> None:
             "toolkit": None,  # dropped, as the API server drops it: never unsets the module's
         },
     }
-    mirrors = origins_of({"data": {"registries": "mirror.example\n"}})
-    plan = plan_for(catalog, node(), spec=spec, origins=mirrors)
+    mirrors = allowed_sources_of({"data": {"registries": "mirror.example\n"}})
+    plan = plan_for(catalog, node(), spec=spec, allowed_sources=mirrors)
     assert plan.rules_applied[-2:] == ("image-mirror", "spec.values")
     assert plan.values["driver"]["imagePullPolicy"] == "IfNotPresent"
     assert plan.values["operator"]["priorityClassName"] == "system-node-critical"

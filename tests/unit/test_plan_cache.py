@@ -11,7 +11,7 @@ import pytest
 from kyma_gpu.api.models import GpuSpec
 from kyma_gpu.facts import ClusterFacts, MachineTypeRegistry, cluster_facts, observe_node
 from kyma_gpu.facts.node import LABEL_DRIVER_UPGRADE
-from kyma_gpu.plan import Origins, Owner, Plan, make_plan
+from kyma_gpu.plan import AllowedSources, Owner, Plan, make_plan
 from kyma_gpu.plan import cache as cache_module
 from kyma_gpu.plan.cache import KEPT, PlanMemo
 from kyma_gpu.rules.catalog import Catalog
@@ -68,8 +68,8 @@ def test_a_change_only_the_status_reads_is_not_planned_again(
     assert after != before
     assert after.facts == before.facts
     memo = PlanMemo(catalog)
-    first = memo.plan(SPEC, fleet(registry), OWNER, Origins())
-    assert memo.plan(SPEC, fleet(registry, **{"gpu-2": change}), OWNER, Origins()) is first
+    first = memo.plan(SPEC, fleet(registry), OWNER, AllowedSources())
+    assert memo.plan(SPEC, fleet(registry, **{"gpu-2": change}), OWNER, AllowedSources()) is first
     assert len(made) == 1, "planned again"
 
 
@@ -77,9 +77,9 @@ def test_a_change_planning_reads_is_planned_again(
     registry: MachineTypeRegistry, catalog: Catalog, made: list[ClusterFacts]
 ) -> None:
     memo = PlanMemo(catalog)
-    memo.plan(SPEC, fleet(registry), OWNER, Origins())
+    memo.plan(SPEC, fleet(registry), OWNER, AllowedSources())
     moved = fleet(registry, **{"gpu-2": {"pool": "other"}})
-    plan = memo.plan(SPEC, moved, OWNER, Origins())
+    plan = memo.plan(SPEC, moved, OWNER, AllowedSources())
     assert len(made) == 2
     assert sorted(w.name for w in plan.worker_pools) == ["gpu", "other"]
 
@@ -90,11 +90,11 @@ def test_a_hit_takes_the_new_key_and_only_kept_plans_stay(
     """After a hit the memo holds the facts it was asked with (compared by identity from then
     on), and it holds at most KEPT plans."""
     memo = PlanMemo(catalog)
-    memo.plan(SPEC, fleet(registry), OWNER, Origins())
+    memo.plan(SPEC, fleet(registry), OWNER, AllowedSources())
     again = fleet(registry)
-    memo.plan(SPEC, again, OWNER, Origins())
+    memo.plan(SPEC, again, OWNER, AllowedSources())
     assert memo.entries[0][0][1] is again
     for pool in range(KEPT + 2):
-        memo.plan(SPEC, fleet(registry, **{"gpu-1": {"pool": f"p{pool}"}}), OWNER, Origins())
+        memo.plan(SPEC, fleet(registry, **{"gpu-1": {"pool": f"p{pool}"}}), OWNER, AllowedSources())
     assert len(memo.entries) == KEPT
     assert len(made) == 1 + KEPT + 2

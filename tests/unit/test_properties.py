@@ -24,7 +24,7 @@ from tests.unit.builders import allowing, node
 
 CATALOG = Catalog()
 OWNER = Owner(uid="0b5a8c1e-5f7d-4c2b-9a41-6d2f0e7b9c11")
-ORIGINS = allowing(*(
+ALLOWED = allowing(*(
     {"kind": kind, "url": url, "operatorVersions": ["v26.7.0", "v26.3.3", "v27.0.0"],
      "secretRefs": ["chart-auth"], "insecure": True}
     for kind, url in (("HelmRepository", "https://helm.ngc.nvidia.com/nvidia"),
@@ -267,7 +267,7 @@ def plan_or_rejection(spec_data: Any, bodies: list[Any]) -> Plan | None:
             facts.append(node_facts(body, CATALOG.machine_types))
         except NodeError:
             continue
-    return make_plan(spec, cluster_facts(facts), CATALOG, OWNER, ORIGINS)
+    return make_plan(spec, cluster_facts(facts), CATALOG, OWNER, ALLOWED)
 
 
 @SETTINGS
@@ -381,9 +381,9 @@ def test_make_plan_never_raises_for_any_cluster_facts(
     spec: GpuSpec, nodes: list[NodeFacts], cpu: int, owned: bool
 ) -> None:
     facts = ClusterFacts(gpu_nodes=tuple(nodes), cpu_node_count=cpu)
-    plan = make_plan(spec, facts, CATALOG, OWNER if owned else None, ORIGINS)
+    plan = make_plan(spec, facts, CATALOG, OWNER if owned else None, ALLOWED)
     assert len(plan.nodes) == len(nodes)
-    again = make_plan(spec, facts, CATALOG, OWNER if owned else None, ORIGINS)
+    again = make_plan(spec, facts, CATALOG, OWNER if owned else None, ALLOWED)
     assert plan.document() == again.document()
     for obj in plan.objects:
         assert ("ownerReferences" in obj["metadata"]) is owned

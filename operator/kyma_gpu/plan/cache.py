@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 from kyma_gpu.api.models import GpuSpec
 from kyma_gpu.facts import ClusterFacts
+from kyma_gpu.plan.allowed import AllowedSources
 from kyma_gpu.plan.flux_objects import Owner
-from kyma_gpu.plan.origin import Origins
 from kyma_gpu.plan.plan import Plan, make_plan
 from kyma_gpu.rules.catalog import Catalog
 
@@ -33,10 +33,12 @@ class PlanMemo:
     entries: list[tuple[Key, Plan]] = field(default_factory=list)
     """Newest first."""
 
-    def plan(self, spec: GpuSpec, facts: ClusterFacts, owner: Owner, origins: Origins) -> Plan:
-        key = (spec.model_dump_json(), facts, owner, origins.key)
+    def plan(
+        self, spec: GpuSpec, facts: ClusterFacts, owner: Owner, allowed_sources: AllowedSources
+    ) -> Plan:
+        key = (spec.model_dump_json(), facts, owner, allowed_sources.key)
         found = next((e for e in self.entries if e[0] == key), None)
-        plan = found[1] if found else make_plan(spec, facts, self.catalog, owner, origins)
+        plan = found[1] if found else make_plan(spec, facts, self.catalog, owner, allowed_sources)
         others = [e for e in self.entries if e is not found]
         self.entries = [(key, plan), *others[: KEPT - 1]]
         return plan

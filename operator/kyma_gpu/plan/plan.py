@@ -14,20 +14,20 @@ from kyma_gpu.api.conditions import PreflightReason
 from kyma_gpu.api.models import ClusterDriverMode, GpuNodeStatus, GpuSpec, HealthSpec
 from kyma_gpu.api.operations import GpuStack, SharingMode
 from kyma_gpu.facts.cluster import ClusterFacts
+from kyma_gpu.plan.allowed import (
+    AllowedSources,
+    Wanted,
+    image_findings,
+    pinned_digest,
+    platform_spec,
+    source_findings,
+)
 from kyma_gpu.plan.driver import DriverPool, Resolved, resolve
 from kyma_gpu.plan.features import FEATURE_CHECKS
 from kyma_gpu.plan.flux_objects import FluxSettings, Owner, flux_objects
 from kyma_gpu.plan.mirror import mirror_values, pin_digests
 from kyma_gpu.plan.narrowing import for_version, post_renderers
 from kyma_gpu.plan.node_checks import NODE_CHECKS
-from kyma_gpu.plan.origin import (
-    Origins,
-    Wanted,
-    image_findings,
-    origin_findings,
-    pinned_digest,
-    platform_spec,
-)
 from kyma_gpu.plan.pools import WorkerPool
 from kyma_gpu.plan.preflight import (
     CHECKS,
@@ -44,7 +44,14 @@ from kyma_gpu.rules.engine import Provenance, deep_merge, evaluate, matches
 from kyma_gpu.rules.installer import branch_of
 
 __all__ = (
-    "DriverPool", "Finding", "Origins", "Plan", "Preflight", "Severity", "Verdict", "make_plan",
+    "AllowedSources",
+    "DriverPool",
+    "Finding",
+    "Plan",
+    "Preflight",
+    "Severity",
+    "Verdict",
+    "make_plan",
 )  # fmt: skip
 
 
@@ -175,21 +182,23 @@ def make_plan(
     facts: ClusterFacts,
     catalog: Catalog,
     owner: Owner | None = None,
-    origins: Origins | None = None,
+    allowed_sources: AllowedSources | None = None,
 ) -> Plan:
     """The plan. Never raises for bad cluster data: problems become preflight findings.
-    `origins`: the chart sources a cluster administrator allows (None: NVIDIA's only)."""
-    origins = origins or Origins()
-    resolved = resolve(platform_spec(spec, origins), facts, catalog)
+    `allowed_sources`: the chart sources a cluster administrator allows (None: NVIDIA's only)."""
+    allowed_sources = allowed_sources or AllowedSources()
+    resolved = resolve(platform_spec(spec, allowed_sources), facts, catalog)
     wanted = wanted_source(resolved)
     supported = catalog.chart_versions()
-    findings = origin_findings(wanted, origins, supported, catalog.defaults.module_namespace)
-    findings += image_findings(spec, origins)
+    findings = source_findings(
+        wanted, allowed_sources, supported, catalog.defaults.module_namespace
+    )
+    findings += image_findings(spec, allowed_sources)
     findings += preflight_findings(resolved, (*CHECKS, *FEATURE_CHECKS, *NODE_CHECKS))
     values = evaluate_rules(resolved, rule_context(resolved), findings)
     pools = tuple(p.name for p in resolved.worker_pools)
     preflight = Preflight(tuple(findings), pools)
-    digest = pinned_digest(wanted, origins, supported)
+    digest = pinned_digest(wanted, allowed_sources, supported)
     objects = (
         flux(resolved, values, owner, digest) if preflight.verdict is not Verdict.ERROR else ()
     )

@@ -45,7 +45,7 @@ from kyma_gpu.observe.watches import (
     REQUIRED,
     node_watch,
 )
-from kyma_gpu.plan import Origins, Owner, Plan
+from kyma_gpu.plan import AllowedSources, Owner, Plan
 from kyma_gpu.plan.actions import LiveObject, object_key
 from kyma_gpu.plan.cache import PlanMemo
 from kyma_gpu.plan.provision import (
@@ -96,11 +96,11 @@ log = logging.getLogger(__name__)
 def snapshot(
     store: Store,
     as_applied: Mapping[FluxKey, tuple[str | None, int]] | None = None,
-    origins: Origins | None = None,
+    allowed_sources: AllowedSources | None = None,
 ) -> Snapshot:
     """The store's facts; `as_applied` (key -> spec hash, generation) marks the Flux objects
     that still are the answer to an apply whose planned fields the API server dropped;
-    `origins` are the chart sources allowed (the Loop's `origins()`)."""
+    `allowed_sources` are the chart sources allowed (the Loop's `allowed_sources()`)."""
     flux = [facts for resource in FLUX_RESOURCES for facts in store.facts(resource)]
     marks = as_applied or {}
     answered = frozenset(
@@ -119,7 +119,7 @@ def snapshot(
         gpu_workloads=tuple(sorted(store.facts(PODS))) if store.synced(PODS) else None,
         image_pulls=tuple(sorted(store.facts(PULLS))),
         flux_api=flux_api(store),
-        origins=origins or Origins(),
+        allowed_sources=allowed_sources or AllowedSources(),
     )
 
 
@@ -168,7 +168,7 @@ class Loop:
     """False while another replica leads (reconcile/election.py): then nothing is written."""
     module_namespace: str = "kyma-system"
     """Where the module's Flux objects (and its own Flux) live, and the Gpu's Events."""
-    origins: Callable[[], Origins] = Origins
+    allowed_sources: Callable[[], AllowedSources] = AllowedSources
     """The chart sources a cluster administrator allows (handlers.py: the watched ConfigMap)."""
     required: tuple[str, ...] = REQUIRED
     """Listed before the first reconcile (handlers.py adds the chart sources' ConfigMap)."""
@@ -200,8 +200,10 @@ class Loop:
         self.status = StatusWriter(self.writer, self.write_back, self.recorder, self._error,
                                    self.settings)  # fmt: skip
 
-    def plan(self, spec: GpuSpec, facts: ClusterFacts, owner: Owner, origins: Origins) -> Plan:
-        return self.plans.plan(spec, facts, owner, origins)
+    def plan(
+        self, spec: GpuSpec, facts: ClusterFacts, owner: Owner, allowed_sources: AllowedSources
+    ) -> Plan:
+        return self.plans.plan(spec, facts, owner, allowed_sources)
 
     # -- the loop --
 
@@ -283,7 +285,7 @@ class Loop:
         began, writes, reads, errors = time.monotonic(), 0, 0, self.error_count
         leftovers: tuple[Leftover, ...] | None = None  # a read of this pass, for its snapshots
         for _ in range(self.settings.max_steps):
-            snap = replace(snapshot(self.store, self.write_back.as_applied, self.origins()),
+            snap = replace(snapshot(self.store, self.write_back.as_applied, self.allowed_sources()),
                            flux_leftovers=leftovers)  # fmt: skip
             step = self.machine.decide(Inputs(gpu, snap, self.plan, self.retries.last(gpu.name),
                                  time.monotonic(), now(), self.flux_images, self.module_namespace,

@@ -4,7 +4,7 @@
 actionForState:
 
 1. `Machine.classify(inputs) -> Seen`: the one situation of the Gpu, the observed facts and
-   the chart origins (not the singleton, being deleted, the Flux objects differ from the plan,
+   the allowed sources (not the singleton, being deleted, the Flux objects differ from the plan,
    ...), checked in a fixed order;
 2. `Machine.rows[situation]`: the row of the table, with its phase, what it does in words,
    whether its writes are retried, and the function that makes its `Step` (one action at
@@ -45,7 +45,7 @@ from kyma_gpu.api.models import (
 from kyma_gpu.api.values import pruned_error
 from kyma_gpu.facts import ClusterFacts, cluster_facts
 from kyma_gpu.facts.gpu import GpuObject
-from kyma_gpu.plan import Origins, Owner, Plan
+from kyma_gpu.plan import AllowedSources, Owner, Plan
 from kyma_gpu.plan.actions import Actions, LiveObject, plan_actions
 from kyma_gpu.plan.provision import (
     FluxApi,
@@ -218,7 +218,7 @@ class Step:
         return self.action is not None or self.read is not None
 
 
-Planner = Callable[[GpuSpec, ClusterFacts, Owner, Origins], Plan]
+Planner = Callable[[GpuSpec, ClusterFacts, Owner, AllowedSources], Plan]
 
 
 @dataclass(frozen=True, slots=True)
@@ -673,7 +673,7 @@ def _parse(gpu: GpuObject) -> GpuSpec | ValidationError:
 def _plan(inputs: Inputs, spec: GpuSpec) -> Plan:
     owner = Owner(uid=inputs.gpu.uid, name=inputs.gpu.name)
     facts = cluster_facts(n.facts for n in inputs.snap.nodes)
-    return inputs.planner(spec, facts, owner, inputs.snap.origins)
+    return inputs.planner(spec, facts, owner, inputs.snap.allowed_sources)
 
 
 def _safe_plan(inputs: Inputs, spec: GpuSpec) -> Plan | str:

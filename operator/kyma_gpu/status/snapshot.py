@@ -21,7 +21,7 @@ from kyma_gpu.facts.stack import (
     OperatorStateFacts,
     PullFailure,
 )
-from kyma_gpu.plan import Origins, Plan
+from kyma_gpu.plan import AllowedSources, Plan
 from kyma_gpu.plan.actions import LiveObject, ObjectKey
 from kyma_gpu.plan.provision import FluxApi, Leftover, external_flux, verdict
 from kyma_gpu.status.aggregate import Evidence, stamp
@@ -51,7 +51,7 @@ class Snapshot:
     as_applied: frozenset[ObjectKey] = frozenset()
     """The Flux objects that are still the answer to the module's own apply (the loop's
     write-back remembers them): a planned field they lack was dropped by the API server."""
-    origins: Origins = field(default_factory=Origins)
+    allowed_sources: AllowedSources = field(default_factory=AllowedSources)
     """The chart sources a cluster administrator allows (the watched ConfigMap): the plan's
     input, read with the rest of the snapshot."""
     flux_leftovers: tuple[Leftover, ...] | None = None

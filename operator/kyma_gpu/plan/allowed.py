@@ -1,7 +1,7 @@
 """Is the chart the Gpu names one the platform allows? Pure.
 
 The allowed sources are the ConfigMap kyma-system/kyma-gpu-chart-sources (api/chart_sources.py),
-which the manager watches and hands to the plan as plain data (`Origins`); `kyma-gpu plan
+which the manager watches and hands to the plan as plain data (`AllowedSources`); `kyma-gpu plan
 --sources` reads the same ConfigMap from a file. A Gpu whose spec.source names another
 repository, chart, version or Secret, or plain http:// the source does not allow, gets a fleet
 error (`ChartSourceNotAllowed`): nothing is written to Flux.
@@ -43,8 +43,9 @@ from kyma_gpu.plan.findings import Finding, Severity
 
 
 @dataclass(frozen=True, slots=True)
-class Origins:
-    """The allowed chart sources, as the plan gets them."""
+class AllowedSources:
+    """The allowed sources (chart sources and image registries) of the ConfigMap
+    kyma-system/kyma-gpu-chart-sources, as the plan gets them."""
 
     sources: ChartSources = field(default_factory=default_sources)
     configured: bool = False
@@ -66,16 +67,16 @@ class Origins:
         object.__setattr__(self, "key", text)
 
 
-def origins_of(config_map: Mapping[str, Any] | None) -> Origins:
+def allowed_sources_of(config_map: Mapping[str, Any] | None) -> AllowedSources:
     """The ConfigMap's body (None: there is none) -> the allowed sources and registries."""
     if config_map is None:
-        return Origins()
+        return AllowedSources()
     data = config_map.get("data") or {}
     registries, registries_error = _registries(data.get(REGISTRIES_KEY))
     sources, error = _sources(data.get(CONFIG_MAP_KEY))
     if CONFIG_MAP_KEY not in data and REGISTRIES_KEY not in data:
         error = f"it has no key {CONFIG_MAP_KEY}"
-    return Origins(sources, True, error, registries, registries_error)
+    return AllowedSources(sources, True, error, registries, registries_error)
 
 
 def _sources(text: Any) -> tuple[ChartSources, str | None]:
@@ -125,14 +126,16 @@ class Wanted:
     insecure: bool
 
 
-def allowed_by(wanted: Wanted, origins: Origins, supported: tuple[str, ...]) -> AllowedSource | str:
+def allowed_by(
+    wanted: Wanted, allowed_sources: AllowedSources, supported: tuple[str, ...]
+) -> AllowedSource | str:
     """The allowed source that admits `wanted`, or why none does (the first clause of the
     refusal; `refusal` adds who can allow it and where)."""
-    if origins.error is not None:
-        return f"no chart source is allowed: {origins.error}"
+    if allowed_sources.error is not None:
+        return f"no chart source is allowed: {allowed_sources.error}"
     url = wanted.url.rstrip("/")
     source = next(
-        (s for s in origins.sources.sources
+        (s for s in allowed_sources.sources.sources
          if s.url.rstrip("/") == url and s.chart_name == wanted.chart_name),
         None,
     )  # fmt: skip
@@ -162,29 +165,32 @@ def refusal(reason: str, namespace: str) -> str:
     )
 
 
-def origin_findings(
-    wanted: Wanted, origins: Origins, supported: tuple[str, ...], namespace: str
+def source_findings(
+    wanted: Wanted, allowed_sources: AllowedSources, supported: tuple[str, ...], namespace: str
 ) -> list[Finding]:
-    allowed = allowed_by(wanted, origins, supported)
+    allowed = allowed_by(wanted, allowed_sources, supported)
     if isinstance(allowed, AllowedSource):
         return []
     message = refusal(allowed, namespace)
     return [Finding(Severity.ERROR, PreflightReason.CHART_SOURCE_NOT_ALLOWED, message)]
 
 
-def pinned_digest(wanted: Wanted, origins: Origins, supported: tuple[str, ...]) -> str | None:
+def pinned_digest(
+    wanted: Wanted, allowed_sources: AllowedSources, supported: tuple[str, ...]
+) -> str | None:
     """The OCI manifest digest the allowed source pins for the wanted version, if any."""
-    allowed = allowed_by(wanted, origins, supported)
+    allowed = allowed_by(wanted, allowed_sources, supported)
     return allowed.digests.get(wanted.version) if isinstance(allowed, AllowedSource) else None
 
 
-def image_findings(spec: GpuSpec, origins: Origins) -> list[Finding]:
+def image_findings(spec: GpuSpec, allowed_sources: AllowedSources) -> list[Finding]:
     """The registries the Gpu names against the administrator's list (the key registries)."""
-    registries = origins.registries
+    registries = allowed_sources.registries
     found: list[str] = []
-    if origins.registries_error is not None:
+    if allowed_sources.registries_error is not None:
         found.append(f"no image registry is allowed: the ConfigMap kyma-system/"
-                     f"{CONFIG_MAP_NAME} is invalid: {origins.registries_error}")  # fmt: skip
+                     f"{CONFIG_MAP_NAME} is invalid: "
+                     f"{allowed_sources.registries_error}")  # fmt: skip
     registry = spec.source.image_registry
     if registry is not None and registries.find(registry) is None:
         found.append(REGISTRY_NOT_ALLOWED.format(registry=registry))
@@ -199,18 +205,18 @@ def image_findings(spec: GpuSpec, origins: Origins) -> list[Finding]:
     return [Finding(Severity.ERROR, reason, message) for message in dict.fromkeys(found)]
 
 
-def platform_spec(spec: GpuSpec, origins: Origins) -> GpuSpec:
+def platform_spec(spec: GpuSpec, allowed_sources: AllowedSources) -> GpuSpec:
     """The spec as the platform completes it: the first allowed chart source where NVIDIA's
     repository is not allowed and the Gpu names none; the first listed mirror where the
     charts' own registries are not allowed and the Gpu names none, and the mirror's pull
     Secrets. So the Gpu that KLM creates (an empty spec) works in a sovereign cluster."""
-    return _platform_images(_platform_chart(spec, origins), origins)
+    return _platform_images(_platform_chart(spec, allowed_sources), allowed_sources)
 
 
-def _platform_chart(spec: GpuSpec, origins: Origins) -> GpuSpec:
-    sources = origins.sources.sources
+def _platform_chart(spec: GpuSpec, allowed_sources: AllowedSources) -> GpuSpec:
+    sources = allowed_sources.sources.sources
     nvidia = any(s.url.rstrip("/") == NVIDIA_REPOSITORY for s in sources)
-    if spec.source.chart_repository is not None or origins.error is not None or nvidia:
+    if spec.source.chart_repository is not None or allowed_sources.error is not None or nvidia:
         return spec
     first = sources[0]
     update = {"chart_repository": first.url, "chart_name": first.chart_name,
@@ -219,8 +225,8 @@ def _platform_chart(spec: GpuSpec, origins: Origins) -> GpuSpec:
     return spec.model_copy(update={"source": spec.source.model_copy(update=update)})
 
 
-def _platform_images(spec: GpuSpec, origins: Origins) -> GpuSpec:
-    registries = origins.registries
+def _platform_images(spec: GpuSpec, allowed_sources: AllowedSources) -> GpuSpec:
+    registries = allowed_sources.registries
     registry = spec.source.image_registry
     if registry is None and not registries.public and registries.mirrors:
         registry = registries.mirrors[0].registry

@@ -1,4 +1,4 @@
-"""The allowed chart sources (plan/origin.py): parsing the ConfigMap and matching a Gpu's
+"""The allowed chart sources (plan/allowed.py): parsing the ConfigMap and matching a Gpu's
 spec.source against it. Pure; the cluster side is tests/integration/test_chart_sources.py."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import yaml
 
 from kyma_gpu.api import GpuSpec
 from kyma_gpu.api.chart_sources import CONFIG_MAP_NAME, AllowedSource
-from kyma_gpu.plan import Origins, make_plan, origins_of
-from kyma_gpu.plan.origin import Wanted, allowed_by, refusal
+from kyma_gpu.plan import AllowedSources, allowed_sources_of, make_plan
+from kyma_gpu.plan.allowed import Wanted, allowed_by, refusal
 from kyma_gpu.rules.catalog import Catalog
 from tests.unit.builders import allowing, facts_of, node
 
@@ -31,9 +31,11 @@ def wanted(url: str = NVIDIA, **more: Any) -> Wanted:
 
 def test_the_default_is_nvidia_with_the_supported_versions() -> None:
     for version in SUPPORTED:
-        assert isinstance(allowed_by(wanted(version=version), Origins(), SUPPORTED), AllowedSource)
-    assert isinstance(allowed_by(wanted(NVIDIA + "/"), Origins(), SUPPORTED), AllowedSource)
-    assert allowed_by(wanted(version="v99.0.0"), Origins(), SUPPORTED) == (
+        assert isinstance(
+            allowed_by(wanted(version=version), AllowedSources(), SUPPORTED), AllowedSource
+        )
+    assert isinstance(allowed_by(wanted(NVIDIA + "/"), AllowedSources(), SUPPORTED), AllowedSource)
+    assert allowed_by(wanted(version="v99.0.0"), AllowedSources(), SUPPORTED) == (
         f"version v99.0.0 of chart gpu-operator from {NVIDIA} is not allowed "
         "(allowed: v26.3.3, v26.7.0)"
     )
@@ -54,21 +56,28 @@ def test_the_default_is_nvidia_with_the_supported_versions() -> None:
     ],
 )  # fmt: skip
 def test_anything_else_is_refused(asked: Wanted, clause: str) -> None:
-    assert allowed_by(asked, Origins(), SUPPORTED) == clause
+    assert allowed_by(asked, AllowedSources(), SUPPORTED) == clause
 
 
 def test_a_mirror_allows_its_versions_and_secrets_only() -> None:
-    origins = allowing({"kind": "OCIRepository", "url": MIRROR, "operatorVersions": ["v26.3.3"],
-                        "secretRefs": ["mirror-auth"], "digests": {"v26.3.3": DIGEST}})  # fmt: skip
+    allowed_sources = allowing({"kind": "OCIRepository", "url": MIRROR,
+                                "operatorVersions": ["v26.3.3"], "secretRefs": ["mirror-auth"],
+                                "digests": {"v26.3.3": DIGEST}})  # fmt: skip
     asked = wanted(MIRROR, version="v26.3.3", secret_ref="mirror-auth")
-    ok = allowed_by(asked, origins, SUPPORTED)
+    ok = allowed_by(asked, allowed_sources, SUPPORTED)
     assert isinstance(ok, AllowedSource)
     assert ok.digests == {"v26.3.3": DIGEST}
-    assert "not allowed (allowed: v26.3.3)" in str(allowed_by(wanted(MIRROR), origins, SUPPORTED))
-    other = allowed_by(wanted(MIRROR, version="v26.3.3", secret_ref="x"), origins, SUPPORTED)
+    assert "not allowed (allowed: v26.3.3)" in str(
+        allowed_by(wanted(MIRROR), allowed_sources, SUPPORTED)
+    )
+    other = allowed_by(
+        wanted(MIRROR, version="v26.3.3", secret_ref="x"), allowed_sources, SUPPORTED
+    )
     assert "(allowed: mirror-auth)" in str(other)
     # the mirror's Secret is not NVIDIA's: each source lists its own
-    assert "not allowed" in str(allowed_by(wanted(secret_ref="mirror-auth"), origins, SUPPORTED))
+    assert "not allowed" in str(
+        allowed_by(wanted(secret_ref="mirror-auth"), allowed_sources, SUPPORTED)
+    )
 
 
 @pytest.mark.parametrize(
@@ -88,9 +97,9 @@ def test_a_mirror_allows_its_versions_and_secrets_only() -> None:
     ],
 )  # fmt: skip
 def test_a_broken_config_map_allows_nothing(data: dict[str, str], error: str) -> None:
-    origins = origins_of({"kind": "ConfigMap", "data": data})
-    assert error in str(origins.error), origins.error
-    said = allowed_by(wanted(), origins, SUPPORTED)
+    allowed_sources = allowed_sources_of({"kind": "ConfigMap", "data": data})
+    assert error in str(allowed_sources.error), allowed_sources.error
+    said = allowed_by(wanted(), allowed_sources, SUPPORTED)
     assert str(said).startswith("no chart source is allowed: ")
 
 
@@ -122,6 +131,6 @@ def test_the_supported_versions_are_the_chart_facts(catalog: Catalog) -> None:
 
 def test_the_sample_config_map_parses() -> None:
     sample = yaml.safe_load((ROOT / "config" / "samples" / "chart_sources.yaml").read_text())
-    origins = origins_of(sample)
-    assert origins.error is None
-    assert [s.kind for s in origins.sources.sources] == ["HelmRepository", "OCIRepository"]
+    allowed_sources = allowed_sources_of(sample)
+    assert allowed_sources.error is None
+    assert [s.kind for s in allowed_sources.sources.sources] == ["HelmRepository", "OCIRepository"]

@@ -1,5 +1,5 @@
 """Who picks the images (issue 31), the pure side: the administrator's registry list
-(api/chart_sources.py), the plan's refusal and completion (plan/origin.py), the image-bearing
+(api/chart_sources.py), the plan's refusal and completion (plan/allowed.py), the image-bearing
 keys of spec.values (api/values.py) and the generated admission policy
 (kyma_gpu_tools/image_policy.py). The cluster side is tests/integration/test_image_registries.py
 and test_rbac_editor.py."""
@@ -19,8 +19,8 @@ from kyma_gpu.api.chart_sources import (
     Registries,
     parse_registries,
 )
-from kyma_gpu.plan import make_plan, origins_of
-from kyma_gpu.plan.origin import image_findings, platform_spec
+from kyma_gpu.plan import allowed_sources_of, make_plan
+from kyma_gpu.plan.allowed import image_findings, platform_spec
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu_tools.image_policy import images_policy_yaml
 from tests.unit.builders import facts_of, node
@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 MIRROR = "mirror.example/nvidia"
 
 
-def origins(registries: str | None) -> Any:
-    return origins_of({"data": {} if registries is None else {"registries": registries}})
+def allowed_sources(registries: str | None) -> Any:
+    return allowed_sources_of({"data": {} if registries is None else {"registries": registries}})
 
 
 def test_the_list_is_read_line_by_line() -> None:
@@ -54,18 +54,20 @@ def test_the_list_is_read_line_by_line() -> None:
 def test_a_bad_list_names_the_line(text: str, words: str) -> None:
     with pytest.raises(ValueError, match=words):
         parse_registries(text)
-    found = origins(text)
+    found = allowed_sources(text)
     assert (found.registries_error or "").startswith(f"its key registries is invalid: {words}")
     assert not found.registries.public  # an invalid list allows nothing
 
 
 def test_a_config_map_of_registries_only_keeps_the_default_chart_source() -> None:
-    assert origins("public\n").error is None
-    assert origins(None).error == "it has no key sources.yaml"
+    assert allowed_sources("public\n").error is None
+    assert allowed_sources(None).error == "it has no key sources.yaml"
 
 
 def _reasons(spec: dict[str, Any], registries: str | None) -> list[str]:
-    return [f.message for f in image_findings(GpuSpec.model_validate(spec), origins(registries))]
+    return [
+        f.message for f in image_findings(GpuSpec.model_validate(spec), allowed_sources(registries))
+    ]
 
 
 def test_the_plan_refuses_what_the_list_does_not_hold() -> None:
@@ -86,7 +88,7 @@ def test_the_plan_refuses_what_the_list_does_not_hold() -> None:
 
 
 def test_the_platform_completes_the_spec() -> None:
-    only_mirrors = origins(f"{MIRROR} pull-a\nother.example")
+    only_mirrors = allowed_sources(f"{MIRROR} pull-a\nother.example")
     spec = platform_spec(GpuSpec(), only_mirrors)
     assert spec.source.image_registry == MIRROR  # the first listed one
     assert spec.source.image_pull_secrets == ["pull-a"]
@@ -94,13 +96,15 @@ def test_the_platform_completes_the_spec() -> None:
         {"source": {"imageRegistry": MIRROR, "imagePullSecrets": ["own", "pull-a"]}}
     )
     assert platform_spec(named, only_mirrors).source.image_pull_secrets == ["own", "pull-a"]
-    assert platform_spec(GpuSpec(), origins(f"{MIRROR}\npublic")) == GpuSpec()  # public stays
+    assert (
+        platform_spec(GpuSpec(), allowed_sources(f"{MIRROR}\npublic")) == GpuSpec()
+    )  # public stays
 
 
 def test_a_default_gpu_in_a_sovereign_cluster_pulls_from_the_mirror_only() -> None:
     catalog = Catalog()
     plan = make_plan(GpuSpec(), facts_of(catalog.machine_types, node()), catalog,
-                     origins=origins(f"{MIRROR} pull"))  # fmt: skip
+                     allowed_sources=allowed_sources(f"{MIRROR} pull"))  # fmt: skip
     assert plan.preflight.verdict != "error", plan.preflight.findings
     repositories = [v["repository"] for v in _image_nodes(plan.values)]
     assert repositories, plan.values
@@ -144,10 +148,12 @@ def test_the_default_gpu_takes_the_platforms_chart_source_too() -> None:
             ]
         }
     )
-    found = origins_of({"data": {"sources.yaml": sources, "registries": "mirror.example\n"}})
+    found = allowed_sources_of(
+        {"data": {"sources.yaml": sources, "registries": "mirror.example\n"}}
+    )
     catalog = Catalog()
     plan = make_plan(GpuSpec(), facts_of(catalog.machine_types, node()), catalog,
-                     origins=found)  # fmt: skip
+                     allowed_sources=found)  # fmt: skip
     assert plan.preflight.verdict != "error", plan.preflight.findings
     source = plan.source
     assert source is not None
@@ -155,7 +161,7 @@ def test_the_default_gpu_takes_the_platforms_chart_source_too() -> None:
     assert source["spec"]["url"] == "oci://mirror.example/charts/gpu-operator"
     assert source["spec"]["ref"]["digest"] == "sha256:" + "a" * 64
     assert source["spec"]["secretRef"] == {"name": "chart-auth"}
-    with_nvidia = origins_of({"data": {"sources.yaml": yaml.safe_dump({"sources": [
+    with_nvidia = allowed_sources_of({"data": {"sources.yaml": yaml.safe_dump({"sources": [
         {"kind": "HelmRepository", "url": "https://helm.ngc.nvidia.com/nvidia"},
         {"kind": "OCIRepository", "url": "oci://mirror.example/charts"}]})}})  # fmt: skip
     assert platform_spec(GpuSpec(), with_nvidia) == GpuSpec()  # NVIDIA's stays the default
