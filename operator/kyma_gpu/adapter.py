@@ -43,7 +43,7 @@ from kyma_gpu.errors import (
 )
 from kyma_gpu.metrics import Metrics
 from kyma_gpu.status.events import GpuEvent, GpuRef
-from kyma_gpu.status.remediation import NodeWrite
+from kyma_gpu.status.marks import NodeWrite
 
 FIELD_MANAGER = "kyma-gpu"
 USER_AGENT = f"kyma-gpu/{__version__}"

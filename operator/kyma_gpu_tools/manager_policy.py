@@ -30,7 +30,7 @@ ServiceAccount there, privileged and with the host's root mounted (issue 32, fin
   cluster without the ConfigMap refuses mirrored images and is not otherwise affected.
 
 - kyma-gpu-manager-nodes (issue 33) matches only UPDATE of nodes and nodes/status, the two writes
-  of opt-in GPU health remediation (NODE_WRITABLE; RBAC grants `patch` on both and nothing else
+  of opt-in node marks for GPU health (NODE_WRITABLE; RBAC grants `patch` on both and nothing else
   of Nodes): on nodes/status only the condition NODE_CONDITION may change, and be True only on
   a node with GPU evidence; on nodes only spec.unschedulable and CORDON_ANNOTATION, the
   annotation added only with a cordon of a schedulable node with GPU evidence, an uncordon only
@@ -106,7 +106,7 @@ WRITABLE: Mapping[str, tuple[str, ...]] = MappingProxyType({
 the policy matches these only, so the rest of the cluster's requests (Node and pod updates,
 above all) never meet it. RBAC refuses the manager everything else before admission."""
 NODE_WRITABLE: Mapping[str, tuple[str, ...]] = MappingProxyType({"": ("nodes", "nodes/status")})
-"""What the manager's RBAC lets it write of Nodes (patch, for GPU health remediation, issue 33):
+"""What the manager's RBAC lets it write of Nodes (patch, for GPU health's node marks, issue 33):
 kyma-gpu-manager-nodes matches these, for UPDATE only (a PATCH is an UPDATE at admission), and
 kyma-gpu-manager does not (WRITABLE has no Nodes): the kubelets' status updates meet only the
 one matchCondition of kyma-gpu-manager-nodes."""

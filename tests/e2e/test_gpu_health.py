@@ -3,7 +3,7 @@ a GPU that the device plugin withdraws shows in `kubectl get gpu` (GPUS 1/2), in
 status.unhealthyNodes, an Event on the Gpu and the manager's /metrics, without touching Ready;
 with spec.health.remediation MarkAndCordon the node gets the condition KymaGpuUnhealthy and is
 cordoned, at most maxMarkedPercent of a pool at once, and everything is undone when the GPUs
-recover, when remediation is turned off and when the module goes, but a cordon that someone
+recover, when node marks are turned off (`Off`) and when the module goes, but a cordon that someone
 else set.
 
 The manager runs as its own account with config/default in force, so every Node write it makes
@@ -67,7 +67,7 @@ T = TypeVar("T")
 
 
 def _gpu_nodes() -> list[str]:
-    """The demo fleet's GPU nodes by name (the order the remediation budget goes by)."""
+    """The demo fleet's GPU nodes by name (the order the marks' budget goes by)."""
     items = yaml.safe_load(DEMO_FLEET.read_text())["items"]
     names = [n["metadata"]["name"] for n in items
              if "nvidia.com/gpu" in n["status"].get("capacity", {})]  # fmt: skip
@@ -440,7 +440,7 @@ def test_a_cordon_the_module_did_not_set_stays(
 def test_turning_remediation_off_undoes_the_marks(
     local_cluster: LocalCluster, stack: tuple[OperatorProcess, int], healthy_after: None
 ) -> None:
-    """Remediation off: the GPU is still reported unhealthy, but the node loses the mark and
+    """Node marks off: the GPU is still reported unhealthy, but the node loses the mark and
     the module's cordon."""
     _run_documented(local_cluster, WITHDRAW_GPU, FIRST)
     _timed(lambda: _marked(local_cluster, FIRST, "GpusUnhealthy"), "the node marked")

@@ -1,6 +1,6 @@
 """The manager's Node writes are held at admission (issue 33), on the real API server.
 
-GPU health remediation lets the manager's account patch nodes and nodes/status (RBAC cannot
+Node marks for GPU health let the manager's account patch nodes and nodes/status (RBAC cannot
 narrow a patch to fields); the ValidatingAdmissionPolicy kyma-gpu-manager-nodes allows only
 its marks: the condition KymaGpuUnhealthy (True only on a node with GPU evidence), a cordon of
 a GPU node with the annotation gpu.kyma-project.io/cordoned, and the uncordon of a node that

@@ -60,7 +60,7 @@ def test_operator_works_with_the_service_account_only(
 
 ALLOWED = [
     ("list", "nodes", None),
-    # GPU health remediation (issue 33), held field by field by kyma-gpu-manager-nodes
+    # Node marks for GPU health (issue 33), held field by field by kyma-gpu-manager-nodes
     ("patch", "nodes", None),
     ("patch", "nodes/status", None),
     ("watch", "pods", None),

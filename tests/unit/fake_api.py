@@ -17,7 +17,7 @@ from kyma_gpu.adapter import ObjectRef, cordon_patch, node_condition_patch
 from kyma_gpu.errors import classify
 from kyma_gpu.reconcile.loop import now
 from kyma_gpu.status.events import GpuEvent, GpuRef
-from kyma_gpu.status.remediation import NodeWrite
+from kyma_gpu.status.marks import NodeWrite
 
 _VERSIONS = itertools.count(100)
 

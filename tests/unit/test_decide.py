@@ -76,8 +76,8 @@ from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status import DaemonSetFacts, OperatorStateFacts, daemonset_facts
 from kyma_gpu.status.snapshot import Snapshot
 from tests.unit.builders import cpu_node, node
-from tests.unit.test_remediation import MARKED
-from tests.unit.test_remediation import gpu as gpu_node
+from tests.unit.test_node_marks import MARKED
+from tests.unit.test_node_marks import gpu as gpu_node
 
 NOW = "2026-12-01T10:00:00Z"
 classify, decide = MACHINE.classify, MACHINE.decide

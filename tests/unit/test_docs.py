@@ -87,7 +87,7 @@ def test_the_rbac_table_is_config_rbac() -> None:
 
 def test_what_the_rbac_table_says_it_never_grants() -> None:
     """The 'never' line of the table: no Secrets, no writes to pods, no Node writes but the
-    patches of GPU health remediation (held by kyma-gpu-manager-nodes), no wildcards."""
+    patches of node marks for GPU health (held by kyma-gpu-manager-nodes), no wildcards."""
     for name in ("cluster_role.yaml", "role_kyma_system.yaml"):
         path = REPO / "config" / "rbac" / name
         for doc in yaml.safe_load_all(path.read_text("utf-8")):

@@ -1,4 +1,4 @@
-"""The marks the manager may leave on a Node: GPU health remediation (issue 33, opt-in).
+"""The marks the manager may leave on a Node for GPU health (issue 33, opt-in).
 
 With spec.health.remediation MarkNodes the manager sets the Node condition NODE_CONDITION
 (status True, the HealthReason as reason) on a node whose GPUs are unhealthy, and False when

@@ -263,7 +263,7 @@ class ObservedNode:
     devices: GpuDevices | None = None
     """What the kubelet and GPU feature discovery say of its GPUs (GPU health)."""
     mark: NodeMarkFacts | None = None
-    """The manager's own mark and cordon on it (GPU health remediation); None: neither."""
+    """The manager's own mark and cordon on it (GPU health's node marks); None: neither."""
 
     @property
     def name(self) -> str:

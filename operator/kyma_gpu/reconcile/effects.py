@@ -44,7 +44,7 @@ from kyma_gpu.status.events import (
     events_for,
     to_post,
 )
-from kyma_gpu.status.remediation import NodeWrite
+from kyma_gpu.status.marks import NodeWrite
 
 log = logging.getLogger(__name__)
 

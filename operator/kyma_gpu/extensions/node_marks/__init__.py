@@ -1,6 +1,6 @@
 """GPU health with node marks: spec.health.remediation marks (condition KymaGpuUnhealthy)
 and cordons the GPU nodes whose GPUs are unhealthy, and a deletion clears the marks
-(status/remediation.py says which writes; api/node_marks.py names the condition and the
+(status/marks.py says which writes; api/node_marks.py names the condition and the
 annotation the admission policy lets the manager write)."""
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Node marks' situations, rows and action. Pure.
 
-GPU health remediation (spec.health.remediation): once the plan's objects are applied, the
+Node marks for GPU health (spec.health.remediation): once the plan's objects are applied, the
 manager sets or clears the Node condition KymaGpuUnhealthy and cordons or uncordons the GPU
-nodes whose GPUs are unhealthy (status/remediation.py); a deletion, once Flux uninstalled the
+nodes whose GPUs are unhealthy (status/marks.py); a deletion, once Flux uninstalled the
 release, clears every mark of the module's."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from kyma_gpu.plan import Plan
 from kyma_gpu.reconcile.machine import ExtensionAction, Inputs, Row, Seen, Step, status_of
 from kyma_gpu.status.aggregate import plan_health
 from kyma_gpu.status.health import Health
-from kyma_gpu.status.remediation import NodeWrite, marks_key, node_writes
+from kyma_gpu.status.marks import NodeWrite, marks_key, node_writes
 
 
 class Situation(StrEnum):
@@ -45,7 +45,7 @@ class Marks(Seen):
 
 
 def to_mark(inputs: Inputs, plan: Plan | None) -> Seen | None:
-    """Applied: GPU health remediation's writes; none (and no work) while it is off and no
+    """Applied: the node marks' writes; none (and no work) while they are off and no
     node carries a mark of the manager's."""
     nodes = inputs.snap.nodes
     if plan is None or (
@@ -81,7 +81,7 @@ def _marking_nodes(seen: Seen, inputs: Inputs) -> Step:
 S = Situation
 ROWS: Mapping[StrEnum, Row] = MappingProxyType({
     S.NODES_TO_MARK: Row(
-        "applied; GPU health remediation (`spec.health`) wants a Node's condition "
+        "applied; node marks (`spec.health.remediation`) want a Node's condition "
         "`KymaGpuUnhealthy` or cordon changed", Phase.MARKING_NODES,
         "patch the Nodes' status and spec; the status follows in the next step", True,
         _marking_nodes),

@@ -1,4 +1,4 @@
-"""GPU health remediation (spec.health.remediation, off by default): which nodes the manager
+"""Node marks for GPU health (spec.health.remediation, off by default): which nodes the manager
 marks with the Node condition KymaGpuUnhealthy, cordons, clears and uncordons. Pure.
 
 - Only a GPU node with a finding a new machine cures (REMEDIABLE: DriverFailed, GpusMissing,
@@ -9,9 +9,9 @@ marks with the Node condition KymaGpuUnhealthy, cordons, clears and uncordons. P
   place in its pool's share.
 - At most max(1, maxMarkedPercent of the pool's nodes) of a worker pool carry the mark at once;
   nodes marked already keep their place, the rest wait by name.
-- A mark comes off when the node recovers, when remediation is turned off, and on any node that
-  is no GPU node any more (clearing its own mark is the one write a node outside the GPU pools
-  gets).
+- A mark comes off when the node recovers, when node marks are turned off (`Off`), and on any
+  node that is no GPU node any more (clearing its own mark is the one write a node outside the
+  GPU pools gets).
 - MarkAndCordon cordons a marked node that is schedulable, and records that with the
   annotation gpu.kyma-project.io/cordoned; it uncordons only nodes carrying it. A node someone
   else cordoned is never uncordoned.
@@ -72,7 +72,7 @@ def chosen(health: Health, spec: HealthSpec, eligible: Container[str]) -> dict[s
     return picked
 
 
-RECOVERED_MESSAGE = "its GPUs are healthy again, or GPU health remediation is off"
+RECOVERED_MESSAGE = "its GPUs are healthy again, or node marks are turned off"
 
 
 def _condition(mark: NodeMarkFacts, want: NodeHealth | None) -> tuple[bool | None, str, str]:

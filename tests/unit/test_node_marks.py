@@ -1,4 +1,4 @@
-"""GPU health remediation: which nodes get the manager's mark and cordon (status/remediation.py,
+"""Node marks for GPU health: which nodes get the manager's mark and cordon (status/marks.py,
 pure), and the loop writing them once, clearing them, and never writing twice."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from kyma_gpu.observe.watches import FLUX, NODES, PODS
 from kyma_gpu.reconcile.machine import Phase
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status.health import gpu_health
-from kyma_gpu.status.remediation import MarkGround, allowed, mark_ground, markable, node_writes
+from kyma_gpu.status.marks import MarkGround, allowed, mark_ground, markable, node_writes
 from tests.unit.builders import cpu_node, node
 from tests.unit.test_loop import World, installed, new_world
 
