@@ -32,8 +32,8 @@ def test_only_pods_that_cannot_pull_are_kept() -> None:
 def test_the_condition_names_each_image_once_with_its_pods() -> None:
     failures = [PullFailure(f"dcgm-{i}", f"node-{i}", (("m/dcgm:1", "ImagePullBackOff"),))
                 for i in range(3)]  # fmt: skip
-    verdict = image_pull_failed(failures, 4)
-    condition = verdict.condition
+    judgement = image_pull_failed(failures, 4)
+    condition = judgement.condition
     assert condition.status == "False"
     assert condition.reason == ComponentsReason.IMAGE_PULL_FAILED
     assert condition.message.startswith(

@@ -809,7 +809,7 @@ def test_a_pool_past_the_matrix_is_one_finding_with_its_count(catalog: Catalog) 
     assert "pin the pool's machine image to 2150.9.0" in finding.message
     assert plan.preflight.verdict == "warning"
     assert (plan.preflight.blocked, plan.preflight.degraded) == (("next",), ())
-    assert [plan.pool_verdict(p.name) for p in plan.worker_pools] == ["ok", "blocked"]
+    assert [plan.pool_state(p.name) for p in plan.worker_pools] == ["ok", "blocked"]
     # The good pool's values are those it gets alone.
     alone = plan_for(catalog, node("ok-1"), node("ok-2"))
     assert plan.values == alone.values

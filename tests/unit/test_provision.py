@@ -1,4 +1,4 @@
-"""Which Flux the module relies on (plan/provision.py): the verdict table, the bundle, the
+"""Which Flux the module relies on (plan/provision.py): the table of which Flux, the bundle, the
 sharding of the module's objects, and the removal decision."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from kyma_gpu.plan.provision import (
     crd_facts,
     removal,
     shard,
-    verdict,
+    which_flux,
 )
 
 HR, REPO, OCI = REQUIRED_APIS
@@ -98,8 +98,8 @@ def ours(*names: str, digest: str | None = None) -> dict[str, CrdFacts]:
         ),
     ],
 )
-def test_verdict(flux: FluxApi, mode: FluxMode, served: bool, says: str) -> None:
-    found = verdict(flux)
+def test_which_flux(flux: FluxApi, mode: FluxMode, served: bool, says: str) -> None:
+    found = which_flux(flux)
     assert (found.mode, found.served) == (mode, served)
     assert says in found.message
 

@@ -795,9 +795,9 @@ def test_source_catching_up_is_progress_not_failure(plans: dict[str, Plan]) -> N
                        "latest generation of object has not been reconciled"}]},
     }  # fmt: skip
 
-    verdict = release_ready(plans["gl"], flux_object_facts(body), None, 1)
-    cond = verdict.condition
-    assert (cond.status, cond.reason, verdict.error) == ("False", "SourceNotReady", "")
+    judgement = release_ready(plans["gl"], flux_object_facts(body), None, 1)
+    cond = judgement.condition
+    assert (cond.status, cond.reason, judgement.error) == ("False", "SourceNotReady", "")
 
 
 UBUNTU_DRIVER_IMAGE = "nvcr.io/nvidia/driver:570.124.06-ubuntu22.04"

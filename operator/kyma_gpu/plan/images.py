@@ -14,7 +14,7 @@ from kyma_gpu.plan.driver import Resolved
 from kyma_gpu.plan.findings import Finding, Severity
 from kyma_gpu.plan.pools import node_findings
 from kyma_gpu.rules.installer import ImageGap, ImageProblem, InstallerRelease
-from kyma_gpu.rules.nvidia import ImageVerdict
+from kyma_gpu.rules.nvidia import ImageAvailability
 
 UPSTREAM_ADVICE = (
     "set spec.driver.version to a driver NVIDIA publishes for it, or give the pool an OS that "
@@ -120,9 +120,9 @@ def upstream_images(r: Resolved) -> list[Finding]:
             if tag is None:  # an OS the catalog does not cover: it cannot tell
                 continue
             answer = nvidia.answer(pool.version, tag, node.arch)
-            if answer.verdict is ImageVerdict.MISSING:
+            if answer.availability is ImageAvailability.MISSING:
                 missing[node.name] = f"{answer.why}; {UPSTREAM_ADVICE}"
-            elif answer.verdict is ImageVerdict.UNSURE:
+            elif answer.availability is ImageAvailability.UNSURE:
                 unsure[node.name] = answer.why
     pools = r.worker_pools
     return [

@@ -142,7 +142,7 @@ class Plan:
             "objects": list(self.objects),
         }
 
-    def pool_verdict(self, name: str) -> str:
+    def pool_state(self, name: str) -> str:
         """blocked (no node gets a working GPU), degraded (some do not), or ok."""
         if name in self.preflight.blocked:
             return "blocked"
@@ -153,7 +153,7 @@ class Plan:
         return {
             "name": pool.name,
             "nodes": len(pool.nodes),
-            "verdict": self.pool_verdict(pool.name),
+            "verdict": self.pool_state(pool.name),  # the document's key, kept for its readers
             "reasons": sorted(reasons),
         }
 

@@ -96,30 +96,32 @@ def external_flux() -> FluxApi:
 
 
 @dataclass(frozen=True, slots=True)
-class FluxVerdict:
+class WhichFlux:
+    """Which Flux the module relies on, and what the FluxAvailable condition says of it."""
+
     mode: FluxMode
     message: str
     served: bool = False
     """Every API the module writes answers: objects can be applied."""
 
 
-def verdict(api: FluxApi) -> FluxVerdict:
+def which_flux(api: FluxApi) -> WhichFlux:
     if not api.synced:
-        return FluxVerdict(FluxMode.UNKNOWN, "Flux CRDs not observed yet")
+        return WhichFlux(FluxMode.UNKNOWN, "Flux CRDs not observed yet")
     present = [name for name in REQUIRED_APIS if name in api.crds]
     served = all(api.apis.get(name) is Api.SERVED for name in REQUIRED_APIS)
     if not present:
-        return FluxVerdict(FluxMode.ABSENT, "no Flux on the cluster: the module installs its own")
+        return WhichFlux(FluxMode.ABSENT, "no Flux on the cluster: the module installs its own")
     if any(api.crds[name].provided for name in present):
-        return FluxVerdict(FluxMode.PROVIDED, _provided_message(served), served)
+        return WhichFlux(FluxMode.PROVIDED, _provided_message(served), served)
     missing = [name for name in REQUIRED_APIS if name not in api.crds]
     if missing:
-        return FluxVerdict(FluxMode.INCOMPATIBLE, _incomplete_message(missing))
+        return WhichFlux(FluxMode.INCOMPATIBLE, _incomplete_message(missing))
     unserved = [n for n in REQUIRED_APIS if api.apis.get(n) is Api.NOT_SERVED]
     if unserved:
-        return FluxVerdict(FluxMode.INCOMPATIBLE, _unserved_message(unserved))
+        return WhichFlux(FluxMode.INCOMPATIBLE, _unserved_message(unserved))
     message = "using the cluster's Flux (the module changes none of its objects or CRDs)"
-    return FluxVerdict(FluxMode.EXTERNAL, message, served)
+    return WhichFlux(FluxMode.EXTERNAL, message, served)
 
 
 def _provided_message(served: bool) -> str:

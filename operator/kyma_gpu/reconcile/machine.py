@@ -61,7 +61,7 @@ from kyma_gpu.plan.provision import (
     hand_over_message,
     removal,
     shard,
-    verdict,
+    which_flux,
 )
 from kyma_gpu.status.deletion import Deleting, Uninstall, uninstall_of
 from kyma_gpu.status.events import EventType, GpuEvent
@@ -338,7 +338,7 @@ def _classify(machine: Machine, inputs: Inputs) -> Seen:
 def _classify_running(machine: Machine, inputs: Inputs, plan: Plan) -> Seen:
     if plan.helm_release is None:
         return Seen(Situation.PLAN_BLOCKED, plan)
-    flux = verdict(inputs.snap.flux_api)
+    flux = which_flux(inputs.snap.flux_api)
     if flux.mode is FluxMode.INCOMPATIBLE:
         return Seen(Situation.FLUX_INCOMPATIBLE, plan, error=flux.message)
     wanted = flux.mode in (FluxMode.ABSENT, FluxMode.PROVIDED)
@@ -705,7 +705,9 @@ def loud_status(inputs: Inputs, plan: Plan, key: str) -> GpuStatus | None:
 
 def _own_flux_left(api: FluxApi) -> bool:
     """The module's own Flux is still there (and not already on its way out)."""
-    return verdict(api).mode is FluxMode.PROVIDED and not all(c.deleting for c in api.crds.values())
+    return which_flux(api).mode is FluxMode.PROVIDED and not all(
+        c.deleting for c in api.crds.values()
+    )
 
 
 def _deleting_flux(flux: Sequence[LiveObject], now: str) -> tuple[Deleting, ...]:

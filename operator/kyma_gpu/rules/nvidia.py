@@ -27,7 +27,7 @@ def canonical_arch(arch: str) -> str:
     return _ARCH_ALIASES.get(arch, arch)
 
 
-class ImageVerdict(Enum):
+class ImageAvailability(Enum):
     """What the catalog says about one image."""
 
     PUBLISHED = "published"
@@ -47,7 +47,7 @@ class Published:
 
 @dataclass(frozen=True, slots=True)
 class ImageAnswer:
-    verdict: ImageVerdict
+    availability: ImageAvailability
     why: str = ""
 
 
@@ -117,16 +117,18 @@ class NvidiaDrivers:
         arch = canonical_arch(arch)
         image = f"{self.repository}:{version}-{tag}"
         if tag is None or not self._knows(tag):
-            return ImageAnswer(ImageVerdict.UNSURE, f"the catalog ({self.where}) lists no driver "
+            return ImageAnswer(ImageAvailability.UNSURE,
+                               f"the catalog ({self.where}) lists no driver "
                                f"container for this OS{f' ({tag})' if tag else ''}")  # fmt: skip
         driver = self.entry(version)
         if driver is None:
-            return ImageAnswer(ImageVerdict.UNSURE, f"the catalog ({self.where}) does not list "
+            return ImageAnswer(ImageAvailability.UNSURE,
+                               f"the catalog ({self.where}) does not list "
                                f"driver {version}; check that {image} exists")  # fmt: skip
         if self._has(driver, tag, arch):
-            return ImageAnswer(ImageVerdict.PUBLISHED)
-        verdict = ImageVerdict.UNSURE if driver.unofficial else ImageVerdict.MISSING
-        return ImageAnswer(verdict, self._missing(driver, tag, arch, image))
+            return ImageAnswer(ImageAvailability.PUBLISHED)
+        availability = ImageAvailability.UNSURE if driver.unofficial else ImageAvailability.MISSING
+        return ImageAnswer(availability, self._missing(driver, tag, arch, image))
 
     def _missing(self, driver: Published, tag: str, arch: str, image: str) -> str:
         if tag in driver.os:

@@ -113,12 +113,12 @@ def aggregate(
     now: str = "",
 ) -> GpuStatus:
     """The whole status. `previous` carries lastTransitionTime; `now` stamps new transitions."""
-    verdicts = conditions_of(plan, observed, generation)
+    judgements = conditions_of(plan, observed, generation)
     deletion = _deletion_waits(observed, generation) if observed.deleting else []
-    state, summary = summarize(verdicts, deletion, observed.deleting, len(plan.nodes), generation,
-                               degraded_message(plan, observed, verdicts))  # fmt: skip
+    state, summary = summarize(judgements, deletion, observed.deleting, len(plan.nodes), generation,
+                               degraded_message(plan, observed, judgements))  # fmt: skip
     health = plan_health(plan, observed.gpu_nodes)
-    conditions = [summary, *(v.condition for v in verdicts),
+    conditions = [summary, *(v.condition for v in judgements),
                   health_condition(health, generation), *(w for w, _ in deletion)]  # fmt: skip
     status = _status(plan, observed, state, summary.message, generation,
                      stamp(conditions, previous, now))  # fmt: skip
@@ -184,24 +184,24 @@ _GATES = (ConditionType.RELEASE_READY, ConditionType.DRIVER_READY, ConditionType
 """The conditions Ready waits for; the others inform (or fail it through their errors)."""
 
 
-def degraded_message(plan: Plan, observed: Evidence, verdicts: Sequence[Judgement]) -> str:
+def degraded_message(plan: Plan, observed: Evidence, judgements: Sequence[Judgement]) -> str:
     """With blocked or degraded worker pools: why the Gpu is Warning although a gate waits, when
     the release is ready and as many GPU nodes can run GPU pods as the other pools have (the
     pools' own driver and device plugin pods cannot get ready); else empty."""
     bad = sum(len(nodes) for nodes in blocked_nodes(plan.preflight.findings).values())
     good = len(plan.nodes) - bad
-    release = next((v for v in verdicts if v.condition.type == ConditionType.RELEASE_READY), None)
+    release = next((v for v in judgements if v.condition.type == ConditionType.RELEASE_READY), None)
     if not bad or good <= 0 or release is None or not release.ready:
         return ""
     if nodes_ready(observed.daemonsets, len(plan.nodes)) < good:
         return ""
-    pools = next(v for v in verdicts if v.condition.type == ConditionType.POOLS_READY)
+    pools = next(v for v in judgements if v.condition.type == ConditionType.POOLS_READY)
     served = f"the GPU stack serves the {good} GPU nodes of the other pools"
     return f"{served}; {pools.condition.message}"
 
 
 def summarize(
-    verdicts: Sequence[Judgement],
+    judgements: Sequence[Judgement],
     deletion: Sequence[tuple[Condition, GpuState]],
     deleting: bool,
     gpu_nodes: int,
@@ -211,9 +211,9 @@ def summarize(
     """The state and the Ready condition: deleting, else the first error, else ready (with
     the first warning), else degraded (blocked worker pools keep a gate waiting, the others are
     served: degraded_message), else the first gate still waiting."""
-    errors = [v.error for v in verdicts if v.error]
-    warnings = [v.warning for v in verdicts if v.warning]
-    gates = [v.condition for v in verdicts if v.condition.type in _GATES]
+    errors = [v.error for v in judgements if v.error]
+    warnings = [v.warning for v in judgements if v.warning]
+    gates = [v.condition for v in judgements if v.condition.type in _GATES]
     if deleting:
         state, message = _deletion_summary(deletion)
         return state, cond(ConditionType.READY, "False", ReadyReason.DELETING, message, generation)

@@ -59,7 +59,7 @@ class Uninstall:
 
 @dataclass(frozen=True, slots=True)
 class Wait:
-    """The deletion's verdict: one condition (type, status, reason, message) and the state."""
+    """What the deletion shows: one condition (type, status, reason, message) and the state."""
 
     type: ConditionType
     status: ConditionStatus

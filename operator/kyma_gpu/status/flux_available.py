@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from kyma_gpu.api.conditions import FluxReason
 from kyma_gpu.api.models import Condition, GpuStatus
-from kyma_gpu.plan.provision import FluxMode, FluxVerdict
+from kyma_gpu.plan.provision import FluxMode, WhichFlux
 from kyma_gpu.status.aggregate import ConditionType, stamp
 
 
-def flux_condition(flux: FluxVerdict, generation: int | None) -> Condition:
+def flux_condition(flux: WhichFlux, generation: int | None) -> Condition:
     if flux.mode is FluxMode.INCOMPATIBLE:
         status, reason = "False", FluxReason.INCOMPATIBLE
     elif not flux.served:
@@ -31,9 +31,7 @@ def flux_condition(flux: FluxVerdict, generation: int | None) -> Condition:
     )  # fmt: skip
 
 
-def with_flux(
-    status: GpuStatus, flux: FluxVerdict, previous: list[Condition], now: str
-) -> GpuStatus:
+def with_flux(status: GpuStatus, flux: WhichFlux, previous: list[Condition], now: str) -> GpuStatus:
     """The status with the FluxAvailable condition added after the others."""
     cond = stamp([flux_condition(flux, status.observed_generation)], previous, now)
     others = [c for c in status.conditions if c.type != ConditionType.FLUX_AVAILABLE]

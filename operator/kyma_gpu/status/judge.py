@@ -302,7 +302,7 @@ def driver_ready(
         return Judgement(cond(kind, "True", DriverReason.PREINSTALLED,
                             "the nodes' own driver is used", generation))  # fmt: skip
     if upgrades:
-        moving = _upgrade_verdict(rollout(upgrades), driver_sets, generation)
+        moving = _upgrade_judgement(rollout(upgrades), driver_sets, generation)
         if moving is not None:
             return moving
     if not driver_sets and not plan.nodes:
@@ -319,7 +319,7 @@ def driver_ready(
     return Judgement(cond(kind, "False", DriverReason.NOT_READY, message, generation))
 
 
-def _upgrade_verdict(
+def _upgrade_judgement(
     r: Rollout, driver_sets: Sequence[DaemonSetFacts], generation: int | None
 ) -> Judgement | None:
     """DriverUpgradeFailed (an error), DriverUpgrading, or None when no node is on its way."""

@@ -23,7 +23,7 @@ from kyma_gpu.facts.stack import (
 )
 from kyma_gpu.plan import AllowedSources, Plan
 from kyma_gpu.plan.actions import LiveObject, ObjectKey
-from kyma_gpu.plan.provision import FluxApi, Leftover, external_flux, verdict
+from kyma_gpu.plan.provision import FluxApi, Leftover, external_flux, which_flux
 from kyma_gpu.status.aggregate import Evidence, stamp
 from kyma_gpu.status.aggregate import aggregate as aggregate_status
 from kyma_gpu.status.deletion import Uninstall
@@ -68,7 +68,7 @@ def gpu_status(
     uninstall: Uninstall | None = None,
 ) -> GpuStatus:
     """The status of a Gpu the module reconciles: the plan and what is observed of it, the
-    Gpu's previous conditions (their transition times), and the Flux verdict."""
+    Gpu's previous conditions (their transition times), and which Flux the module relies on."""
     gpu_nodes = tuple(n for n in snap.nodes if n.is_gpu)
     observed = Evidence(
         helm_release=_find(snap.flux_status, plan.helm_release),
@@ -94,7 +94,7 @@ def gpu_status(
     )
     previous = conditions_of(gpu.status)
     status = aggregate_status(plan, observed, gpu.generation, previous, now)
-    return with_flux(status, verdict(snap.flux_api), previous, now)
+    return with_flux(status, which_flux(snap.flux_api), previous, now)
 
 
 def _str_or_none(value: Any) -> str | None:
