@@ -51,7 +51,7 @@ from kyma_gpu.reconcile.settings import KopfSettings, Settings
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.rules.engine import RuleError
 
-CHART_SOURCES: Resource[AllowedSources] = Resource("chartsources")
+ALLOWED_SOURCES: Resource[AllowedSources] = Resource("chartsources")
 """The allowed chart sources: the facts of the one ConfigMap (absent: NVIDIA's only)."""
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class Started:
     stopped: asyncio.Event
     """Set by `stop`: the loop and the elector end."""
     informers: Informers
-    chart_sources: Informer
+    allowed_sources_informer: Informer
     loop_task: asyncio.Task[None]
     elector: Elector | None
     """None without leader election: this replica always writes."""
@@ -117,17 +117,17 @@ def runtime(memo: kopf.Memo) -> Runtime:
     return found
 
 
-def chart_sources_watch(namespace: str) -> ListWatch:
+def allowed_sources_watch(namespace: str) -> ListWatch:
     """The ConfigMap kyma-gpu-chart-sources only: a field selector on its name, which the
     manager's Role allows to list and watch by that resourceName."""
     query = ListQuery(f"/api/v1/namespaces/{namespace}/configmaps",
                       field_selector=f"metadata.name={CONFIG_MAP_NAME}")  # fmt: skip
-    return ListWatch(CHART_SOURCES, query, allowed_sources_of, key=lambda _: CONFIG_MAP_NAME)
+    return ListWatch(ALLOWED_SOURCES, query, allowed_sources_of, key=lambda _: CONFIG_MAP_NAME)
 
 
 def allowed_sources(store: Store) -> AllowedSources:
     """What the watch holds; the default while there is no ConfigMap."""
-    return store.get(CHART_SOURCES, CONFIG_MAP_NAME) or AllowedSources()
+    return store.get(ALLOWED_SOURCES, CONFIG_MAP_NAME) or AllowedSources()
 
 
 class _Forever:
@@ -166,21 +166,22 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
                 module_namespace=namespace, settings=ours.loop, metrics=metrics,
                 flux_images=FluxImages.from_env(os.environ),
                 allowed_sources=lambda: allowed_sources(store),
-                required=(*REQUIRED, CHART_SOURCES))  # fmt: skip
+                required=(*REQUIRED, ALLOWED_SOURCES))  # fmt: skip
     metrics.observe(loop.scrape)
     metrics_server = await _serve_metrics(given.metrics_address, metrics, loop)
     informers.start(catalog.machine_types, namespace, catalog.defaults.target_namespace)
-    chart_sources = Informer(adapter, chart_sources_watch(namespace), store,
-                             asyncio.get_running_loop(), ours.watching,
-                             informers.gc_pause).start()  # fmt: skip
+    allowed_sources_informer = Informer(adapter, allowed_sources_watch(namespace), store,
+                                        asyncio.get_running_loop(), ours.watching,
+                                        informers.gc_pause).start()  # fmt: skip
     elector_task = None
     if elector is not None:
         elector_task = asyncio.create_task(elector.run(stopped), name="election")
     loop_task = asyncio.create_task(loop.run(stopped), name="reconcile-loop")
     loop_task.add_done_callback(_loop_ended)
     state.started = Started(
-        store=store, stopped=stopped, informers=informers, chart_sources=chart_sources,
-        loop_task=loop_task, elector=elector, elector_task=elector_task,
+        store=store, stopped=stopped, informers=informers,
+        allowed_sources_informer=allowed_sources_informer, loop_task=loop_task, elector=elector,
+        elector_task=elector_task,
         metrics_server=metrics_server,
     )  # fmt: skip
 
@@ -210,7 +211,7 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
     started = runtime(memo).started
     started.stopped.set()
     started.informers.stop()
-    started.chart_sources.stop()
+    started.allowed_sources_informer.stop()
     try:
         await asyncio.wait_for(started.loop_task, timeout=10)
     except TimeoutError:

@@ -158,7 +158,7 @@ def source(ready: tuple[str, str, str] = ("True", "Succeeded", "stored index")) 
 
 ALL_READY = Evidence(
     helm_release=hr(),
-    source=source(),
+    chart_source=source(),
     daemonsets=(DRIVER_READY, *OPERANDS),
     cluster_policy=CP_READY,
 )
@@ -167,7 +167,7 @@ ALL_READY = Evidence(
 def world(**changes: Any) -> Evidence:
     fields: dict[str, Any] = {
         "helm_release": ALL_READY.helm_release,
-        "source": ALL_READY.source,
+        "chart_source": ALL_READY.chart_source,
         "daemonsets": ALL_READY.daemonsets,
         "cluster_policy": ALL_READY.cluster_policy,
     }
@@ -180,7 +180,9 @@ Expect = dict[str, tuple[str, str]]
 CASES: list[Any] = [
     pytest.param(
         "gl",
-        world(source=source(("False", "FetchFailed", "failed to fetch Helm repository index"))),
+        world(
+            chart_source=source(("False", "FetchFailed", "failed to fetch Helm repository index"))
+        ),
         GpuState.WARNING,
         {"ReleaseReady": ("True", "InstallSucceeded"), "SourceReady": ("False", "FetchFailed")},
         id="release-installed-source-broken",
@@ -189,7 +191,7 @@ CASES: list[Any] = [
         "gl",
         world(
             helm_release=hr(ready=("False", "InstallFailed")),
-            source=source(("False", "FetchFailed", "connection refused")),
+            chart_source=source(("False", "FetchFailed", "connection refused")),
         ),
         GpuState.ERROR,
         {"ReleaseReady": ("False", "InstallFailed"), "SourceReady": ("False", "FetchFailed")},
@@ -197,7 +199,7 @@ CASES: list[Any] = [
     ),
     pytest.param(
         "gl",
-        world(source=None),
+        world(chart_source=None),
         GpuState.READY,
         {"SourceReady": ("Unknown", "WaitingForSource")},
         id="source-not-observed",

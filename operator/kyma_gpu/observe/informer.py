@@ -121,7 +121,7 @@ class Backoff:
 class GcPause:
     """The cyclic garbage collector off while any thread is inside (counted). The collector is
     the process's, so its holders share one pause: the Informers own it and hand it to every
-    Informer of the process (handlers.start gives it to the chart sources' one too). An
+    Informer of the process (handlers.start gives it to the allowed sources' one too). An
     Informer made without one (tests) gets its own; pauses that overlap still leave the
     collector on once all are left (the one that turned it off turns it on).
 

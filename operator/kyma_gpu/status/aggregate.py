@@ -73,10 +73,12 @@ input at its worst."""
 
 @dataclass(frozen=True, slots=True)
 class Evidence:
-    """Everything the operator saw in the cluster, in compact form."""
+    """What the status reads of a snapshot for one Gpu and its plan: the plan's HelmRelease and
+    chart source, the operands, the GPU nodes, the deletion's progress. status/snapshot.py
+    `gpu_status` makes it of a `Snapshot`; `aggregate` reads nothing else of the cluster."""
 
     helm_release: FluxObjectFacts | None = None
-    source: FluxObjectFacts | None = None
+    chart_source: FluxObjectFacts | None = None
     """The chart source (HelmRepository or OCIRepository) the HelmRelease reads."""
     daemonsets: tuple[DaemonSetFacts, ...] = ()
     cluster_policy: OperatorStateFacts | None = None
@@ -156,7 +158,7 @@ def conditions_of(plan: Plan, observed: Evidence, generation: int | None) -> lis
         c.nodes_detected(plan, generation),
         c.preflight(plan, generation),
         release,
-        c.source_ready(observed.source, release, generation),
+        c.source_ready(observed.chart_source, release, generation),
         c.driver_ready(plan, observed.daemonsets, release, generation, observed.driver_upgrades),
         _components(plan, observed, generation),
         c.pools_ready(plan, generation),

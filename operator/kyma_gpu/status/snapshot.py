@@ -32,7 +32,9 @@ from kyma_gpu.status.flux_available import with_flux
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """What the informers hold right now, flattened."""
+    """The store, flattened, as one decision reads it: the facts of every informer at one
+    moment, and what the loop read besides (the Flux leftovers, its write-back). `classify`
+    reads it; the status narrows it to the `Evidence` of one Gpu and its plan."""
 
     nodes: tuple[ObservedNode, ...] = ()
     """Every Node: what planning reads of it, and its per-node state."""
@@ -72,7 +74,7 @@ def gpu_status(
     gpu_nodes = tuple(n for n in snap.nodes if n.is_gpu)
     observed = Evidence(
         helm_release=_find(snap.flux_status, plan.helm_release),
-        source=_find(snap.flux_status, plan.source),
+        chart_source=_find(snap.flux_status, plan.source),
         daemonsets=snap.daemonsets,
         cluster_policy=snap.cluster_policy,
         gpu_cluster=snap.gpu_cluster,
