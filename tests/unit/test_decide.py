@@ -34,6 +34,9 @@ from kyma_gpu.extensions import EXTENSIONS, MACHINE
 from kyma_gpu.extensions.node_marks.machine import MarkNodes
 from kyma_gpu.extensions.node_marks.machine import Phase as MarksPhase
 from kyma_gpu.extensions.node_marks.machine import Situation as Marks
+from kyma_gpu.extensions.own_flux.machine import FluxLeftovers, ListFlux, RemoveFlux
+from kyma_gpu.extensions.own_flux.machine import Phase as OwnFluxPhase
+from kyma_gpu.extensions.own_flux.machine import Situation as OwnFlux
 from kyma_gpu.extensions.workload_protection.machine import Phase as ProtectionPhase
 from kyma_gpu.extensions.workload_protection.machine import Situation as Protection
 from kyma_gpu.facts import ClusterFacts, ObservedNode, cluster_facts, observe_node
@@ -63,11 +66,9 @@ from kyma_gpu.reconcile.machine import (
     ExtensionAction,
     Failure,
     Inputs,
-    ListFlux,
     Machine,
     Phase,
     RemoveFinalizer,
-    RemoveFlux,
     Situation,
     Step,
 )
@@ -378,23 +379,24 @@ CASES = [
                             **live(w.plan(gpu()), deleting=True)),
          Phase.UNINSTALLING, ("watch pods",), state="Deleting", reason="Deleting",
          check=_uninstalling),
-    Case(S.OWN_FLUX_UNLISTED,
+    Case(OwnFlux.OWN_FLUX_UNLISTED,
          lambda w: w.inputs(gpu(deleting=True), gpu_workloads=(), flux_api=own_flux(True)),
-         Phase.REMOVING_FLUX, ("list Flux objects", "watch pods"), check=_removal_key),
-    Case(S.OWN_FLUX_UNUSED,  # the list found nothing else
+         OwnFluxPhase.REMOVING_FLUX, ("list Flux objects", "watch pods"), check=_removal_key),
+    Case(OwnFlux.OWN_FLUX_UNUSED,  # the list found nothing else
          lambda w: w.inputs(gpu(deleting=True), gpu_workloads=(), flux_api=own_flux(True),
-                            flux_leftovers=()),
-         Phase.REMOVING_FLUX, ("remove the module's Flux, delete its CRDs", "watch pods"),
+                            reads=(FluxLeftovers(()),)),
+         OwnFluxPhase.REMOVING_FLUX, ("remove the module's Flux, delete its CRDs", "watch pods"),
          check=_removal_key),
-    Case(S.OWN_FLUX_IN_USE,  # others' objects use its CRDs
+    Case(OwnFlux.OWN_FLUX_IN_USE,  # others' objects use its CRDs
          lambda w: w.inputs(gpu(deleting=True, skip_protection=True), flux_api=own_flux(True),
-                            flux_leftovers=(OTHERS,)),
-         Phase.REMOVING_FLUX, ("remove the module's Flux, hand its CRDs over", "FluxHandedOver"),
+                            reads=(FluxLeftovers((OTHERS,)),)),
+         OwnFluxPhase.REMOVING_FLUX,
+         ("remove the module's Flux, hand its CRDs over", "FluxHandedOver"),
          check=_removal_key),
-    Case(S.OWN_FLUX_TERMINATING,  # one of the module's still terminates
+    Case(OwnFlux.OWN_FLUX_TERMINATING,  # one of the module's still terminates
          lambda w: w.inputs(gpu(deleting=True), gpu_workloads=(), flux_api=own_flux(True),
-                            flux_leftovers=(OTHERS, TERMINATING)),
-         Phase.REMOVING_FLUX, ("watch pods",), check=_removal_waits),
+                            reads=(FluxLeftovers((OTHERS, TERMINATING)),)),
+         OwnFluxPhase.REMOVING_FLUX, ("watch pods",), check=_removal_waits),
     Case(S.NOTHING_LEFT,
          lambda w: w.inputs(gpu(deleting=True), gpu_workloads=()),
          Phase.RELEASED, ("remove finalizer", "watch pods")),
@@ -416,13 +418,13 @@ CASES = [
     Case(S.FLUX_INCOMPATIBLE,
          lambda w: w.inputs(gpu(), flux_api=partial_flux()),
          Phase.FLUX_INCOMPATIBLE, (), state="Error", reason="FluxIncompatible"),
-    Case(S.FLUX_TO_PROVIDE, lambda w: w.inputs(gpu(), flux_api=no_flux()),
-         Phase.PROVIDING_FLUX,
+    Case(OwnFlux.FLUX_TO_PROVIDE, lambda w: w.inputs(gpu(), flux_api=no_flux()),
+         OwnFluxPhase.PROVIDING_FLUX,
          tuple(f"apply {o['kind']}/{o['metadata']['name']}" for o in bundle()),
          check=_providing),
-    Case(S.FLUX_TO_PROVIDE,
+    Case(OwnFlux.FLUX_TO_PROVIDE,
          lambda w: w.inputs(gpu(), flux_api=own_flux(True, current=False)),
-         Phase.PROVIDING_FLUX,
+         OwnFluxPhase.PROVIDING_FLUX,
          tuple(f"apply {o['kind']}/{o['metadata']['name']}" for o in bundle()),
          check=_providing),
     Case(S.FLUX_NOT_SERVED,

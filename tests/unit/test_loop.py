@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from kyma_gpu.extensions.own_flux.machine import Phase as OwnFlux
 from kyma_gpu.extensions.workload_protection.machine import Phase as Protection
 from kyma_gpu.facts import observe_node
 from kyma_gpu.facts.gpu import GpuObject, gpu_object
@@ -478,7 +479,7 @@ def test_removal_waits_while_an_object_of_the_module_terminates(catalog: Catalog
     chart = {"metadata": {"namespace": "kyma-system", "name": "kyma-system-gpu-operator",
                           "deletionTimestamp": "2026-11-30T10:00:01Z"}}  # fmt: skip
     world.api.others = [("HelmChart", chart)]
-    assert world.run() is Phase.REMOVING_FLUX
+    assert world.run() is OwnFlux.REMOVING_FLUX
     assert world.api.calls == []  # source-controller must finish it first
 
 

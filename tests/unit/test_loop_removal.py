@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
+from kyma_gpu.extensions.own_flux.machine import Phase as OwnFlux
 from kyma_gpu.reconcile.machine import Phase
 from kyma_gpu.rules.catalog import Catalog
 from tests.unit.test_loop import _provided_and_installed
@@ -38,7 +39,7 @@ def test_a_removal_that_waits_lists_again_on_the_next_pass(catalog: Catalog) -> 
     chart = {"metadata": {"namespace": "kyma-system", "name": "kyma-system-gpu-operator",
                           "deletionTimestamp": "2026-11-30T10:00:01Z"}}  # fmt: skip
     world.api.others = [("HelmChart", chart)]
-    assert world.run() is Phase.REMOVING_FLUX
+    assert world.run() is OwnFlux.REMOVING_FLUX
     assert world.api.calls == []
     world.api.others = []  # source-controller finished it
     asyncio.run(world.loop.run_pass())

@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from enum import StrEnum
 
+from kyma_gpu.extensions.own_flux.machine import Phase as OwnFlux
 from kyma_gpu.reconcile.machine import FINALIZER, Phase
 from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.rules.catalog import Catalog
@@ -142,11 +143,11 @@ def test_removing_flux_looks_again_while_a_helmchart_terminates(catalog: Catalog
     chart = {"metadata": {"namespace": "kyma-system", "name": "kyma-system-gpu-operator",
                           "deletionTimestamp": "2026-11-30T10:00:01Z"}}  # fmt: skip
     world.api.others = [("HelmChart", chart)]
-    assert world.run() is Phase.REMOVING_FLUX
+    assert world.run() is OwnFlux.REMOVING_FLUX
 
     async def scenario() -> None:
         await asyncio.sleep(0.1)
-        assert world.last_phase is Phase.REMOVING_FLUX
+        assert world.last_phase is OwnFlux.REMOVING_FLUX
         world.api.others = []  # source-controller finished it; no event says so
         await _until(lambda: world.last_phase is Phase.RELEASED)
 

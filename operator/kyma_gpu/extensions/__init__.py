@@ -12,6 +12,7 @@ from kyma_gpu.reconcile.machine import Machine
 REGISTERED: tuple[str, ...] = (
     "workload_protection",
     "node_marks",
+    "own_flux",
 )
 """The extensions' folders, in the order the state machine asks them at a `Point`."""
 

@@ -10,7 +10,9 @@ What an extension brings:
 - its situations, as a StrEnum of its own, and their rows (phase, step, retried or not);
 - a classify hook per `Point` of the core's order: its situation there, or None;
 - whether it wants users' pods observed (`watches_pods`);
-- its actions, and how the loop carries each out (`actions`, with a `Context`).
+- a change to the plan's objects before they are compared and applied (`shapes`);
+- its reads (what no informer watches; the answer is in the next snapshot's `reads`) and its
+  actions, and how the loop carries each out (`reads`, `actions`, with a `Context`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,15 @@ from typing import Any
 
 from kyma_gpu.facts.gpu import GpuObject
 from kyma_gpu.reconcile.effects import ClusterApi, Recorder, WriteBack
-from kyma_gpu.reconcile.machine import ExtensionAction, Hook, Inputs, Point, Row
+from kyma_gpu.reconcile.machine import (
+    ExtensionAction,
+    ExtensionRead,
+    Hook,
+    Inputs,
+    Point,
+    Row,
+    Shape,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +50,10 @@ class Context:
 Carry = Callable[[Any, Context], Awaitable[int]]
 """Carries one action (of the type it is registered for) out; returns the requests made."""
 
+Fetch = Callable[[Any, Context], Awaitable[object]]
+"""Carries one read (of the type it is registered for) out; returns its answer, which the next
+snapshot holds (`Snapshot.reads`)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Extension:
@@ -51,6 +65,10 @@ class Extension:
     """One row per situation, in the order it checks them."""
     watches_pods: Callable[[Inputs], bool] | None = None
     """True: the loop observes users' GPU pods (the snapshot's `gpu_workloads`)."""
+    shapes: Shape | None = None
+    """Changes the plan's objects before they are compared with the live ones and applied."""
+    reads: Mapping[type[ExtensionRead], Fetch] = field(default_factory=lambda: MappingProxyType({}))
+    """Its reads, and how the loop carries each out."""
     actions: Mapping[type[ExtensionAction], Carry] = field(
         default_factory=lambda: MappingProxyType({})
     )
@@ -59,5 +77,6 @@ class Extension:
     def __post_init__(self) -> None:
         if list(self.rows) != list(self.situations):
             raise ValueError(f"the extension {self.name} needs one row per situation, in order")
-        for name in ("classify", "rows", "actions"):  # frozen: no module holds mutable state
+        # frozen: no module holds mutable state
+        for name in ("classify", "rows", "reads", "actions"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))

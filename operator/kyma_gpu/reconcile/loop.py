@@ -48,16 +48,7 @@ from kyma_gpu.observe.watches import (
 from kyma_gpu.plan import AllowedSources, Owner, Plan
 from kyma_gpu.plan.actions import LiveObject, object_key
 from kyma_gpu.plan.cache import PlanMemo
-from kyma_gpu.plan.provision import (
-    BUNDLE_HASH,
-    PROVIDED_LABEL,
-    REQUIRED_APIS,
-    Api,
-    FluxApi,
-    FluxImages,
-    Leftover,
-    crd_facts,
-)
+from kyma_gpu.plan.provision import REQUIRED_APIS, Api, FluxApi, FluxImages
 from kyma_gpu.reconcile.effects import (
     ClusterApi,
     FluxKey,
@@ -75,15 +66,14 @@ from kyma_gpu.reconcile.machine import (
     Apply,
     Delete,
     ExtensionAction,
+    ExtensionRead,
     Inputs,
     Machine,
     RemoveFinalizer,
-    RemoveFlux,
     Step,
 )
 from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.rules.catalog import Catalog
-from kyma_gpu.status.events import GpuEvent
 from kyma_gpu.status.snapshot import Snapshot
 
 __all__ = ("GPUS", "ClusterApi", "Done", "Loop", "flux_api", "now", "snapshot")
@@ -150,11 +140,11 @@ class Done:
     """Write requests made, a failed one included."""
     decide_again: bool = False
     """Decide again at once: the step's action or read went through (its answers are in the
-    store, or in `leftovers`) or failed (the status of the failure is the next step's). A step
+    store, or in `answer`) or failed (the status of the failure is the next step's). A step
     that only wrote a status, or wrote nothing, ends the pass."""
     reads: int = 0
-    leftovers: tuple[Leftover, ...] | None = None
-    """What the step's ListFlux found: the next snapshot's `flux_leftovers`."""
+    answer: object | None = None
+    """What the step's read found: in the next snapshots' `reads` of this pass."""
 
 
 @dataclass
@@ -283,16 +273,17 @@ class Loop:
     async def reconcile(self, gpu: GpuObject) -> Step:
         """Steps until one has nothing left to write; logs the pass."""
         began, writes, reads, errors = time.monotonic(), 0, 0, self.error_count
-        leftovers: tuple[Leftover, ...] | None = None  # a read of this pass, for its snapshots
+        answers: dict[type, object] = {}  # the reads of this pass, for its snapshots
         for _ in range(self.settings.max_steps):
             snap = replace(snapshot(self.store, self.write_back.as_applied, self.allowed_sources()),
-                           flux_leftovers=leftovers)  # fmt: skip
+                           reads=tuple(answers.values()))  # fmt: skip
             step = self.machine.decide(Inputs(gpu, snap, self.plan, self.retries.last(gpu.name),
                                  time.monotonic(), now(), self.flux_images, self.module_namespace,
                                  self.settings.removal_wait_seconds))  # fmt: skip
             done = await self.perform(gpu, step)
             writes, reads = writes + done.writes, reads + done.reads
-            leftovers = done.leftovers if done.leftovers is not None else leftovers
+            if done.answer is not None:
+                answers[type(done.answer)] = done.answer
             current = self.store.get(GPUS, gpu.name)
             if current is None:  # deleted: the watch's DELETED came before the write's answer
                 break
@@ -312,7 +303,7 @@ class Loop:
         if not self.may_write():
             return Done()
         if step.read is not None:
-            return await self._read(gpu, step)
+            return await self._read(gpu, step, step.read)
         acted = 0
         if step.action is not None:
             try:
@@ -324,16 +315,17 @@ class Loop:
         wrote = step.status is not None and await self.status.write(gpu, step.status)
         return Done(acted + wrote, decide_again=acted > 0)
 
-    async def _read(self, gpu: GpuObject, step: Step) -> Done:
-        """What the next snapshot needs and no informer watches (ListFlux). A failed read is
-        held back like a failed write; one that goes through does not end a failure: the
-        writes it leads to may still fail."""
+    async def _read(self, gpu: GpuObject, step: Step, read: ExtensionRead) -> Done:
+        """What the next snapshot needs and no informer watches, read by the extension that
+        registers its type. A failed read is held back like a failed write; one that goes
+        through does not end a failure: the writes it leads to may still fail."""
+        fetch = next(e.reads[type(read)] for e in self.extensions if type(read) in e.reads)
         try:
-            found = await self._list_flux()
+            found = await fetch(read, self._context(gpu))
         except ApiError as err:
             self._failed(gpu, step, err)
             return Done(reads=1, decide_again=True)
-        return Done(reads=1, decide_again=True, leftovers=found)
+        return Done(reads=1, decide_again=True, answer=found)
 
     async def _act(self, gpu: GpuObject, action: Action) -> int:
         """Carries one action out. Returns how many requests it made."""
@@ -353,10 +345,6 @@ class Loop:
                 for live in objects:
                     await self._delete(live)
                 return len(objects)
-            case RemoveFlux():
-                done = await self._remove_flux(action)
-                await self._announce(gpu, action.announce)
-                return done
             case ExtensionAction():
                 return await self._carry(gpu, action)
             case _:
@@ -365,12 +353,10 @@ class Loop:
     async def _carry(self, gpu: GpuObject, action: ExtensionAction) -> int:
         """An extension's action, carried out by the extension that registers its type."""
         carry = next(e.actions[type(action)] for e in self.extensions if type(action) in e.actions)
-        return await carry(action, Context(gpu, self.writer, self.write_back, self.recorder))
+        return await carry(action, self._context(gpu))
 
-    async def _announce(self, gpu: GpuObject, announce: GpuEvent | None) -> None:
-        if announce is not None:
-            log.warning("%s", announce.message)
-            await self.recorder.announce(gpu, announce)
+    def _context(self, gpu: GpuObject) -> Context:
+        return Context(gpu, self.writer, self.write_back, self.recorder)
 
     async def _apply(self, obj: Mapping[str, Any]) -> None:
         log.info("applying %s", ObjectRef.of(obj))
@@ -380,37 +366,6 @@ class Loop:
         log.info("deleting %s/%s/%s", live.kind, live.namespace, live.name)
         ref = ObjectRef(live.api_version, live.kind, live.namespace, live.name)
         self.write_back.deleted(live, await self.writer.delete(ref))
-
-    async def _list_flux(self) -> tuple[Leftover, ...]:
-        """The Flux objects of every kind and namespace, a few per kind, as Leftover facts."""
-        return tuple(
-            Leftover(kind, f"{meta.get('namespace', '')}/{meta.get('name', '')}",
-                     bool(meta.get("deletionTimestamp")))
-            for kind, item in await self.writer.flux_objects(per_kind=5)
-            for meta in [item.get("metadata") or {}]
-        )  # fmt: skip
-
-    async def _remove_flux(self, removal: RemoveFlux) -> int:
-        """The module's own Flux goes: its controllers, then its CRDs (deleted, or unlabelled
-        and left to the owners of the objects that use them). Only CRDs that still carry the
-        module's label: kyma-gpu-manager refuses any other write to a Flux CRD, so a retry
-        after a partial hand-over must not touch the ones already handed over."""
-        done = 0
-        for obj in removal.workloads:
-            log.info("removing the module's Flux: %s", ObjectRef.of(obj))
-            await self.writer.delete(ObjectRef.of(obj))
-            done += 1
-        for name in removal.crds:
-            ref = ObjectRef("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", name)
-            current = await self.writer.read(ref)
-            if current is None or not crd_facts(current.get("metadata") or {}).provided:
-                continue  # gone, or handed over by an earlier try: no longer the module's
-            if removal.hand_over:
-                self.write_back.crd(await self.writer.unlabel(ref, PROVIDED_LABEL, BUNDLE_HASH))
-            else:
-                self.write_back.crd(await self.writer.delete(ref))
-            done += 1
-        return done
 
     def _failed(self, gpu: GpuObject, step: Step, err: ApiError) -> None:
         clock = time.monotonic()

@@ -47,24 +47,8 @@ from kyma_gpu.facts import ClusterFacts, cluster_facts
 from kyma_gpu.facts.gpu import GpuObject
 from kyma_gpu.plan import AllowedSources, Owner, Plan
 from kyma_gpu.plan.actions import Actions, LiveObject, plan_actions
-from kyma_gpu.plan.provision import (
-    FluxApi,
-    FluxImages,
-    FluxMode,
-    Leftover,
-    Removal,
-    bundle,
-    bundle_crds,
-    bundle_current,
-    bundle_hash,
-    bundle_workloads,
-    hand_over_message,
-    removal,
-    shard,
-    which_flux,
-)
+from kyma_gpu.plan.provision import FluxImages, FluxMode, which_flux
 from kyma_gpu.status.deletion import Deleting, Uninstall, uninstall_of
-from kyma_gpu.status.events import EventType, GpuEvent
 from kyma_gpu.status.snapshot import (
     Snapshot,
     error_status,
@@ -87,8 +71,6 @@ class Phase(StrEnum):
     READY = "Ready"
     UNINSTALLING = "Uninstalling"
     FLUX_INCOMPATIBLE = "FluxIncompatible"
-    PROVIDING_FLUX = "ProvidingFlux"
-    REMOVING_FLUX = "RemovingFlux"
     RELEASED = "Released"
 
 
@@ -123,13 +105,6 @@ class Failure:
         return key == self.key and (self.permanent or self.attempts >= self.LOUD_AFTER)
 
 
-class EventReason(StrEnum):
-    """The reasons of the Events the machine itself asks for (the others come from status
-    changes: status/events.py)."""
-
-    FLUX_HANDED_OVER = "FluxHandedOver"
-
-
 # -- the actions: what one step carries out (reconcile/loop.py matches them in Loop._act) --
 
 
@@ -154,25 +129,6 @@ class Delete:
 
 
 @dataclass(frozen=True, slots=True)
-class ListFlux:
-    """A read, not a write: list the Flux objects of every kind (metadata only) for the
-    snapshot the next decision reads (`Snapshot.flux_leftovers`): how the module's own Flux
-    goes depends on them."""
-
-
-@dataclass(frozen=True, slots=True)
-class RemoveFlux:
-    """Delete the module's own Flux controllers (`workloads`), then its CRDs (`crds`), or, when
-    objects the module did not create use them, unlabel the CRDs and leave them (`hand_over`;
-    `announce` says so)."""
-
-    workloads: tuple[Mapping[str, Any], ...]
-    crds: tuple[str, ...]
-    hand_over: bool
-    announce: GpuEvent | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class RemoveFinalizer:
     """Release the Gpu: nothing of the module is left."""
 
@@ -183,8 +139,14 @@ class ExtensionAction:
     `Extension.actions`)."""
 
 
-Action = AddFinalizer | Apply | Delete | RemoveFlux | RemoveFinalizer | ExtensionAction
-Read = ListFlux
+@dataclass(frozen=True, slots=True)
+class ExtensionRead:
+    """A read, not a write, of an extension's: what the next decision needs that no informer
+    watches. The extension carries it out (`Extension.reads`); its answer is in the next
+    snapshot's `reads`."""
+
+
+Action = AddFinalizer | Apply | Delete | RemoveFinalizer | ExtensionAction
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +155,7 @@ class Step:
     """A `Phase`, or an extension's."""
     action: Action | None = None
     """The writes this step carries out; None: nothing (a status at most)."""
-    read: Read | None = None
+    read: ExtensionRead | None = None
     """What the next snapshot must hold that no informer watches: the loop reads it, and
     decides again with it."""
     status: GpuStatus | None = None
@@ -251,17 +213,12 @@ class Situation(StrEnum):
     FINALIZER_GONE = "FinalizerGone"
     FLUX_OBJECTS_LEFT = "FluxObjectsLeft"
     FLUX_OBJECTS_TERMINATING = "FluxObjectsTerminating"
-    OWN_FLUX_UNLISTED = "OwnFluxUnlisted"
-    OWN_FLUX_TERMINATING = "OwnFluxTerminating"
-    OWN_FLUX_IN_USE = "OwnFluxInUse"
-    OWN_FLUX_UNUSED = "OwnFluxUnused"
     NOTHING_LEFT = "NothingLeft"
     SPEC_INVALID = "SpecInvalid"
     UNPLANNABLE = "Unplannable"
     NO_FINALIZER = "NoFinalizer"
     PLAN_BLOCKED = "PlanBlocked"
     FLUX_INCOMPATIBLE = "FluxIncompatible"
-    FLUX_TO_PROVIDE = "FluxToProvide"
     FLUX_NOT_SERVED = "FluxNotServed"
     OBJECTS_DIFFER = "ObjectsDiffer"
     IN_SYNC_FAILED = "InSyncFailed"
@@ -282,7 +239,6 @@ class Seen:
     """The plan's objects against the live ones (OBJECTS_DIFFER)."""
     doomed: tuple[LiveObject, ...] = ()
     """The module's Flux objects to delete, HelmRelease first (FLUX_OBJECTS_LEFT)."""
-    leftovers: tuple[Leftover, ...] = ()
     status: GpuStatus | None = None
 
 
@@ -299,6 +255,10 @@ class Point(StrEnum):
 Hook = Callable[[Inputs, Plan | None], Seen | None]
 """An extension's classify at a `Point`: its situation, or None (not one of its)."""
 
+Shape = Callable[[Inputs, tuple[Mapping[str, Any], ...]], tuple[Mapping[str, Any], ...]]
+"""An extension's change to the plan's objects before they are compared with the live ones
+and applied (the module's own Flux labels them for its shard)."""
+
 
 class Part(Protocol):
     """What the machine reads of an extension (extensions/base.py: `Extension`)."""
@@ -314,6 +274,9 @@ class Part(Protocol):
 
     @property
     def watches_pods(self) -> Callable[[Inputs], bool] | None: ...
+
+    @property
+    def shapes(self) -> Shape | None: ...
 
 
 def _classify(machine: Machine, inputs: Inputs) -> Seen:
@@ -341,17 +304,17 @@ def _classify_running(machine: Machine, inputs: Inputs, plan: Plan) -> Seen:
     flux = which_flux(inputs.snap.flux_api)
     if flux.mode is FluxMode.INCOMPATIBLE:
         return Seen(Situation.FLUX_INCOMPATIBLE, plan, error=flux.message)
-    wanted = flux.mode in (FluxMode.ABSENT, FluxMode.PROVIDED)
-    if wanted and not bundle_current(inputs.snap.flux_api, inputs.flux_images):
-        return Seen(Situation.FLUX_TO_PROVIDE, plan)
+    seen = machine.ask(Point.FLUX, inputs, plan)
+    if seen is not None:
+        return seen
     if not flux.served:
         return Seen(Situation.FLUX_NOT_SERVED, plan)
-    return _classify_served(machine, inputs, plan, flux.mode)
+    return _classify_served(machine, inputs, plan)
 
 
-def _classify_served(machine: Machine, inputs: Inputs, plan: Plan, mode: FluxMode) -> Seen:
+def _classify_served(machine: Machine, inputs: Inputs, plan: Plan) -> Seen:
     """Flux is ready for the plan's objects: are they applied, and is all well?"""
-    objects = shard(plan.objects) if mode is FluxMode.PROVIDED else plan.objects
+    objects = machine.shape(inputs, plan.objects)
     actions = plan_actions(objects, inputs.snap.flux, inputs.snap.as_applied)
     if actions.apply or actions.delete:
         return Seen(Situation.OBJECTS_DIFFER, plan, actions=actions)
@@ -390,36 +353,20 @@ def _classify_deleting(machine: Machine, inputs: Inputs, spec: GpuSpec | None) -
 
 
 def _classify_uninstalled(machine: Machine, inputs: Inputs) -> Seen:
-    """Flux uninstalled the release: what the extensions left goes, then the module's own
-    Flux (once the Flux objects of every kind are listed), then the finalizer."""
-    snap = inputs.snap
+    """Flux uninstalled the release: what the extensions left goes, then the finalizer."""
     seen = machine.ask(Point.UNINSTALLED, inputs, None)
-    if seen is not None:
-        return seen
-    if not _own_flux_left(snap.flux_api):
-        return Seen(Situation.NOTHING_LEFT)
-    if snap.flux_leftovers is None:
-        return Seen(Situation.OWN_FLUX_UNLISTED)
-    situation = {
-        Removal.WAIT: Situation.OWN_FLUX_TERMINATING,
-        Removal.HAND_OVER: Situation.OWN_FLUX_IN_USE,
-        Removal.DELETE_CRDS: Situation.OWN_FLUX_UNUSED,
-    }[removal(snap.flux_leftovers, inputs.module_namespace)]
-    return Seen(situation, leftovers=snap.flux_leftovers)
+    return seen if seen is not None else Seen(Situation.NOTHING_LEFT)
 
 
 # -- the table: each Situation's row, and the step it makes --
 
 
 class StepKey(StrEnum):
-    """The keys of steps whose writes are always the same; the others are a hash of their
-    objects (`_key`, `flux-bundle-<hash>`, `marks_key`)."""
+    """The keys of the core's steps whose writes are always the same; the others are a hash
+    of their objects (`_key`; an extension's own, as `marks_key`)."""
 
     FINALIZER = "finalizer"
     RELEASE = "release"
-    FLUX_REMOVE = "flux-remove"
-    """The list of Flux objects and the removal of the module's Flux share it: a failed
-    removal holds the next list back until its retry is due."""
 
 
 Build = Callable[[Seen, Inputs], Step]
@@ -455,27 +402,6 @@ def _uninstalling(seen: Seen, inputs: Inputs) -> Step:
                 key=_key((), seen.doomed), requeue_after=uninstall.next_stall_in)  # fmt: skip
 
 
-def _list_flux(seen: Seen, inputs: Inputs) -> Step:
-    return Step(Phase.REMOVING_FLUX, read=ListFlux(), key=StepKey.FLUX_REMOVE)
-
-
-def _removal_waits(seen: Seen, inputs: Inputs) -> Step:
-    # no informer watches the terminating kind: look (and list) again after a while
-    return Step(Phase.REMOVING_FLUX, requeue_after=inputs.removal_wait_seconds)
-
-
-def _hand_over(seen: Seen, inputs: Inputs) -> Step:
-    message = hand_over_message(seen.leftovers)
-    event = GpuEvent(EventType.NORMAL, EventReason.FLUX_HANDED_OVER, message)
-    removal = RemoveFlux(bundle_workloads(), bundle_crds(), hand_over=True, announce=event)
-    return Step(Phase.REMOVING_FLUX, removal, key=StepKey.FLUX_REMOVE)
-
-
-def _remove_flux(seen: Seen, inputs: Inputs) -> Step:
-    removal = RemoveFlux(bundle_workloads(), bundle_crds(), hand_over=False)
-    return Step(Phase.REMOVING_FLUX, removal, key=StepKey.FLUX_REMOVE)
-
-
 def _release(seen: Seen, inputs: Inputs) -> Step:
     return Step(Phase.RELEASED, RemoveFinalizer(), key=StepKey.RELEASE)
 
@@ -506,13 +432,6 @@ def _flux_incompatible(seen: Seen, inputs: Inputs) -> Step:
     return Step(Phase.FLUX_INCOMPATIBLE, status=status)
 
 
-def _providing_flux(seen: Seen, inputs: Inputs) -> Step:
-    assert seen.plan is not None
-    key = f"flux-bundle-{bundle_hash(inputs.flux_images)}"
-    return Step(Phase.PROVIDING_FLUX, Apply(bundle(inputs.flux_images)), key=key,
-                status_if_failed=loud_status(inputs, seen.plan, key))  # fmt: skip
-
-
 def _applying(seen: Seen, inputs: Inputs) -> Step:
     assert seen.plan is not None
     assert seen.actions is not None
@@ -536,21 +455,6 @@ ROWS: Mapping[Situation, Row] = MappingProxyType({
     S.FLUX_OBJECTS_TERMINATING: Row(
         "being deleted, our Flux objects remain, all terminating", Phase.UNINSTALLING,
         "status; look again when the uninstall timeout + 60 s passes", False, _uninstalling),
-    S.OWN_FLUX_UNLISTED: Row(
-        "being deleted, uninstalled, the module's own Flux left, Flux objects not listed in "
-        "this pass", Phase.REMOVING_FLUX,
-        "list the Flux objects of all kinds (metadata only)", True, _list_flux),
-    S.OWN_FLUX_TERMINATING: Row(
-        "... one of the module's Flux objects still terminates", Phase.REMOVING_FLUX,
-        "look and list again after `LoopSettings.removal_wait_seconds` (nothing observes a "
-        "HelmChart)", False, _removal_waits),
-    S.OWN_FLUX_IN_USE: Row(
-        "... objects the module did not create use its Flux CRDs", Phase.REMOVING_FLUX,
-        "delete the Flux controllers, hand the CRDs over (unlabel, Event `FluxHandedOver`)",
-        True, _hand_over),
-    S.OWN_FLUX_UNUSED: Row(
-        "... nothing else uses them", Phase.REMOVING_FLUX,
-        "delete the Flux controllers and CRDs", True, _remove_flux),
     S.NOTHING_LEFT: Row(
         "being deleted, nothing of the module's left", Phase.RELEASED,
         "remove the finalizer", True, _release),
@@ -572,13 +476,9 @@ ROWS: Mapping[Situation, Row] = MappingProxyType({
         "writes", Phase.FLUX_INCOMPATIBLE,
         "status `Error` (`FluxIncompatible`): nothing is applied, the other Flux is never "
         "written", False, _flux_incompatible),
-    S.FLUX_TO_PROVIDE: Row(
-        "no Flux CRDs, or the module's own Flux carries an older bundle hash",
-        Phase.PROVIDING_FLUX,
-        "apply the Flux bundle (`data/flux.yaml`), the helmreleases CRD last", True,
-        _providing_flux),
     S.FLUX_NOT_SERVED: Row(
-        "the module's own Flux is not served yet", Phase.PROGRESSING,
+        "Flux's APIs are not served yet (the module's own Flux starting, or no Flux at all)",
+        Phase.PROGRESSING,
         "status; wait for its CRDs", False, _status_only(Phase.PROGRESSING)),
     S.OBJECTS_DIFFER: Row(
         "the Flux objects differ from the plan", Phase.APPLYING,
@@ -622,6 +522,15 @@ class Machine:
             if seen is not None:
                 return seen
         return None
+
+    def shape(
+        self, inputs: Inputs, objects: tuple[Mapping[str, Any], ...]
+    ) -> tuple[Mapping[str, Any], ...]:
+        """The plan's objects as the extensions change them, in their order."""
+        for part in self.parts:
+            if part.shapes is not None:
+                objects = part.shapes(inputs, objects)
+        return objects
 
     def classify(self, inputs: Inputs) -> Seen:
         return _classify(self, inputs)
@@ -701,13 +610,6 @@ def loud_status(inputs: Inputs, plan: Plan, key: str) -> GpuStatus | None:
     if failed is None or not failed.loud(key):
         return None
     return status_of(inputs, plan, error=failed.error)
-
-
-def _own_flux_left(api: FluxApi) -> bool:
-    """The module's own Flux is still there (and not already on its way out)."""
-    return which_flux(api).mode is FluxMode.PROVIDED and not all(
-        c.deleting for c in api.crds.values()
-    )
 
 
 def _deleting_flux(flux: Sequence[LiveObject], now: str) -> tuple[Deleting, ...]:

@@ -23,7 +23,7 @@ from kyma_gpu.facts.stack import (
 )
 from kyma_gpu.plan import AllowedSources, Plan
 from kyma_gpu.plan.actions import LiveObject, ObjectKey
-from kyma_gpu.plan.provision import FluxApi, Leftover, external_flux, which_flux
+from kyma_gpu.plan.provision import FluxApi, external_flux, which_flux
 from kyma_gpu.status.aggregate import Evidence, stamp
 from kyma_gpu.status.aggregate import aggregate as aggregate_status
 from kyma_gpu.status.deletion import Uninstall
@@ -33,7 +33,7 @@ from kyma_gpu.status.flux_available import with_flux
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """The store, flattened, as one decision reads it: the facts of every informer at one
-    moment, and what the loop read besides (the Flux leftovers, its write-back). `classify`
+    moment, and what the loop read besides (the extensions' reads, its write-back). `classify`
     reads it; the status narrows it to the `Evidence` of one Gpu and its plan."""
 
     nodes: tuple[ObservedNode, ...] = ()
@@ -56,9 +56,10 @@ class Snapshot:
     allowed_sources: AllowedSources = field(default_factory=AllowedSources)
     """The chart sources a cluster administrator allows (the watched ConfigMap): the plan's
     input, read with the rest of the snapshot."""
-    flux_leftovers: tuple[Leftover, ...] | None = None
-    """The Flux objects of every kind and namespace (a few per kind, metadata only), listed
-    when the module's own Flux is to go; None until listed in this pass."""
+    reads: tuple[object, ...] = ()
+    """The answers of the extensions' reads in this pass (`Step.read`), one per kind: what no
+    informer watches (e.g. the Flux objects of every kind, before the module's own Flux goes).
+    Each extension finds its own by type."""
 
 
 def gpu_status(

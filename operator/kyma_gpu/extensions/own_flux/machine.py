@@ -1,0 +1,197 @@
+"""The module's own Flux: its situations, rows, read and action. Pure.
+
+A cluster without Flux gets the module's own (the bundle, plan/provision.py): the manager
+applies it once the plan is compatible (FluxToProvide), keeps it current, and labels the
+plan's objects for its shard (`shapes`). A deletion, once Flux uninstalled the release,
+removes it: the Flux objects of every kind are listed first (`ListFlux`, no informer watches
+them all), then its controllers go, and its CRDs too unless objects the module did not create
+use them (then they are handed over, unlabelled). Without this extension a cluster with no
+Flux waits in FluxNotServed."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+from kyma_gpu.plan import Plan
+from kyma_gpu.plan.provision import (
+    FluxApi,
+    FluxMode,
+    Leftover,
+    Removal,
+    bundle,
+    bundle_crds,
+    bundle_current,
+    bundle_hash,
+    bundle_workloads,
+    hand_over_message,
+    removal,
+    shard,
+    which_flux,
+)
+from kyma_gpu.reconcile.machine import (
+    Apply,
+    ExtensionAction,
+    ExtensionRead,
+    Inputs,
+    Row,
+    Seen,
+    Step,
+    loud_status,
+)
+from kyma_gpu.status.events import EventType, GpuEvent
+
+
+class Situation(StrEnum):
+    FLUX_TO_PROVIDE = "FluxToProvide"
+    OWN_FLUX_UNLISTED = "OwnFluxUnlisted"
+    OWN_FLUX_TERMINATING = "OwnFluxTerminating"
+    OWN_FLUX_IN_USE = "OwnFluxInUse"
+    OWN_FLUX_UNUSED = "OwnFluxUnused"
+
+
+class Phase(StrEnum):
+    PROVIDING_FLUX = "ProvidingFlux"
+    REMOVING_FLUX = "RemovingFlux"
+
+
+class EventReason(StrEnum):
+    """The reasons of the Events this extension asks for."""
+
+    FLUX_HANDED_OVER = "FluxHandedOver"
+
+
+FLUX_REMOVE = "flux-remove"
+"""The key of the list of Flux objects and of the removal of the module's Flux: a failed
+removal holds the next list back until its retry is due."""
+
+
+@dataclass(frozen=True, slots=True)
+class ListFlux(ExtensionRead):
+    """List the Flux objects of every kind (metadata only): how the module's own Flux goes
+    depends on them. The answer is a `FluxLeftovers` in the next snapshot's `reads`."""
+
+
+@dataclass(frozen=True, slots=True)
+class FluxLeftovers:
+    """What `ListFlux` found: the Flux objects of every kind and namespace, a few per kind."""
+
+    found: tuple[Leftover, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveFlux(ExtensionAction):
+    """Delete the module's own Flux controllers (`workloads`), then its CRDs (`crds`), or, when
+    objects the module did not create use them, unlabel the CRDs and leave them (`hand_over`;
+    `announce` says so)."""
+
+    workloads: tuple[Mapping[str, Any], ...]
+    crds: tuple[str, ...]
+    hand_over: bool
+    announce: GpuEvent | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Listed(Seen):
+    """A situation of the removal, with what the list found."""
+
+    leftovers: tuple[Leftover, ...] = ()
+
+
+def to_provide(inputs: Inputs, plan: Plan | None) -> Seen | None:
+    """The plan's Flux compatible: no Flux CRDs, or the module's own Flux with an older
+    bundle hash."""
+    api = inputs.snap.flux_api
+    wanted = which_flux(api).mode in (FluxMode.ABSENT, FluxMode.PROVIDED)
+    if wanted and not bundle_current(api, inputs.flux_images):
+        return Seen(Situation.FLUX_TO_PROVIDE, plan)
+    return None
+
+
+def sharded(
+    inputs: Inputs, objects: tuple[Mapping[str, Any], ...]
+) -> tuple[Mapping[str, Any], ...]:
+    """The module's own Flux reconciles only objects with its sharding label."""
+    provided = which_flux(inputs.snap.flux_api).mode is FluxMode.PROVIDED
+    return shard(objects) if provided else objects
+
+
+def left(inputs: Inputs, plan: Plan | None) -> Seen | None:
+    """Uninstalled: the module's own Flux goes, once the Flux objects of every kind are listed."""
+    snap = inputs.snap
+    if not _own_flux_left(snap.flux_api):
+        return None
+    listed = next((r for r in snap.reads if isinstance(r, FluxLeftovers)), None)
+    if listed is None:
+        return Seen(Situation.OWN_FLUX_UNLISTED)
+    situation = {
+        Removal.WAIT: Situation.OWN_FLUX_TERMINATING,
+        Removal.HAND_OVER: Situation.OWN_FLUX_IN_USE,
+        Removal.DELETE_CRDS: Situation.OWN_FLUX_UNUSED,
+    }[removal(listed.found, inputs.module_namespace)]
+    return Listed(situation, leftovers=listed.found)
+
+
+def _own_flux_left(api: FluxApi) -> bool:
+    """The module's own Flux is still there (and not already on its way out)."""
+    return which_flux(api).mode is FluxMode.PROVIDED and not all(
+        c.deleting for c in api.crds.values()
+    )
+
+
+def _providing_flux(seen: Seen, inputs: Inputs) -> Step:
+    assert seen.plan is not None
+    key = f"flux-bundle-{bundle_hash(inputs.flux_images)}"
+    return Step(Phase.PROVIDING_FLUX, Apply(bundle(inputs.flux_images)), key=key,
+                status_if_failed=loud_status(inputs, seen.plan, key))  # fmt: skip
+
+
+def _list_flux(seen: Seen, inputs: Inputs) -> Step:
+    return Step(Phase.REMOVING_FLUX, read=ListFlux(), key=FLUX_REMOVE)
+
+
+def _removal_waits(seen: Seen, inputs: Inputs) -> Step:
+    # no informer watches the terminating kind: look (and list) again after a while
+    return Step(Phase.REMOVING_FLUX, requeue_after=inputs.removal_wait_seconds)
+
+
+def _hand_over(seen: Seen, inputs: Inputs) -> Step:
+    assert isinstance(seen, Listed)
+    message = hand_over_message(seen.leftovers)
+    event = GpuEvent(EventType.NORMAL, EventReason.FLUX_HANDED_OVER, message)
+    removal = RemoveFlux(bundle_workloads(), bundle_crds(), hand_over=True, announce=event)
+    return Step(Phase.REMOVING_FLUX, removal, key=FLUX_REMOVE)
+
+
+def _remove_flux(seen: Seen, inputs: Inputs) -> Step:
+    removal = RemoveFlux(bundle_workloads(), bundle_crds(), hand_over=False)
+    return Step(Phase.REMOVING_FLUX, removal, key=FLUX_REMOVE)
+
+
+S = Situation
+ROWS: Mapping[StrEnum, Row] = MappingProxyType({
+    S.FLUX_TO_PROVIDE: Row(
+        "no Flux CRDs, or the module's own Flux carries an older bundle hash",
+        Phase.PROVIDING_FLUX,
+        "apply the Flux bundle (`data/flux.yaml`), the helmreleases CRD last", True,
+        _providing_flux),
+    S.OWN_FLUX_UNLISTED: Row(
+        "being deleted, uninstalled, the module's own Flux left, Flux objects not listed in "
+        "this pass", Phase.REMOVING_FLUX,
+        "list the Flux objects of all kinds (metadata only)", True, _list_flux),
+    S.OWN_FLUX_TERMINATING: Row(
+        "... one of the module's Flux objects still terminates", Phase.REMOVING_FLUX,
+        "look and list again after `LoopSettings.removal_wait_seconds` (nothing observes a "
+        "HelmChart)", False, _removal_waits),
+    S.OWN_FLUX_IN_USE: Row(
+        "... objects the module did not create use its Flux CRDs", Phase.REMOVING_FLUX,
+        "delete the Flux controllers, hand the CRDs over (unlabel, Event `FluxHandedOver`)",
+        True, _hand_over),
+    S.OWN_FLUX_UNUSED: Row(
+        "... nothing else uses them", Phase.REMOVING_FLUX,
+        "delete the Flux controllers and CRDs", True, _remove_flux),
+})  # fmt: skip
+del S
