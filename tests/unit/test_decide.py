@@ -34,7 +34,7 @@ from kyma_gpu.extensions import EXTENSIONS, MACHINE
 from kyma_gpu.extensions.node_marks.machine import MarkNodes
 from kyma_gpu.extensions.node_marks.machine import Phase as MarksPhase
 from kyma_gpu.extensions.node_marks.machine import Situation as Marks
-from kyma_gpu.extensions.own_flux.machine import FluxLeftovers, ListFlux, RemoveFlux
+from kyma_gpu.extensions.own_flux.machine import FluxLeftovers, Leftover, ListFlux, RemoveFlux
 from kyma_gpu.extensions.own_flux.machine import Phase as OwnFluxPhase
 from kyma_gpu.extensions.own_flux.machine import Situation as OwnFlux
 from kyma_gpu.extensions.workload_protection.machine import Phase as ProtectionPhase
@@ -50,7 +50,6 @@ from kyma_gpu.plan.provision import (
     Api,
     CrdFacts,
     FluxApi,
-    Leftover,
     bundle,
     bundle_crds,
     bundle_hash,

@@ -1,5 +1,6 @@
-"""Which Flux the module relies on (plan/provision.py): the table of which Flux, the bundle, the
-sharding of the module's objects, and the removal decision."""
+"""Which Flux the module relies on (plan/provision.py): the table of which Flux, the bundle; and
+of the module's own Flux (extensions/own_flux/machine.py), the sharding of the module's objects
+and the removal decision."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from kyma_gpu.extensions.own_flux.machine import Leftover, Removal, removal, shard
 from kyma_gpu.plan.provision import (
     BUNDLE_HASH,
     IMAGE_ENV,
@@ -23,8 +25,6 @@ from kyma_gpu.plan.provision import (
     FluxApi,
     FluxImages,
     FluxMode,
-    Leftover,
-    Removal,
     bundle,
     bundle_crds,
     bundle_current,
@@ -32,8 +32,6 @@ from kyma_gpu.plan.provision import (
     bundle_images,
     bundle_workloads,
     crd_facts,
-    removal,
-    shard,
     which_flux,
 )
 

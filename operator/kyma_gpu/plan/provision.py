@@ -6,14 +6,13 @@
     CRDs of someone else, an API missing .. Incompatible: an Error, nothing is written
 
 The module's own Flux reconciles only the module's objects: its controllers watch kyma-system
-only and only objects with the sharding label, which `shard` adds to what the plan renders.
-Removing the module removes that Flux, and its CRDs only when no other object uses them
-(`removal`); otherwise the CRDs are handed over, unlabelled, to whoever uses them.
+only and only objects with the sharding label (`SHARD_LABEL`). Installing, sharding for and
+removing that Flux is an extension's (extensions/own_flux/); this module says which Flux there
+is, and what the bundle is.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import importlib.resources
 from collections.abc import Mapping, Sequence
@@ -25,7 +24,6 @@ from typing import Any
 import yaml
 
 from kyma_gpu.api.resources import FLUX_KINDS, HELM_RELEASE
-from kyma_gpu.facts.echo import listed
 
 PROVIDED_LABEL = "gpu.kyma-project.io/flux"
 PROVIDED = "provided"
@@ -276,52 +274,3 @@ def bundle_crds() -> tuple[str, ...]:
 def bundle_workloads() -> tuple[Mapping[str, Any], ...]:
     """Everything of the bundle but its CRDs: what removing the module's Flux deletes first."""
     return tuple(o for o in bundle() if o["kind"] != "CustomResourceDefinition")
-
-
-def shard(objects: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
-    """The plan's Flux objects, labelled for the module's own Flux (and the HelmChart that
-    helm-controller creates from a HelmRelease, through spec.chart.metadata.labels)."""
-    out = []
-    for obj in objects:
-        copied = copy.deepcopy(dict(obj))
-        copied["metadata"].setdefault("labels", {})[SHARD_LABEL] = SHARD
-        chart = (copied.get("spec") or {}).get("chart")
-        if copied["kind"] == "HelmRelease" and isinstance(chart, dict):
-            chart.setdefault("metadata", {}).setdefault("labels", {})[SHARD_LABEL] = SHARD
-        out.append(copied)
-    return tuple(out)
-
-
-# -- removal --
-
-
-class Removal(StrEnum):
-    WAIT = "Wait"
-    """An object of the module is still terminating: its controller must finish it."""
-    DELETE_CRDS = "DeleteCrds"
-    HAND_OVER = "HandOver"
-    """Others' objects use the CRDs: keep them, unlabelled, for their owners."""
-
-
-@dataclass(frozen=True, slots=True)
-class Leftover:
-    """A Flux object found when the module's Flux goes: kind, namespace/name, terminating."""
-
-    kind: str
-    name: str
-    terminating: bool
-
-
-def removal(leftovers: Sequence[Leftover], module_namespace: str) -> Removal:
-    if any(o.terminating and o.name.startswith(f"{module_namespace}/") for o in leftovers):
-        return Removal.WAIT
-    return Removal.HAND_OVER if leftovers else Removal.DELETE_CRDS
-
-
-def hand_over_message(leftovers: Sequence[Leftover]) -> str:
-    shown = listed([f"{o.kind} {o.name}" for o in leftovers], 5)
-    return (
-        f"the Flux CRDs the module installed stay: objects it did not create use them "
-        f"({shown}); the module's Flux controllers were removed, the CRDs are no longer "
-        f"labelled {PROVIDED_LABEL}"
-    )

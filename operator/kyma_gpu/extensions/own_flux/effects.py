@@ -6,8 +6,8 @@ import logging
 
 from kyma_gpu.adapter import ObjectRef
 from kyma_gpu.extensions.base import Context
-from kyma_gpu.extensions.own_flux.machine import FluxLeftovers, ListFlux, RemoveFlux
-from kyma_gpu.plan.provision import BUNDLE_HASH, PROVIDED_LABEL, Leftover, crd_facts
+from kyma_gpu.extensions.own_flux.machine import FluxLeftovers, Leftover, ListFlux, RemoveFlux
+from kyma_gpu.plan.provision import BUNDLE_HASH, PROVIDED_LABEL, crd_facts
 
 log = logging.getLogger(__name__)
 

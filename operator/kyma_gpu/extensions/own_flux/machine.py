@@ -10,26 +10,26 @@ Flux waits in FluxNotServed."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
+from kyma_gpu.facts.echo import listed
 from kyma_gpu.plan import Plan
 from kyma_gpu.plan.provision import (
+    PROVIDED_LABEL,
+    SHARD,
+    SHARD_LABEL,
     FluxApi,
     FluxMode,
-    Leftover,
-    Removal,
     bundle,
     bundle_crds,
     bundle_current,
     bundle_hash,
     bundle_workloads,
-    hand_over_message,
-    removal,
-    shard,
     which_flux,
 )
 from kyma_gpu.reconcile.machine import (
@@ -67,6 +67,38 @@ class EventReason(StrEnum):
 FLUX_REMOVE = "flux-remove"
 """The key of the list of Flux objects and of the removal of the module's Flux: a failed
 removal holds the next list back until its retry is due."""
+
+
+class Removal(StrEnum):
+    WAIT = "Wait"
+    """An object of the module is still terminating: its controller must finish it."""
+    DELETE_CRDS = "DeleteCrds"
+    HAND_OVER = "HandOver"
+    """Others' objects use the CRDs: keep them, unlabelled, for their owners."""
+
+
+@dataclass(frozen=True, slots=True)
+class Leftover:
+    """A Flux object found when the module's Flux goes: kind, namespace/name, terminating."""
+
+    kind: str
+    name: str
+    terminating: bool
+
+
+def removal(leftovers: Sequence[Leftover], module_namespace: str) -> Removal:
+    if any(o.terminating and o.name.startswith(f"{module_namespace}/") for o in leftovers):
+        return Removal.WAIT
+    return Removal.HAND_OVER if leftovers else Removal.DELETE_CRDS
+
+
+def hand_over_message(leftovers: Sequence[Leftover]) -> str:
+    shown = listed([f"{o.kind} {o.name}" for o in leftovers], 5)
+    return (
+        f"the Flux CRDs the module installed stay: objects it did not create use them "
+        f"({shown}); the module's Flux controllers were removed, the CRDs are no longer "
+        f"labelled {PROVIDED_LABEL}"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +141,20 @@ def to_provide(inputs: Inputs, plan: Plan | None) -> Seen | None:
     if wanted and not bundle_current(api, inputs.flux_images):
         return Seen(Situation.FLUX_TO_PROVIDE, plan)
     return None
+
+
+def shard(objects: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
+    """The plan's Flux objects, labelled for the module's own Flux (and the HelmChart that
+    helm-controller creates from a HelmRelease, through spec.chart.metadata.labels)."""
+    out = []
+    for obj in objects:
+        copied = copy.deepcopy(dict(obj))
+        copied["metadata"].setdefault("labels", {})[SHARD_LABEL] = SHARD
+        chart = (copied.get("spec") or {}).get("chart")
+        if copied["kind"] == "HelmRelease" and isinstance(chart, dict):
+            chart.setdefault("metadata", {}).setdefault("labels", {})[SHARD_LABEL] = SHARD
+        out.append(copied)
+    return tuple(out)
 
 
 def sharded(
