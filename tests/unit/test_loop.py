@@ -10,14 +10,13 @@ from typing import Any
 
 import pytest
 
-from kyma_gpu.extensions.own_flux.machine import Phase as OwnFlux
 from kyma_gpu.extensions.workload_protection.machine import Phase as Protection
 from kyma_gpu.facts import observe_node
 from kyma_gpu.facts.gpu import GpuObject, gpu_object
 from kyma_gpu.observe.store import Entry, Store, version_of
 from kyma_gpu.observe.watches import CRDS, DAEMONSETS, FLUX, NODES, PODS, flux_facts
 from kyma_gpu.plan import AllowedSources
-from kyma_gpu.plan.provision import PROVIDED_LABEL, REQUIRED_APIS, SHARD, SHARD_LABEL, CrdFacts
+from kyma_gpu.plan.provision import REQUIRED_APIS, CrdFacts
 from kyma_gpu.reconcile.loop import GPUS, Loop
 from kyma_gpu.reconcile.machine import FINALIZER, Phase, Step
 from kyma_gpu.reconcile.settings import LoopSettings
@@ -350,62 +349,6 @@ def test_a_change_of_state_is_written_at_once(world: World) -> None:
     assert world.api.calls == ["apply HelmRelease", "status"]  # Processing -> Error
 
 
-def _no_flux(world: World) -> None:
-    """A cluster without Flux: no Flux CRDs, and the Flux informers found their kinds absent."""
-    world.store.replace(CRDS, {}, 1)
-    for plural in FLUX:
-        world.store.replace(plural, {}, None, absent=True)
-
-
-def _flux_crds_served(world: World) -> None:
-    """The CRD informer saw the CRDs the module applied; the Flux informers listed."""
-    for plural in FLUX:
-        world.store.replace(plural, {}, version_of(world.api.next_version()))
-
-
-def test_without_flux_the_module_installs_its_own_then_its_objects(catalog: Catalog) -> None:
-    world = new_world(catalog)
-    _no_flux(world)
-    world.edit(finalizers=[FINALIZER])
-    assert world.run() is Phase.PROGRESSING  # bundle applied; waits for its CRDs to be served
-    kinds = [call.removeprefix("apply ") for call in world.api.calls[:-1]]
-    assert kinds.count("CustomResourceDefinition") == 7
-    assert {"CustomResourceDefinition", "Deployment"} == set(kinds)  # the rest: flux/access
-    assert world.api.calls[-2:] == ["apply CustomResourceDefinition", "status"]  # marker last
-    flux = _condition(world, "FluxAvailable")
-    assert (flux["status"], flux["reason"]) == ("Unknown", "InstallingFlux")
-    assert world.run() is Phase.PROGRESSING
-    assert world.api.calls == []  # the bundle is current: never applied twice
-    _flux_crds_served(world)
-    assert world.run() is Phase.PROGRESSING
-    assert world.api.calls == ["apply HelmRepository", "apply HelmRelease", "status"]
-    release = world.api.objects[("HelmRelease", "gpu-operator")]
-    assert release["metadata"]["labels"][SHARD_LABEL] == SHARD
-    assert release["spec"]["chart"]["metadata"]["labels"][SHARD_LABEL] == SHARD
-    source = world.api.objects[("HelmRepository", "gpu-operator")]
-    assert source["metadata"]["labels"][SHARD_LABEL] == SHARD
-    flux = _condition(world, "FluxAvailable")
-    assert (flux["status"], flux["reason"]) == ("True", "ModuleFlux")
-
-
-def test_a_failed_bundle_apply_is_retried_at_once_when_flux_appears(catalog: Catalog) -> None:
-    world = new_world(catalog)
-    _no_flux(world)
-    world.edit(finalizers=[FINALIZER])
-    world.api.fail = [403]  # the first apply of the bundle
-    assert world.run() is Phase.FAILED
-    assert world.run() is Phase.FAILED
-    assert world.api.calls == []  # waits for its retry time
-    _flux_crds_served(world)  # Flux appeared meanwhile (someone installed it)
-    for name in REQUIRED_APIS:
-        world.store.put(CRDS, name, Entry(None, CrdFacts(uid=name)))
-    assert world.run() is Phase.PROGRESSING  # the cluster's Flux: used, not written
-    assert world.api.calls == ["apply HelmRepository", "apply HelmRelease", "status"]
-    release = world.api.objects[("HelmRelease", "gpu-operator")]
-    assert SHARD_LABEL not in release["metadata"]["labels"]
-    assert _condition(world, "FluxAvailable")["reason"] == "ClusterFlux"
-
-
 def test_a_flux_too_old_is_an_error_and_nothing_is_written(world: World) -> None:
     world.edit(finalizers=[FINALIZER])
     world.store.mark_unserved("helmreleases")  # the CRD exists, v2 answers 404
@@ -415,72 +358,6 @@ def test_a_flux_too_old_is_an_error_and_nothing_is_written(world: World) -> None
     assert (ready["status"], ready["reason"]) == ("False", "FluxIncompatible")
     assert "helm.toolkit.fluxcd.io/v2" in ready["message"]
     assert world.api.gpu["status"]["state"] == "Error"
-
-
-def _provided_and_installed(catalog: Catalog, settings: LoopSettings | None = None) -> World:
-    world = new_world(catalog, settings=settings)
-    _no_flux(world)
-    world.edit(finalizers=[FINALIZER])
-    world.run()
-    _flux_crds_served(world)
-    world.run()
-    world.flux_says("HelmRepository")
-    world.flux_says("HelmRelease", history=[{"status": "deployed", "chartVersion": "v26.7.0"}])
-    world.store.replace(PODS, {}, None)
-    world.edit(deletionTimestamp="2026-11-30T10:00:00Z")
-    assert world.run() is Phase.UNINSTALLING
-    for plural in FLUX:
-        world.store.replace(plural, {}, version_of(world.api.next_version()))
-    for key in [k for k in world.api.objects if k[0] in ("HelmRelease", "HelmRepository")]:
-        del world.api.objects[key]  # Flux finished the uninstall
-    return world
-
-
-def test_removing_the_module_removes_its_own_flux_and_crds_nobody_uses(catalog: Catalog) -> None:
-    world = _provided_and_installed(catalog)
-    assert world.run() is Phase.RELEASED
-    calls = world.api.calls
-    assert calls.count("delete CustomResourceDefinition") == 7
-    assert "delete Deployment" in calls
-    assert not {"delete Role", "delete ServiceAccount"} & set(calls)  # KLM's (flux/access)
-    assert calls[-1] == "finalizers"
-    assert not [e for e in world.api.events if e.reason == "FluxHandedOver"]
-
-
-def test_removing_the_module_hands_over_crds_that_others_use(catalog: Catalog) -> None:
-    world = _provided_and_installed(catalog)
-    others = {"metadata": {"namespace": "team-a", "name": "app"}}
-    world.api.others = [("HelmRelease", others)]
-    assert world.run() is Phase.RELEASED
-    calls = world.api.calls
-    assert "delete CustomResourceDefinition" not in calls
-    assert calls.count("unlabel CustomResourceDefinition") == 7
-    assert "delete Deployment" in calls
-    crd = world.api.objects[("CustomResourceDefinition", "helmreleases.helm.toolkit.fluxcd.io")]
-    assert PROVIDED_LABEL not in crd["metadata"]["labels"]
-    handed = [e.message for e in world.api.events if e.reason == "FluxHandedOver"]
-    assert "HelmRelease team-a/app" in handed[0]
-
-
-def test_a_retried_hand_over_writes_only_the_crds_still_labelled(catalog: Catalog) -> None:
-    """An earlier try unlabelled three CRDs and failed: admission (kyma-gpu-manager) refuses
-    any write to a Flux CRD without the module's label, so the retry leaves them alone."""
-    world = _provided_and_installed(catalog)
-    world.api.others = [("HelmRelease", {"metadata": {"namespace": "team-a", "name": "app"}})]
-    crds = sorted(k for k in world.api.objects if k[0] == "CustomResourceDefinition")
-    for key in crds[:3]:
-        world.api.objects[key]["metadata"]["labels"].pop(PROVIDED_LABEL)
-    assert world.run() is Phase.RELEASED
-    assert world.api.calls.count("unlabel CustomResourceDefinition") == len(crds) - 3
-
-
-def test_removal_waits_while_an_object_of_the_module_terminates(catalog: Catalog) -> None:
-    world = _provided_and_installed(catalog)
-    chart = {"metadata": {"namespace": "kyma-system", "name": "kyma-system-gpu-operator",
-                          "deletionTimestamp": "2026-11-30T10:00:01Z"}}  # fmt: skip
-    world.api.others = [("HelmChart", chart)]
-    assert world.run() is OwnFlux.REMOVING_FLUX
-    assert world.api.calls == []  # source-controller must finish it first
 
 
 def test_a_field_the_server_drops_is_not_applied_again(

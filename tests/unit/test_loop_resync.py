@@ -20,7 +20,8 @@ from kyma_gpu.extensions.own_flux.machine import Phase as OwnFlux
 from kyma_gpu.reconcile.machine import FINALIZER, Phase
 from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.rules.catalog import Catalog
-from tests.unit.test_loop import World, _provided_and_installed, installed, new_world
+from tests.unit.test_loop import World, installed, new_world
+from tests.unit.test_loop_own_flux import _provided_and_installed
 
 FAST = LoopSettings(status_seconds=0.0, burst_seconds=0.0, resync_seconds=0.05, freeze_heap=False)
 """A safety pass every 50 ms."""
