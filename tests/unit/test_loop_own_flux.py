@@ -16,6 +16,7 @@ from kyma_gpu.reconcile.machine import FINALIZER, Phase
 from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.rules.catalog import Catalog
 from tests.unit.test_loop import World, _condition, new_world
+from tests.unit.test_loop_resync import _until, running
 
 
 def _no_flux(world: World) -> None:
@@ -172,4 +173,27 @@ def test_a_removal_that_waits_lists_again_on_the_next_pass(catalog: Catalog) -> 
     world.api.others = []  # source-controller finished it
     asyncio.run(world.loop.run_pass())
     assert world.last_phase is Phase.RELEASED
+    assert "delete CustomResourceDefinition" in world.api.calls
+
+
+def test_removing_flux_looks_again_while_a_helmchart_terminates(catalog: Catalog) -> None:
+    """The HelmChart of the module's release is not observed: nothing wakes the loop when
+    source-controller finishes it. RemovingFlux lists again after `removal_wait_seconds`."""
+    settings = LoopSettings(
+        status_seconds=0.0, burst_seconds=0.0, removal_wait_seconds=0.05, freeze_heap=False
+    )
+    world = _provided_and_installed(catalog, settings)
+    chart = {"metadata": {"namespace": "kyma-system", "name": "kyma-system-gpu-operator",
+                          "deletionTimestamp": "2026-11-30T10:00:01Z"}}  # fmt: skip
+    world.api.others = [("HelmChart", chart)]
+    assert world.run() is OwnFlux.REMOVING_FLUX
+
+    async def scenario() -> None:
+        await asyncio.sleep(0.1)
+        assert world.last_phase is OwnFlux.REMOVING_FLUX
+        world.api.others = []  # source-controller finished it; no event says so
+        await _until(lambda: world.last_phase is Phase.RELEASED)
+
+    running(world, scenario)
+    assert FINALIZER not in world.api.gpu["metadata"]["finalizers"]
     assert "delete CustomResourceDefinition" in world.api.calls

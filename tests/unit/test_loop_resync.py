@@ -1,12 +1,12 @@
-"""`Loop.run` on its own clock: the periodic safety pass (`LoopSettings.resync_seconds`) and the
-wait of RemovingFlux (`LoopSettings.removal_wait_seconds`), with the real store and the
-in-memory API of tests/unit/test_loop.py, and no event from anyone.
+"""`Loop.run` on its own clock: the periodic safety pass (`LoopSettings.resync_seconds`), with
+the real store and the in-memory API of tests/unit/test_loop.py, and no event from anyone (the
+wait of the own Flux's RemovingFlux: tests/unit/test_loop_own_flux.py).
 
 Each test runs the loop as the process does (`Loop.run` until stopped) in one event loop, and
 waits for what it expects with a deadline, so a loaded machine makes them slower, not flaky.
 Checked by breaking the loop and seeing them fail, then restoring: the resync timeout left out
-of the loop's wait (no reads, the drift stays), the reads' answers not put into the store (the
-drift stays), and the RemovingFlux wait without its requeue (the Gpu is never released).
+of the loop's wait (no reads, the drift stays), and the reads' answers not put into the store
+(the drift stays).
 """
 
 from __future__ import annotations
@@ -16,12 +16,10 @@ import time
 from collections.abc import Awaitable, Callable
 from enum import StrEnum
 
-from kyma_gpu.extensions.own_flux.machine import Phase as OwnFlux
-from kyma_gpu.reconcile.machine import FINALIZER, Phase
+from kyma_gpu.reconcile.machine import Phase
 from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.rules.catalog import Catalog
 from tests.unit.test_loop import World, installed, new_world
-from tests.unit.test_loop_own_flux import _provided_and_installed
 
 FAST = LoopSettings(status_seconds=0.0, burst_seconds=0.0, resync_seconds=0.05, freeze_heap=False)
 """A safety pass every 50 ms."""
@@ -132,26 +130,3 @@ def test_a_follower_makes_no_safety_pass(catalog: Catalog) -> None:
 
     running(world, scenario)
     assert world.api.calls == []
-
-
-def test_removing_flux_looks_again_while_a_helmchart_terminates(catalog: Catalog) -> None:
-    """The HelmChart of the module's release is not observed: nothing wakes the loop when
-    source-controller finishes it. RemovingFlux lists again after `removal_wait_seconds`."""
-    settings = LoopSettings(
-        status_seconds=0.0, burst_seconds=0.0, removal_wait_seconds=0.05, freeze_heap=False
-    )
-    world = _provided_and_installed(catalog, settings)
-    chart = {"metadata": {"namespace": "kyma-system", "name": "kyma-system-gpu-operator",
-                          "deletionTimestamp": "2026-11-30T10:00:01Z"}}  # fmt: skip
-    world.api.others = [("HelmChart", chart)]
-    assert world.run() is OwnFlux.REMOVING_FLUX
-
-    async def scenario() -> None:
-        await asyncio.sleep(0.1)
-        assert world.last_phase is OwnFlux.REMOVING_FLUX
-        world.api.others = []  # source-controller finished it; no event says so
-        await _until(lambda: world.last_phase is Phase.RELEASED)
-
-    running(world, scenario)
-    assert FINALIZER not in world.api.gpu["metadata"]["finalizers"]
-    assert "delete CustomResourceDefinition" in world.api.calls
