@@ -9,9 +9,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-ARCHES = ("amd64", "arm64")
-"""CPU architectures as Kubernetes names them (status.nodeInfo.architecture)."""
-
 
 @dataclass(frozen=True, slots=True)
 class MachineType:
