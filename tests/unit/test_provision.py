@@ -29,11 +29,11 @@ from kyma_gpu.plan.provision import (
     bundle_crds,
     bundle_current,
     bundle_hash,
-    bundle_images,
     bundle_workloads,
     crd_facts,
     which_flux,
 )
+from tests.unit.builders import bundle_images
 
 HR, REPO, OCI = REQUIRED_APIS
 

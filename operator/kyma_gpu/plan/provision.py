@@ -30,7 +30,6 @@ PROVIDED = "provided"
 BUNDLE_HASH = "gpu.kyma-project.io/flux-bundle-hash"
 SHARD_LABEL = "sharding.fluxcd.io/key"
 SHARD = "kyma-gpu"
-CRD_API = "apiextensions.k8s.io/v1"
 
 REQUIRED_APIS = MappingProxyType({k.crd_name: k.api_version for k in FLUX_KINDS})
 """CRD name -> the API version the module writes (Flux 2.6 or newer serves all three)."""
@@ -244,16 +243,6 @@ def bundle(images: FluxImages = FluxImages()) -> tuple[Mapping[str, Any], ...]:
     for obj in objects:
         obj["metadata"].setdefault("annotations", {})[BUNDLE_HASH] = images.digest
     return tuple(objects)
-
-
-def bundle_images(images: FluxImages = FluxImages()) -> dict[str, str]:
-    """Controller -> the image the bundle deploys it with."""
-    out = {}
-    for obj in bundle(images):
-        if obj["kind"] == "Deployment":
-            for container in obj["spec"]["template"]["spec"]["containers"]:
-                out[_controller(container["image"]) or container["name"]] = container["image"]
-    return out
 
 
 def bundle_hash(images: FluxImages = FluxImages()) -> str:
