@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from kyma_gpu import __version__
 from kyma_gpu import main as manager
 from kyma_gpu.api.chart_sources import CONFIG_MAP_NAME
-from kyma_gpu.api.models import SINGLETON_MESSAGE, SINGLETON_NAME, Gpu, GpuSpec
+from kyma_gpu.api.models import SINGLETON_NAME, Gpu, GpuSpec
 from kyma_gpu.facts import NodeError, cluster_facts, node_facts
 from kyma_gpu.plan import (
     AllowedSources,
@@ -44,7 +44,7 @@ from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.rules.engine import RuleError
 from kyma_gpu.yamlio import dump
 from kyma_gpu_tools.chart_facts import chart_facts
-from kyma_gpu_tools.crd import crd_yaml
+from kyma_gpu_tools.crd import SINGLETON_MESSAGE, crd_yaml
 from kyma_gpu_tools.flux_policy import flux_policy_yaml
 from kyma_gpu_tools.image_policy import images_policy_yaml
 from kyma_gpu_tools.inventory import Image, plan_images, release_images

@@ -18,7 +18,6 @@ from kyma_gpu.api.models import (
     HTTP_NEEDS_INSECURE,
     KIND,
     PLURAL,
-    SINGLETON_MESSAGE,
     SINGLETON_NAME,
     VGPU_NEEDS_IMAGE,
     GpuSpec,
@@ -38,6 +37,9 @@ from kyma_gpu.api.values import (
     ValueType,
 )
 from kyma_gpu.yamlio import dump
+
+SINGLETON_MESSAGE = f"the Gpu resource is a singleton: metadata.name must be '{SINGLETON_NAME}'"
+"""Said by the CEL rule on the Gpu and by `kyma-gpu plan`."""
 
 _Rules = tuple[Mapping[str, str], ...]
 

@@ -2,12 +2,79 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from enum import StrEnum
+from types import MappingProxyType
 from typing import Any
 
-from kyma_gpu.api.conditions import REASONS
-from kyma_gpu.api.values import ALLOWLIST, ALLOWLIST_DOC, TYPE_TAKES, ValueType
+from kyma_gpu.api.conditions import (
+    ComponentsReason,
+    ConditionType,
+    DriverReason,
+    FluxReason,
+    HealthReason,
+    NodesReason,
+    PoolsReason,
+    PreflightReason,
+    ReadyReason,
+    ReleaseReason,
+    SourceReason,
+    UninstallReason,
+    WorkloadsReason,
+)
+from kyma_gpu.api.values import (
+    ALLOWLIST,
+    ALLOWLIST_DOC,
+    FORMATS,
+    MAX_LABELS,
+    MAX_LIST,
+    MAX_TEXT,
+    ValueType,
+)
 from kyma_gpu_tools.crd import crd
+
+REASONS: Mapping[ConditionType, type[StrEnum]] = MappingProxyType(
+    {
+        ConditionType.READY: ReadyReason,
+        ConditionType.NODES_DETECTED: NodesReason,
+        ConditionType.PREFLIGHT: PreflightReason,
+        ConditionType.POOLS_READY: PoolsReason,
+        ConditionType.RELEASE_READY: ReleaseReason,
+        ConditionType.SOURCE_READY: SourceReason,
+        ConditionType.DRIVER_READY: DriverReason,
+        ConditionType.COMPONENTS_READY: ComponentsReason,
+        ConditionType.FLUX_AVAILABLE: FluxReason,
+        ConditionType.GPUS_HEALTHY: HealthReason,
+        ConditionType.WORKLOADS_PROTECTED: WorkloadsReason,
+        ConditionType.UNINSTALLED: UninstallReason,
+    }
+)
+"""Each condition and the enum of the reasons the module itself gives it."""
+
+TYPE_TAKES: Mapping[ValueType, str] = MappingProxyType(
+    {
+        ValueType.RESOURCES: "`requests` and `limits` of `cpu`, `memory`, `ephemeral-storage`: "
+        'quantities ("500m", "2Gi", 1); no device resources',
+        ValueType.TOLERATIONS: f"at most {MAX_LIST} tolerations (`key`, `operator` Exists or "
+        "Equal, `value`, `effect`, `tolerationSeconds`)",
+        ValueType.PRIORITY_CLASS_NAME: "a PriorityClass name",
+        ValueType.PULL_POLICY: "`Always`, `IfNotPresent` or `Never`",
+        ValueType.BOOLEAN: "`true` or `false`",
+        ValueType.UPDATE_STRATEGY: "`RollingUpdate` or `OnDelete`",
+        ValueType.MAX_UNAVAILABLE: 'a number ("2") or a percentage ("25%")',
+        ValueType.LOG_LEVEL: "`debug`, `info` or `error`",
+        ValueType.KERNEL_MODULE_TYPE: "`auto`, `open` or `proprietary`",
+        ValueType.FEATURE_GATES: f"at most {MAX_LABELS} feature gates: a name (letters and digits) "
+        "and `true` or `false`",
+        ValueType.DURATION: 'a duration ("15s", "1m")',
+        ValueType.LABELS: f"at most {MAX_LABELS} labels (qualified keys, label values)",
+        ValueType.CONFIG_MAP_NAME: "a ConfigMap name (DNS name) in the GPU operator's namespace",
+        ValueType.MIG_CONFIG_NAME: "a MIG layout name of the MIG configuration",
+        ValueType.DCGM_METRICS: f"{FORMATS[ValueType.DCGM_METRICS]}; at most {MAX_TEXT} characters",
+        ValueType.MIG_CONFIG: f"{FORMATS[ValueType.MIG_CONFIG]}; at most {MAX_TEXT} characters",
+    }
+)
+"""What each type takes, for the CRD reference."""
 
 
 def _type(prop: dict[str, Any]) -> str:

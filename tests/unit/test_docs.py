@@ -17,12 +17,13 @@ from typing import Any
 import pytest
 import yaml
 
-from kyma_gpu.api.conditions import REASONS, ConditionType, PreflightReason
+from kyma_gpu.api.conditions import ConditionType, PreflightReason
 from kyma_gpu.extensions import MACHINE
 from kyma_gpu.facts import OsFamily
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.rules.engine import RuleError
 from kyma_gpu_tools.cli import main
+from kyma_gpu_tools.reference import REASONS
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"

@@ -9,9 +9,7 @@ where a reason belongs fails mypy. docs/crd-reference.md lists these enums
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from enum import StrEnum
-from types import MappingProxyType
 from typing import NewType
 
 
@@ -239,21 +237,3 @@ Reason = (
     | FluxMirrored
 )
 """The reason of a condition of Gpu.status: one of the module's enums, or Flux's own word."""
-
-REASONS: Mapping[ConditionType, type[StrEnum]] = MappingProxyType(
-    {
-        ConditionType.READY: ReadyReason,
-        ConditionType.NODES_DETECTED: NodesReason,
-        ConditionType.PREFLIGHT: PreflightReason,
-        ConditionType.POOLS_READY: PoolsReason,
-        ConditionType.RELEASE_READY: ReleaseReason,
-        ConditionType.SOURCE_READY: SourceReason,
-        ConditionType.DRIVER_READY: DriverReason,
-        ConditionType.COMPONENTS_READY: ComponentsReason,
-        ConditionType.FLUX_AVAILABLE: FluxReason,
-        ConditionType.GPUS_HEALTHY: HealthReason,
-        ConditionType.WORKLOADS_PROTECTED: WorkloadsReason,
-        ConditionType.UNINSTALLED: UninstallReason,
-    }
-)
-"""Each condition and the enum of the reasons the module itself gives it."""

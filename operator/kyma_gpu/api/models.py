@@ -55,8 +55,6 @@ GPU operator's namespace must not grow the Gpu without bound (a chart renders ab
 MAX_MARKED_PERCENT = 50
 """The most of a pool that spec.health may mark at once: half keeps a pool serving while
 Gardener replaces machines, whatever a Gpu editor sets."""
-SINGLETON_MESSAGE = f"the Gpu resource is a singleton: metadata.name must be '{SINGLETON_NAME}'"
-"""Said by the CEL rule on the Gpu and by `kyma-gpu plan`."""
 
 # Patterns shared by the schema (admission) and the models (offline `plan`).
 DRIVER_VERSION_PATTERN = r"^[0-9]{3}(\.[0-9]{1,3}){0,2}$"

@@ -237,32 +237,6 @@ FORMATS: Mapping[ValueType, str] = MappingProxyType(
 """What a pattern of each type accepts, in words: said instead of the pattern."""
 
 
-TYPE_TAKES: Mapping[ValueType, str] = MappingProxyType(
-    {
-        ValueType.RESOURCES: "`requests` and `limits` of `cpu`, `memory`, `ephemeral-storage`: "
-        'quantities ("500m", "2Gi", 1); no device resources',
-        ValueType.TOLERATIONS: f"at most {MAX_LIST} tolerations (`key`, `operator` Exists or "
-        "Equal, `value`, `effect`, `tolerationSeconds`)",
-        ValueType.PRIORITY_CLASS_NAME: "a PriorityClass name",
-        ValueType.PULL_POLICY: "`Always`, `IfNotPresent` or `Never`",
-        ValueType.BOOLEAN: "`true` or `false`",
-        ValueType.UPDATE_STRATEGY: "`RollingUpdate` or `OnDelete`",
-        ValueType.MAX_UNAVAILABLE: 'a number ("2") or a percentage ("25%")',
-        ValueType.LOG_LEVEL: "`debug`, `info` or `error`",
-        ValueType.KERNEL_MODULE_TYPE: "`auto`, `open` or `proprietary`",
-        ValueType.FEATURE_GATES: f"at most {MAX_LABELS} feature gates: a name (letters and digits) "
-        "and `true` or `false`",
-        ValueType.DURATION: 'a duration ("15s", "1m")',
-        ValueType.LABELS: f"at most {MAX_LABELS} labels (qualified keys, label values)",
-        ValueType.CONFIG_MAP_NAME: "a ConfigMap name (DNS name) in the GPU operator's namespace",
-        ValueType.MIG_CONFIG_NAME: "a MIG layout name of the MIG configuration",
-        ValueType.DCGM_METRICS: f"{FORMATS[ValueType.DCGM_METRICS]}; at most {MAX_TEXT} characters",
-        ValueType.MIG_CONFIG: f"{FORMATS[ValueType.MIG_CONFIG]}; at most {MAX_TEXT} characters",
-    }
-)
-"""What each type takes, for the CRD reference."""
-
-
 VALIDATE: Mapping[ValueType, Callable[..., Any]] = MappingProxyType(
     {value_type: TypeAdapter(PYTHON_TYPES[value_type]).validate_python for value_type in ValueType}
 )
