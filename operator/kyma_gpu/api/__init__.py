@@ -1,39 +1,5 @@
-"""The Gpu API: pydantic models of spec and status, and the CRD generated from them."""
+"""The Gpu API: pydantic models of spec and status (api/models.py), and what they are built of."""
 
-from kyma_gpu.api.models import (
-    API_GROUP,
-    API_VERSION,
-    KIND,
-    SINGLETON_NAME,
-    ComponentsSpec,
-    ComponentStatus,
-    Condition,
-    ConditionStatus,
-    DriverMode,
-    DriverSpec,
-    Gpu,
-    GpuNodeStatus,
-    GpuSpec,
-    GpuState,
-    GpuStatus,
-    SourceSpec,
-)
+from kyma_gpu.api.models import GpuSpec, GpuState
 
-__all__ = (
-    "API_GROUP",
-    "API_VERSION",
-    "KIND",
-    "SINGLETON_NAME",
-    "ComponentStatus",
-    "ComponentsSpec",
-    "Condition",
-    "ConditionStatus",
-    "DriverMode",
-    "DriverSpec",
-    "Gpu",
-    "GpuNodeStatus",
-    "GpuSpec",
-    "GpuState",
-    "GpuStatus",
-    "SourceSpec",
-)
+__all__ = ("GpuSpec", "GpuState")
