@@ -134,8 +134,6 @@ class Elector:
     namespace: str
     name: str
     identity: str
-    on_lost: Callable[[], None] = lambda: None
-    acquired: asyncio.Event = field(default_factory=asyncio.Event)
     leading: bool = False
     renewed_at: float = 0.0
     seen: Seen = field(default_factory=Seen)
@@ -153,7 +151,6 @@ class Elector:
                 log.error("could not renew the Lease %s/%s for %.0fs: stepping down to follower",
                           self.namespace, self.name, self.settings.renew_deadline)  # fmt: skip
                 self.leading = False
-                self.on_lost()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stopped.wait(), timeout=self.settings.retry)
 
@@ -179,7 +176,6 @@ class Elector:
         self.renewed_at = clock
         if not self.leading:
             self.leading = True
-            self.acquired.set()
             log.info("leading: holding the Lease %s/%s as %s (%s)",
                      self.namespace, self.name, self.identity, why(move, lease))  # fmt: skip
 
