@@ -92,18 +92,7 @@ class Runtime:
     then what `start` started, for `stop`."""
 
     options: Options
-    _started: Started | None = field(default=None, init=False, repr=False)
-
-    @property
-    def started(self) -> Started:
-        """What `start` started. kopf runs `stop` only after `start` has succeeded."""
-        if self._started is None:
-            raise RuntimeError("the startup handler has not run")
-        return self._started
-
-    @started.setter
-    def started(self, started: Started) -> None:
-        self._started = started
+    started: Started | None = None
 
 
 MEMO_KEY = "runtime"
@@ -209,6 +198,8 @@ def _loop_ended(task: asyncio.Task[None]) -> None:
 async def stop(memo: kopf.Memo, **_: Any) -> None:
     """kopf runs it only after `start` succeeded, when the process is asked to stop."""
     started = runtime(memo).started
+    if started is None:
+        return
     started.stopped.set()
     started.informers.stop()
     started.allowed_sources_informer.stop()
