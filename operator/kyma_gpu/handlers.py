@@ -223,9 +223,8 @@ def own_identity(environ: Mapping[str, str]) -> str:
 
 
 def run(
-    liveness: str | None = None, leader_election: bool = False, metrics_address: str | None = None,
-    settings: Settings | None = None,
-) -> None:  # fmt: skip
+    liveness: str | None = None, leader_election: bool = False, metrics_address: str | None = None
+) -> None:
     """The manager process (kyma-gpu-manager, `python -m kyma_gpu`: kyma_gpu/main.py)."""
     try:
         Catalog().check()
@@ -237,7 +236,7 @@ def run(
     os.environ["POD_ID"] = identity  # kopf's documented source of its identity (detect_own_id)
     # kopf only runs the process: no peering (it would pause every replica of equal priority);
     # the Lease picks the one that writes.
-    options = Options(identity, leader_election, metrics_address, settings or Settings())
+    options = Options(identity, leader_election, metrics_address)
     kopf.run(
         clusterwide=True,
         liveness_endpoint=liveness,
