@@ -7,41 +7,11 @@ error are api/admission.py's, the same the Gpu status and the API server give.
 from __future__ import annotations
 
 import difflib
-import types
-from collections.abc import Sequence
-from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
 from kyma_gpu.api.admission import admission_message, error_text, field_path
-
-
-def allowed_keys(model: type[BaseModel], loc: Sequence[int | str]) -> list[str]:
-    """The wire names a model accepts at `loc` (pydantic's location of the parent object)."""
-    annotation: Any = model
-    for key in loc:
-        annotation = _field_annotation(_unwrap(annotation), key)
-    annotation = _unwrap(annotation)
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [field.alias or name for name, field in annotation.model_fields.items()]
-    return []
-
-
-def _unwrap(annotation: Any) -> Any:
-    """list[X] -> X, X | None -> X."""
-    while get_origin(annotation) in (list, Union, types.UnionType):
-        annotation = next(a for a in get_args(annotation) if a is not type(None))
-    return annotation
-
-
-def _field_annotation(annotation: Any, key: int | str) -> Any:
-    if isinstance(key, int):
-        return annotation
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        for name, field in annotation.model_fields.items():
-            if key in (name, field.alias):
-                return field.annotation
-    return None
+from kyma_gpu.rules.data_models import allowed_keys
 
 
 def unknown_fields_message(err: ValidationError, model: type[BaseModel], root: str = "spec") -> str:

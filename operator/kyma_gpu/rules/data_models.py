@@ -584,7 +584,7 @@ def rule_error(model: type[BaseModel], err: ValidationError, label: str, data: o
 def _problem(model: type[BaseModel], error: ErrorDetails) -> str:
     loc = tuple(k for k in error["loc"] if k != "[key]")
     if error["type"] == "extra_forbidden":
-        allowed = ", ".join(_allowed(model, loc[:-1]))
+        allowed = ", ".join(allowed_keys(model, loc[:-1]))
         return f"unknown key {loc[-1]!r}; allowed: {allowed}"
     if error["type"] == "missing":
         return f"missing key {loc[-1]!r}"
@@ -621,8 +621,9 @@ def _step(node: object, key: str | int) -> object:
     return None
 
 
-def _allowed(model: type[BaseModel], loc: Sequence[str | int]) -> list[str]:
-    """The keys the model allows at loc (for "unknown key" errors)."""
+def allowed_keys(model: type[BaseModel], loc: Sequence[str | int]) -> list[str]:
+    """The keys (wire names) the model allows at loc, pydantic's location of the parent object:
+    for "unknown key" errors, here and in `kyma-gpu plan` (kyma_gpu_tools/spec_errors.py)."""
     annotation: object = model
     for key in loc:
         annotation = _inner(_unwrap(annotation), key)
