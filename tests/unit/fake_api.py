@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kyma_gpu.adapter import ObjectRef, cordon_patch, node_condition_patch
+from kyma_gpu.api.node_marks import NodeWrite
 from kyma_gpu.errors import classify
 from kyma_gpu.reconcile.loop import now
 from kyma_gpu.status.events import GpuEvent, GpuRef
-from kyma_gpu.status.marks import NodeWrite
 
 _VERSIONS = itertools.count(100)
 

@@ -6,13 +6,13 @@ import pytest
 
 from kyma_gpu.api.conditions import DeletionReason, UninstallReason, WorkloadsReason
 from kyma_gpu.api.models import GpuState
+from kyma_gpu.extensions.workload_protection.status import workloads_wait
 from kyma_gpu.status.deletion import (
     UNINSTALL_GRACE_SECONDS,
     Deleting,
     go_duration_seconds,
     uninstall_of,
     uninstall_wait,
-    workloads_wait,
 )
 
 HR = "HelmRelease/kyma-system/gpu-operator"

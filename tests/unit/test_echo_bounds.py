@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from kyma_gpu.api import GpuSpec
+from kyma_gpu.extensions import MACHINE
 from kyma_gpu.facts.echo import ELLIPSIS, MESSAGE_LIMIT, NAME_LIMIT, REASON_LIMIT, TEXT_LIMIT
 from kyma_gpu.facts.gpu import GpuObject
 from kyma_gpu.facts.node import observe_node
@@ -130,7 +131,7 @@ def test_hostile_objects_keep_the_status_and_events_small(
     stalled = tuple(f"HelmRelease/kyma-system/{_long_name('hr', i)}" for i in range(200))
     uninstall = Uninstall(stalled=stalled, since="2026-01-01T00:00:00Z", bound_seconds=360)
     status = gpu_status(_gpu(deleting), _snapshot(plan, nodes, catalog), plan,
-                        "2026-01-01T00:10:00Z", error, uninstall)  # fmt: skip
+                        "2026-01-01T00:10:00Z", error, uninstall, MACHINE.status_hooks)  # fmt: skip
     body = status.model_dump(by_alias=True, exclude_none=True, mode="json")
     size = len(status.model_dump_json(by_alias=True, exclude_none=True).encode())
     assert size < STATUS_SIZE_LIMIT, size

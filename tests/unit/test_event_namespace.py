@@ -8,9 +8,10 @@ import asyncio
 from typing import Any, cast
 
 from kyma_gpu.adapter import KubeAdapter
+from kyma_gpu.extensions.workload_protection.status import PODS_SHOWN, workloads_wait
 from kyma_gpu.facts.gpu import gpu_object
 from kyma_gpu.reconcile.effects import ClusterApi, Recorder
-from kyma_gpu.status.deletion import PODS_SHOWN, without_pod_names, workloads_wait
+from kyma_gpu.status.deletion import without_pod_names
 from kyma_gpu.status.events import EventType, GpuEvent, GpuRef, News, event_for
 
 PODS = ("ml/trainer", "research-2/batch.v1-0", *(f"team-{i}/job-{i}" for i in range(20)))

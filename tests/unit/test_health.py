@@ -1,5 +1,6 @@
-"""The pure GPU health function (status/health.py) as a table: what a node's body says, and the
-finding, healthy and total GPUs it gets; then the fleet's condition and status fields."""
+"""The pure GPU health function (extensions/node_marks/health.py) as a table: what a node's
+body says, and the finding, healthy and total GPUs it gets; then the fleet's condition and
+status fields."""
 
 from __future__ import annotations
 
@@ -10,15 +11,15 @@ import pytest
 from kyma_gpu.api.conditions import HealthReason
 from kyma_gpu.api.models import STATUS_UNHEALTHY_LIMIT
 from kyma_gpu.api.node_marks import NODE_CONDITION
-from kyma_gpu.facts import MachineTypeRegistry, observe_node
-from kyma_gpu.status.events import health_event
-from kyma_gpu.status.health import (
+from kyma_gpu.extensions.node_marks.health import (
     gpu_health,
     health_condition,
     node_health,
     same_model,
     unhealthy_nodes,
 )
+from kyma_gpu.facts import MachineTypeRegistry, observe_node
+from kyma_gpu.status.events import health_event
 from tests.unit.builders import node
 
 R = HealthReason

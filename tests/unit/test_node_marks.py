@@ -1,5 +1,6 @@
-"""Node marks for GPU health: which nodes get the manager's mark and cordon (status/marks.py,
-pure), and the loop writing them once, clearing them, and never writing twice."""
+"""Node marks for GPU health: which nodes get the manager's mark and cordon
+(extensions/node_marks/marks.py, pure), and the loop writing them once, clearing them, and
+never writing twice."""
 
 from __future__ import annotations
 
@@ -11,14 +12,20 @@ import pytest
 from kyma_gpu.api.conditions import HealthReason
 from kyma_gpu.api.models import HealthSpec, Remediation
 from kyma_gpu.api.node_marks import CORDON_ANNOTATION, NODE_CONDITION
+from kyma_gpu.extensions.node_marks.health import gpu_health
 from kyma_gpu.extensions.node_marks.machine import Phase as MarksPhase
+from kyma_gpu.extensions.node_marks.marks import (
+    MarkGround,
+    allowed,
+    mark_ground,
+    markable,
+    node_writes,
+)
 from kyma_gpu.facts import MachineTypeRegistry, ObservedNode, observe_node
 from kyma_gpu.observe.store import Entry, version_of
 from kyma_gpu.observe.watches import FLUX, NODES, PODS
 from kyma_gpu.reconcile.machine import Phase
 from kyma_gpu.rules.catalog import Catalog
-from kyma_gpu.status.health import gpu_health
-from kyma_gpu.status.marks import MarkGround, allowed, mark_ground, markable, node_writes
 from tests.unit.builders import cpu_node, node
 from tests.unit.test_loop import World, installed, new_world
 

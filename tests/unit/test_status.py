@@ -3,7 +3,7 @@ gives, the DaemonSet readiness rule, and transition times that only move on a ch
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, get_type_hints
 
 import pytest
@@ -11,6 +11,7 @@ import pytest
 from kyma_gpu.api import GpuSpec, GpuState
 from kyma_gpu.api.conditions import ConditionType, FluxMirrored, Reason
 from kyma_gpu.api.models import Condition, GpuStatus
+from kyma_gpu.extensions import MACHINE
 from kyma_gpu.facts import DriverUpgradeState
 from kyma_gpu.facts.stack import FluxCondition, driver_image_version
 from kyma_gpu.plan import Owner, Plan, make_plan
@@ -20,13 +21,13 @@ from kyma_gpu.status import (
     Evidence,
     FluxObjectFacts,
     OperatorStateFacts,
-    aggregate,
     cluster_policy_facts,
     daemonset_facts,
     flux_object_facts,
     is_gpu_workload,
     requests_gpu,
 )
+from kyma_gpu.status.aggregate import aggregate as aggregate_core
 from kyma_gpu.status.aggregate import nodes_ready, running_driver_version
 from kyma_gpu.status.deletion import Wait
 from kyma_gpu.status.judge import cond, release_ready
@@ -37,6 +38,17 @@ DRIVER_DS = "nvidia-driver-daemonset-6.12.44-cloud-amd64-gardenlinux0"
 INSTALLER = "ghcr.io/gardenlinux/gardenlinux-nvidia-installer/1.17.0"
 GL_DRIVER_IMAGE = f"{INSTALLER}/driver:590-6.12.44-cloud-amd64-gardenlinux0"
 FLATCAR = "Flatcar Container Linux by Kinvolk 4081.2.0 (Oklo)"
+
+
+def aggregate(
+    plan: Plan,
+    observed: Evidence,
+    generation: int | None,
+    previous: Sequence[Condition] = (),
+    now: str = "",
+) -> GpuStatus:
+    """The status with every registered extension's part, as the loop shows it."""
+    return aggregate_core(plan, observed, generation, previous, now, MACHINE.status_hooks)
 
 
 @pytest.fixture(scope="module")

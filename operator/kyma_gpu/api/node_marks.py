@@ -23,6 +23,8 @@ count for detecting GPU nodes and planning the install (facts/node.py), never fo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 NODE_CONDITION = "KymaGpuUnhealthy"
 """The Node condition type the manager writes (True: its GPUs are unhealthy)."""
 CORDON_ANNOTATION = "gpu.kyma-project.io/cordoned"
@@ -40,3 +42,18 @@ UNTRUSTED_GPU_LABELS = (
 )
 """Node labels that say "an NVIDIA GPU is here" but that NFD rules (and a node itself) can set
 on any node: GPU evidence for detection, never for a mark or a cordon."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeWrite:
+    """What the manager writes to one Node."""
+
+    name: str
+    unhealthy: bool | None = None
+    """True: set KymaGpuUnhealthy True with `reason`; False: set it False; None: leave it."""
+    reason: str = ""
+    message: str = ""
+    cordon: bool | None = None
+    """True: cordon and annotate; False: drop the annotation and uncordon; None: leave it."""
+    new_status: bool = True
+    """The condition's status changes (not only its reason): a new lastTransitionTime."""

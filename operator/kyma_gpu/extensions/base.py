@@ -12,7 +12,9 @@ What an extension brings:
 - whether it wants users' pods observed (`watches_pods`);
 - a change to the plan's objects before they are compared and applied (`shapes`);
 - its reads (what no informer watches; the answer is in the next snapshot's `reads`) and its
-  actions, and how the loop carries each out (`reads`, `actions`, with a `Context`).
+  actions, and how the loop carries each out (`reads`, `actions`, with a `Context`);
+- its part of the Gpu's status (`status`): conditions after the core's, the deletion's waits
+  before the core's Uninstalled, GpuStatus fields (status/aggregate.py `StatusPart`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from kyma_gpu.reconcile.machine import (
     Row,
     Shape,
 )
+from kyma_gpu.status.aggregate import StatusHook
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +76,8 @@ class Extension:
         default_factory=lambda: MappingProxyType({})
     )
     """Its actions, and how the loop carries each out."""
+    status: StatusHook | None = None
+    """Its part of the Gpu's status: conditions, the deletion's waits, fields (pure)."""
 
     def __post_init__(self) -> None:
         if list(self.rows) != list(self.situations):

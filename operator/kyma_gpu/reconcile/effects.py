@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from kyma_gpu.adapter import ObjectRef
 from kyma_gpu.api.models import GpuStatus
+from kyma_gpu.api.node_marks import NodeWrite
 from kyma_gpu.api.resources import FLUX_KINDS
 from kyma_gpu.errors import ApiError, PermanentError
 from kyma_gpu.facts.gpu import GpuObject, gpu_object
@@ -44,7 +45,6 @@ from kyma_gpu.status.events import (
     events_for,
     to_post,
 )
-from kyma_gpu.status.marks import NodeWrite
 
 log = logging.getLogger(__name__)
 

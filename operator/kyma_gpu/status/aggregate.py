@@ -11,8 +11,9 @@ every list is bounded, so the status stays below STATUS_SIZE_LIMIT whatever othe
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from kyma_gpu.api.conditions import ConditionType, ReadyReason
 from kyma_gpu.api.models import (
@@ -37,23 +38,17 @@ from kyma_gpu.facts.stack import (
 from kyma_gpu.plan.plan import Plan
 from kyma_gpu.plan.pools import blocked_nodes
 from kyma_gpu.status import judge as c
-from kyma_gpu.status.deletion import Uninstall, uninstall_wait, workloads_wait
-from kyma_gpu.status.health import (
-    Health,
-    gpu_health,
-    health_condition,
-    pools_shown,
-    unhealthy_nodes,
-)
+from kyma_gpu.status.deletion import Uninstall, Wait, uninstall_wait
 from kyma_gpu.status.judge import NO_GPU_NODES_MESSAGE, Judgement, cond, flux_failed
 
 __all__ = (
     "STATUS_SIZE_LIMIT",
     "ConditionType",
     "Evidence",
+    "StatusHook",
+    "StatusPart",
     "aggregate",
     "flux_failed",
-    "plan_health",
     "stamp",
     "summarize",
 )
@@ -107,42 +102,53 @@ class Evidence:
     versions seen before it still run on some nodes."""
 
 
+@dataclass(frozen=True, slots=True)
+class StatusPart:
+    """What an extension adds to the status (its `StatusHook`'s answer): conditions after the
+    core's, the deletion's waits before the core's (Uninstalled), and GpuStatus fields. Ready
+    stays the core's summary: it reads the waits of a deletion, never the conditions."""
+
+    conditions: tuple[Condition, ...] = ()
+    waits: tuple[Wait, ...] = ()
+    """Shown while the Gpu is being deleted, in the deletion's order."""
+    holds: bool = False
+    """One of `waits` holds the deletion before the uninstall: Uninstalled is not shown yet."""
+    fields: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
+    """GpuStatus fields (by their Python names) and their values."""
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.fields) - set(GpuStatus.model_fields))
+        if unknown:
+            raise ValueError(f"no GpuStatus fields: {unknown}")
+        object.__setattr__(self, "fields", MappingProxyType(dict(self.fields)))
+
+
+StatusHook = Callable[[Plan, "Evidence", int | None], StatusPart]
+"""An extension's status part: (the plan, the evidence, the Gpu's generation) -> what it adds.
+Pure."""
+
+
 def aggregate(
     plan: Plan,
     observed: Evidence,
     generation: int | None,
     previous: Sequence[Condition] = (),
     now: str = "",
+    hooks: Sequence[StatusHook] = (),
 ) -> GpuStatus:
-    """The whole status. `previous` carries lastTransitionTime; `now` stamps new transitions."""
+    """The whole status. `previous` carries lastTransitionTime; `now` stamps new transitions;
+    `hooks` are the extensions' status parts, in their order."""
+    parts = [hook(plan, observed, generation) for hook in hooks]
     judgements = conditions_of(plan, observed, generation)
-    deletion = _deletion_waits(observed, generation) if observed.deleting else []
+    deletion = _deletion_waits(observed, parts, generation) if observed.deleting else []
     state, summary = summarize(judgements, deletion, observed.deleting, len(plan.nodes), generation,
                                degraded_message(plan, observed, judgements))  # fmt: skip
-    health = plan_health(plan, observed.gpu_nodes)
     conditions = [summary, *(v.condition for v in judgements),
-                  health_condition(health, generation), *(w for w, _ in deletion)]  # fmt: skip
+                  *(c for p in parts for c in p.conditions), *(w for w, _ in deletion)]  # fmt: skip
     status = _status(plan, observed, state, summary.message, generation,
                      stamp(conditions, previous, now))  # fmt: skip
-    return with_health(status, health)
-
-
-def plan_health(plan: Plan, gpu_nodes: Sequence[ObservedNode]) -> Health:
-    """The GPU health of the GPU nodes as the plan's stack and sharing count their GPUs."""
-    return gpu_health(gpu_nodes, shared=plan.sharing is not None,
-                      device_plugin=plan.stack is GpuStack.DEVICE_PLUGIN)  # fmt: skip
-
-
-def with_health(status: GpuStatus, health: Health) -> GpuStatus:
-    """The status with its GPU health fields."""
-    return status.model_copy(update={
-        "gpus": f"{health.healthy_gpus}/{health.total_gpus}",
-        "gpus_healthy": health.healthy_gpus,
-        "gpu_total": health.total_gpus,
-        "pools": pools_shown(health),
-        "unhealthy_nodes": unhealthy_nodes(health),
-        "unhealthy_node_count": len(health.unhealthy),
-    })  # fmt: skip
+    fields = {name: value for p in parts for name, value in p.fields.items()}
+    return status.model_copy(update=fields) if fields else status
 
 
 def conditions_of(plan: Plan, observed: Evidence, generation: int | None) -> list[Judgement]:
@@ -328,11 +334,13 @@ def running_driver_version(sets: Sequence[DaemonSetFacts], before: str | None) -
     return listed(sorted(versions, key=_version_key), DRIVER_VERSIONS_SHOWN) or None
 
 
-def _deletion_waits(observed: Evidence, generation: int | None) -> list[tuple[Condition, GpuState]]:
-    """The deletion's conditions in the order it meets them, each with the state it implies."""
-    pods = () if observed.skip_protection else observed.gpu_workloads
-    waits = [workloads_wait(pods, observed.skip_protection)]
-    uninstall = uninstall_wait(observed.uninstall) if not pods or observed.skip_protection else None
+def _deletion_waits(
+    observed: Evidence, parts: Sequence[StatusPart], generation: int | None
+) -> list[tuple[Condition, GpuState]]:
+    """The deletion's conditions in the order it meets them (the extensions' waits, then
+    Uninstalled unless one of theirs holds it), each with the state it implies."""
+    waits = [w for p in parts for w in p.waits]
+    uninstall = None if any(p.holds for p in parts) else uninstall_wait(observed.uninstall)
     if uninstall is not None:
         waits.append(uninstall)
     return [(cond(w.type, w.status, w.reason, w.message, generation), w.state) for w in waits]

@@ -2,8 +2,8 @@
 
 A deletion waits, in this order, for:
 
-1. users' GPU pods (WorkloadsProtected), unless the Gpu carries the annotation
-   `gpu.kyma-project.io/skip-workload-protection: "true"`;
+1. what the extensions' status parts wait for (workload protection: users' GPU pods,
+   WorkloadsProtected; extensions/workload_protection/status.py);
 2. Flux to uninstall the chart (Uninstalled). helm-controller removes the HelmRelease's
    finalizer once the release is gone. If it has not within the HelmRelease's uninstall timeout
    plus a grace period, helm-controller is missing or failing: the Gpu turns Error and names the
@@ -21,22 +21,19 @@ from kyma_gpu.api.conditions import (
     ConditionType,
     DeletionReason,
     UninstallReason,
-    WorkloadsReason,
 )
-from kyma_gpu.api.models import SKIP_PROTECTION_ANNOTATION, ConditionStatus, GpuState
-from kyma_gpu.facts.echo import listed
+from kyma_gpu.api.models import ConditionStatus, GpuState
 
 UNINSTALL_GRACE_SECONDS = 60.0
 """Added to the HelmRelease's uninstall timeout before a deletion counts as stalled."""
 DEFAULT_UNINSTALL_TIMEOUT = "5m"
 """helm-controller's default when the HelmRelease sets neither uninstall.timeout nor timeout."""
-PODS_SHOWN = 10
 _PODS_NAMED = re.compile(
     r"^(deletion waits for \d+ pods that use GPUs): [^ ,]+(?:, [^ ,]+)*(?: and \d+ more)?"
     r"(\. Delete them)"
 )
-"""The pod names in workloads_wait's message: "namespace/name, ..." (DNS names: no spaces or
-commas)."""
+"""The pod names in workload protection's message (extensions/workload_protection/status.py):
+"namespace/name, ..." (DNS names: no spaces or commas)."""
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
 _UNIT_SECONDS = MappingProxyType({"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001})
@@ -82,24 +79,6 @@ def parse_time(stamp: str) -> datetime | None:
         return datetime.fromisoformat(stamp)
     except ValueError:
         return None
-
-
-def workloads_wait(pods: tuple[str, ...], skipped: bool) -> Wait:
-    if skipped:
-        return Wait(
-            ConditionType.WORKLOADS_PROTECTED, "False", WorkloadsReason.PROTECTION_SKIPPED,
-            f"skipped by the annotation {SKIP_PROTECTION_ANNOTATION}=true: the GPU stack is "
-            "removed even while pods use GPUs", GpuState.DELETING,
-        )  # fmt: skip
-    if not pods:
-        return Wait(ConditionType.WORKLOADS_PROTECTED, "True", WorkloadsReason.NO_GPU_WORKLOADS,
-                    "no user pod uses a GPU", GpuState.DELETING)  # fmt: skip
-    return Wait(
-        ConditionType.WORKLOADS_PROTECTED, "False", WorkloadsReason.GPU_WORKLOADS_RUNNING,
-        f"deletion waits for {len(pods)} pods that use GPUs: {listed(pods, PODS_SHOWN)}. Delete "
-        f"them, or annotate the Gpu with {SKIP_PROTECTION_ANNOTATION}=true to go ahead",
-        GpuState.WARNING,
-    )  # fmt: skip
 
 
 def without_pod_names(message: str) -> str:

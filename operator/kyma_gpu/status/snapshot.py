@@ -24,7 +24,7 @@ from kyma_gpu.facts.stack import (
 from kyma_gpu.plan import AllowedSources, Plan
 from kyma_gpu.plan.actions import LiveObject, ObjectKey
 from kyma_gpu.plan.provision import FluxApi, external_flux, which_flux
-from kyma_gpu.status.aggregate import Evidence, stamp
+from kyma_gpu.status.aggregate import Evidence, StatusHook, stamp
 from kyma_gpu.status.aggregate import aggregate as aggregate_status
 from kyma_gpu.status.deletion import Uninstall
 from kyma_gpu.status.flux_available import with_flux
@@ -69,9 +69,11 @@ def gpu_status(
     now: str,
     error: str = "",
     uninstall: Uninstall | None = None,
+    hooks: Sequence[StatusHook] = (),
 ) -> GpuStatus:
     """The status of a Gpu the module reconciles: the plan and what is observed of it, the
-    Gpu's previous conditions (their transition times), and which Flux the module relies on."""
+    Gpu's previous conditions (their transition times), which Flux the module relies on, and
+    the extensions' status parts (`hooks`)."""
     gpu_nodes = tuple(n for n in snap.nodes if n.is_gpu)
     observed = Evidence(
         helm_release=_find(snap.flux_status, plan.helm_release),
@@ -96,7 +98,7 @@ def gpu_status(
         driver_version_before=_str_or_none(gpu.status.get("driverVersion")),
     )
     previous = conditions_of(gpu.status)
-    status = aggregate_status(plan, observed, gpu.generation, previous, now)
+    status = aggregate_status(plan, observed, gpu.generation, previous, now, hooks)
     return with_flux(status, which_flux(snap.flux_api), previous, now)
 
 

@@ -1,6 +1,6 @@
 """GPU health with node marks: spec.health.remediation marks (condition KymaGpuUnhealthy)
 and cordons the GPU nodes whose GPUs are unhealthy, and a deletion clears the marks
-(status/marks.py says which writes; api/node_marks.py names the condition and the
+(extensions/node_marks/marks.py says which writes; api/node_marks.py names the condition and the
 annotation the admission policy lets the manager write)."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 from kyma_gpu.extensions.base import Extension
 from kyma_gpu.extensions.node_marks.effects import mark
 from kyma_gpu.extensions.node_marks.machine import ROWS, MarkNodes, Situation, left, to_mark
+from kyma_gpu.extensions.node_marks.status import health
 from kyma_gpu.reconcile.machine import Point
 
 EXTENSION = Extension(
@@ -15,5 +16,6 @@ EXTENSION = Extension(
     situations=Situation,
     classify={Point.APPLIED: to_mark, Point.UNINSTALLED: left},
     rows=ROWS,
+    status=health,
     actions={MarkNodes: mark},
 )

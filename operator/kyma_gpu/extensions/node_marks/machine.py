@@ -2,8 +2,8 @@
 
 Node marks for GPU health (spec.health.remediation): once the plan's objects are applied, the
 manager sets or clears the Node condition KymaGpuUnhealthy and cordons or uncordons the GPU
-nodes whose GPUs are unhealthy (status/marks.py); a deletion, once Flux uninstalled the
-release, clears every mark of the module's."""
+nodes whose GPUs are unhealthy (marks.py); a deletion, once Flux uninstalled the release,
+clears every mark of the module's."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from kyma_gpu.api.models import HealthSpec, Remediation
+from kyma_gpu.api.node_marks import NodeWrite
+from kyma_gpu.extensions.node_marks.health import Health, plan_health
+from kyma_gpu.extensions.node_marks.marks import marks_key, node_writes
 from kyma_gpu.facts import ObservedNode
 from kyma_gpu.plan import Plan
 from kyma_gpu.reconcile.machine import ExtensionAction, Inputs, Row, Seen, Step, status_of
-from kyma_gpu.status.aggregate import plan_health
-from kyma_gpu.status.health import Health
-from kyma_gpu.status.marks import NodeWrite, marks_key, node_writes
 
 
 class Situation(StrEnum):

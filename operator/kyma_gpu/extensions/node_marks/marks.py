@@ -23,31 +23,16 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Container, Iterable, Sequence
-from dataclasses import dataclass
 from enum import StrEnum
 
 from kyma_gpu.api.conditions import REMEDIABLE
 from kyma_gpu.api.models import HealthSpec, Remediation
+from kyma_gpu.api.node_marks import NodeWrite
+from kyma_gpu.extensions.node_marks.health import Health, NodeHealth
 from kyma_gpu.facts.node import NodeMarkFacts, ObservedNode
-from kyma_gpu.status.health import Health, NodeHealth
 
 RECOVERED = "GpusHealthy"
 """The reason of a cleared mark (status False)."""
-
-
-@dataclass(frozen=True, slots=True)
-class NodeWrite:
-    """What the manager writes to one Node."""
-
-    name: str
-    unhealthy: bool | None = None
-    """True: set KymaGpuUnhealthy True with `reason`; False: set it False; None: leave it."""
-    reason: str = ""
-    message: str = ""
-    cordon: bool | None = None
-    """True: cordon and annotate; False: drop the annotation and uncordon; None: leave it."""
-    new_status: bool = True
-    """The condition's status changes (not only its reason): a new lastTransitionTime."""
 
 
 def allowed(nodes: int, percent: int) -> int:

@@ -17,7 +17,7 @@ Ready: Ready says the module installed the stack, GpusHealthy what the hardware 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from kyma_gpu.api.conditions import NODE_FINDINGS, ConditionType, HealthReason
@@ -28,12 +28,14 @@ from kyma_gpu.api.models import (
     PoolHealth,
     UnhealthyNode,
 )
+from kyma_gpu.api.operations import GpuStack
 from kyma_gpu.facts.node import DriverUpgradeState, GpuDevices, ObservedNode, same_model
+from kyma_gpu.plan.plan import Plan
 from kyma_gpu.plan.pools import pool_of
 
 __all__ = (
-    "Health", "NodeHealth", "gpu_health", "health_condition", "node_health", "pools_shown",
-    "same_model", "unhealthy_nodes",
+    "Health", "NodeHealth", "gpu_health", "health_condition", "node_health", "plan_health",
+    "pools_shown", "same_model", "unhealthy_nodes",
 )  # fmt: skip
 
 NAMES_SHOWN = 5
@@ -270,3 +272,9 @@ def health_condition(health: Health, generation: int | None) -> Condition:
                          message=message, observed_generation=generation)  # fmt: skip
     return Condition(type=ctype, status="True", reason=str(HealthReason.HEALTHY),
                      message=_gpus(health), observed_generation=generation)  # fmt: skip
+
+
+def plan_health(plan: Plan, gpu_nodes: Sequence[ObservedNode]) -> Health:
+    """The GPU health of the GPU nodes as the plan's stack and sharing count their GPUs."""
+    return gpu_health(gpu_nodes, shared=plan.sharing is not None,
+                      device_plugin=plan.stack is GpuStack.DEVICE_PLUGIN)  # fmt: skip

@@ -1,0 +1,39 @@
+"""Workload protection's part of the status: the condition WorkloadsProtected, the deletion's
+first wait (status/deletion.py: the core's Uninstalled follows once it no longer holds). Pure."""
+
+from __future__ import annotations
+
+from kyma_gpu.api.conditions import ConditionType, WorkloadsReason
+from kyma_gpu.api.models import SKIP_PROTECTION_ANNOTATION, GpuState
+from kyma_gpu.facts.echo import listed
+from kyma_gpu.plan import Plan
+from kyma_gpu.status.aggregate import Evidence, StatusPart
+from kyma_gpu.status.deletion import Wait
+
+PODS_SHOWN = 10
+
+
+def protection(plan: Plan, observed: Evidence, generation: int | None) -> StatusPart:
+    """While the Gpu is being deleted: users' GPU pods hold the deletion (unless skipped)."""
+    if not observed.deleting:
+        return StatusPart()
+    pods = () if observed.skip_protection else observed.gpu_workloads
+    return StatusPart(waits=(workloads_wait(pods, observed.skip_protection),), holds=bool(pods))
+
+
+def workloads_wait(pods: tuple[str, ...], skipped: bool) -> Wait:
+    if skipped:
+        return Wait(
+            ConditionType.WORKLOADS_PROTECTED, "False", WorkloadsReason.PROTECTION_SKIPPED,
+            f"skipped by the annotation {SKIP_PROTECTION_ANNOTATION}=true: the GPU stack is "
+            "removed even while pods use GPUs", GpuState.DELETING,
+        )  # fmt: skip
+    if not pods:
+        return Wait(ConditionType.WORKLOADS_PROTECTED, "True", WorkloadsReason.NO_GPU_WORKLOADS,
+                    "no user pod uses a GPU", GpuState.DELETING)  # fmt: skip
+    return Wait(
+        ConditionType.WORKLOADS_PROTECTED, "False", WorkloadsReason.GPU_WORKLOADS_RUNNING,
+        f"deletion waits for {len(pods)} pods that use GPUs: {listed(pods, PODS_SHOWN)}. Delete "
+        f"them, or annotate the Gpu with {SKIP_PROTECTION_ANNOTATION}=true to go ahead",
+        GpuState.WARNING,
+    )  # fmt: skip
