@@ -3,7 +3,6 @@ Pure."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,17 +24,11 @@ def mirror_values(
 ) -> None:
     """Point every image of the chart at the mirror, keeping paths (rules' repositories too)."""
     for image in chart.images:
-        node: Any = values
         keys = image.path.split(".")
-        current = image.repository
-        for key in keys:
-            node = node.get(key) if isinstance(node, dict) else None
-        if isinstance(node, dict) and isinstance(node.get("repository"), str):
-            current = node["repository"]
-        fragment: dict[str, Any] = {"repository": replace_registry(current, mirror)}
-        for key in reversed(keys):
-            fragment = {key: fragment}
-        deep_merge(values, copy.deepcopy(fragment), "image-mirror", provenance)
+        current = _node(values, keys).get("repository")
+        repository = current if isinstance(current, str) else image.repository
+        fragment = _nested(keys, {"repository": replace_registry(repository, mirror)})
+        deep_merge(values, fragment, "image-mirror", provenance)
 
 
 DIGESTS = "image-digests"
@@ -63,10 +56,7 @@ def pin_digests(
         digest = digests.get(reference)
         if image.path in NOT_PINNED or digest is None or "@" in str(version):
             continue
-        fragment: dict[str, Any] = {key: f"{version}@{digest}"}
-        for k in reversed(keys):
-            fragment = {k: fragment}
-        deep_merge(values, fragment, DIGESTS, provenance)
+        deep_merge(values, _nested(keys, {key: f"{version}@{digest}"}), DIGESTS, provenance)
 
 
 def _node(values: Mapping[str, Any], keys: list[str]) -> Mapping[str, Any]:
@@ -74,3 +64,10 @@ def _node(values: Mapping[str, Any], keys: list[str]) -> Mapping[str, Any]:
     for key in keys:
         node = node.get(key) if isinstance(node, Mapping) else None
     return node if isinstance(node, Mapping) else {}
+
+
+def _nested(keys: list[str], leaf: dict[str, Any]) -> dict[str, Any]:
+    """{"a": {"b": leaf}} for the keys a, b."""
+    for key in reversed(keys):
+        leaf = {key: leaf}
+    return leaf
