@@ -380,7 +380,10 @@ def _errors(node: Any, tree: Tree | Allowed, path: tuple[str, ...]) -> Iterator[
     if node is None:
         return
     if isinstance(tree, Allowed):
-        yield from _leaf_errors(node, tree, path)
+        try:
+            VALIDATE[tree.type](node, strict=True)
+        except ValidationError as err:
+            yield _leaf_error(err, tree, path)
         return
     if not isinstance(node, Mapping):
         where = path_text(path)
@@ -395,13 +398,6 @@ def _errors(node: Any, tree: Tree | Allowed, path: tuple[str, ...]) -> Iterator[
                 yield _unlisted(path_text((*path, str(key))))
             continue
         yield from _errors(child, sub, (*path, key))
-
-
-def _leaf_errors(node: Any, allowed: Allowed, path: tuple[str, ...]) -> Iterator[ValuesError]:
-    try:
-        VALIDATE[allowed.type](node, strict=True)
-    except ValidationError as err:
-        yield _leaf_error(err, allowed, path)
 
 
 _BRANCHES = ("constrained-int", "constrained-str")
