@@ -264,22 +264,6 @@ def test_arch(registry: MachineTypeRegistry, body: dict[str, Any], arch: str) ->
 
 
 @pytest.mark.parametrize(
-    ("body", "mig_capable"),
-    [
-        (node(instance_type="p4d.24xlarge"), True),
-        (node(instance_type="g6.xlarge"), False),
-        (node(instance_type="x1.large", labels={"nvidia.com/mig.capable": "true"}), True),
-        (node(instance_type="x1.large", labels={"nvidia.com/mig.capable": "false"}), False),
-        (node(instance_type="x1.large"), None),
-    ],
-)
-def test_mig_capable(
-    registry: MachineTypeRegistry, body: dict[str, Any], mig_capable: bool | None
-) -> None:
-    assert node_facts(body, registry).mig_capable is mig_capable
-
-
-@pytest.mark.parametrize(
     ("labels", "mig_config", "profile"),
     [
         ({}, None, None),

@@ -26,8 +26,6 @@ class MachineType:
     """Memory of one whole GPU, GiB."""
     compute_capability: str | None = None
     """CUDA compute capability of the GPU ("8.9"): MPS serves 48 clients from 7.5 on, else 16."""
-    mig: bool = False
-    """The GPU has Multi-Instance GPU."""
     arch: str = "amd64"
     """The host CPU: amd64, or arm64 (AWS Graviton, NVIDIA Grace)."""
     vgpu_guest_driver: bool = False

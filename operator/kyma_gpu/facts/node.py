@@ -49,8 +49,6 @@ LABEL_MIG_CONFIG = "nvidia.com/mig.config"
 """The MIG layout of the node's GPUs: the MIG manager applies it; a node admin sets it too."""
 MIG_DISABLED = "all-disabled"
 """The MIG manager's configuration without MIG (the chart's default)."""
-LABEL_MIG_CAPABLE = "nvidia.com/mig.capable"
-"""Set by GPU feature discovery: a GPU of the node has MIG."""
 LABEL_SHARING_PROFILE = "nvidia.com/device-plugin.config"
 """The sharing profile the device plugin's config manager picks for the node."""
 RESOURCE_GPU = GPU_RESOURCE
@@ -232,8 +230,6 @@ class NodeFacts:
     """The registry's entry of its machine type."""
     mig_config: str | None = None
     """Its MIG layout (LABEL_MIG_CONFIG), when it has one other than MIG_DISABLED."""
-    mig_capable: bool | None = None
-    """Its GPUs have MIG: from the registry, else GFD's label; None when unknown."""
     sharing_profile: str | None = None
     """The sharing profile it picks (LABEL_SHARING_PROFILE); None: the default."""
 
@@ -426,13 +422,6 @@ def _evidence(
     return _EVIDENCE_SETS[sum(1 << bit for bit, said in enumerate(found) if said)]
 
 
-def _mig_capable(labels: Mapping[str, str], known: MachineType | None) -> bool | None:
-    if known is not None:
-        return known.mig
-    said = labels.get(LABEL_MIG_CAPABLE)
-    return None if said not in ("true", "false") else said == "true"
-
-
 def _arch(info: Mapping[str, Any], labels: Mapping[str, str], known: MachineType | None) -> str:
     """The kubelet's word, else the node label, else the registry's."""
     found = info.get("architecture") or labels.get(LABEL_ARCH) or (known and known.arch)
@@ -507,7 +496,6 @@ def observe_node(node: Mapping[str, Any], registry: MachineTypeRegistry) -> Obse
         driver_excluded=excluded,
         machine=known,
         mig_config=_labelled(labels, LABEL_MIG_CONFIG, MIG_DISABLED),
-        mig_capable=_mig_capable(labels, known),
         sharing_profile=_labelled(labels, LABEL_SHARING_PROFILE),
     )
     return ObservedNode(

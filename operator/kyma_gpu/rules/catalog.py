@@ -95,7 +95,6 @@ def _machine_types(family_name: str, family: MachineFamily) -> dict[str, Machine
             family=family_name,
             memory_gib=family.memory_gib,
             compute_capability=family.compute_capability,
-            mig=family.mig,
             arch=family.arch,
             vgpu_guest_driver=family.vgpu_guest_driver,
             last_driver_branch=family.last_driver_branch,
