@@ -76,6 +76,16 @@ class Collection:
     def facts(self) -> list[Any]:
         return [entry.facts for entry in self.entries.values()]
 
+    def delete(self, key: str, gone_at: int | None) -> bool:
+        """Drop the entry of `key` (deleted at resourceVersion `gone_at` if known). True when
+        there was one."""
+        if gone_at is not None:
+            self.gone.pop(key, None)
+            self.gone[key] = gone_at
+            while len(self.gone) > GONE_KEPT:
+                del self.gone[next(iter(self.gone))]
+        return self.entries.pop(key, None) is not None
+
 
 @dataclass
 class Store:
@@ -113,28 +123,26 @@ class Store:
         coll = self.collection(resource)
         old = coll.entries.get(key)
         if entry is None:
-            if gone_at is not None:
-                coll.gone.pop(key, None)
-                coll.gone[key] = gone_at
-                while len(coll.gone) > GONE_KEPT:
-                    del coll.gone[next(iter(coll.gone))]
-            if old is None:
+            if not coll.delete(key, gone_at):
                 return False
-            del coll.entries[key]
-            return self._changed(resource, key, None)
-        if old is not None and not newer(entry.version, old.version):
+        elif old is not None and not newer(entry.version, old.version):
             return False  # a stale event: a write already told us more
-        gone = coll.gone.get(key)
-        if old is None and gone is not None and entry.version is not None and entry.version <= gone:
+        elif old is None and entry.version is not None and entry.version <= coll.gone.get(key, -1):
             return False  # deleted since: the answer of a write made before the deletion
-        coll.gone.pop(key, None)
-        if old is not None and old.facts == entry.facts:
+        elif old is not None and old.facts == entry.facts:
             # the same facts (a heartbeat): keep their object, so the plan cache's compare of
             # the cluster's facts stays an identity check per Node (facts.cluster.ClusterFacts)
+            coll.gone.pop(key, None)
             coll.entries[key] = Entry(entry.version, old.facts)
             return False
-        coll.entries[key] = entry
-        return self._changed(resource, key, entry.facts)
+        else:
+            coll.gone.pop(key, None)
+            coll.entries[key] = entry
+        facts = None if entry is None else entry.facts
+        for listener in self.listeners.get(resource, ()):
+            listener(key, facts)
+        self.changed.set()
+        return True
 
     def replace(
         self, resource: str, entries: Mapping[str, Entry], list_version: int | None,
@@ -154,7 +162,9 @@ class Store:
         coll.entries, coll.synced, coll.absent, coll.unserved = fresh, True, absent, False
         changed_keys = _diff(before, {k: e.facts for k, e in fresh.items()})
         for key in changed_keys:
-            self._changed(resource, key, self.get(resource, key))
+            for listener in self.listeners.get(resource, ()):
+                listener(key, self.get(resource, key))
+            self.changed.set()
         if first and not changed_keys:
             self.changed.set()  # a first sync is news even when empty
         return bool(changed_keys)
@@ -175,12 +185,6 @@ class Store:
         coll.entries, coll.synced = {}, False
         if had:
             self.changed.set()
-
-    def _changed(self, resource: str, key: str, facts: Any) -> bool:
-        for listener in self.listeners.get(resource, ()):
-            listener(key, facts)
-        self.changed.set()
-        return True
 
 
 def _diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
