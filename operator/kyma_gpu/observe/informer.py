@@ -241,7 +241,9 @@ class Informer:
                 version = None
                 if self._crd_present:  # a new CRD is served a moment after it is created
                     if backoff.in_a_row == self.settings.unserved_after:  # ... not this long after
-                        self._hand_over(self.store.mark_unserved, self.list_watch.resource)
+                        self.loop.call_soon_threadsafe(
+                            self._hand_over, self.store.mark_unserved, self.list_watch.resource
+                        )
                     backoff = self._back_off(backoff, Cause.STARTING, err)
                 else:
                     self._absent()
@@ -265,7 +267,9 @@ class Informer:
             log.info("observe %s: not served (CRD not installed); waiting for it",
                      self.list_watch.resource)  # fmt: skip
         self._said_absent, self._known = True, {}
-        self._hand_over(self.store.replace, self.list_watch.resource, {}, None, True)
+        self.loop.call_soon_threadsafe(
+            self._hand_over, self.store.replace, self.list_watch.resource, {}, None, True
+        )
         self._wake.wait(self.settings.absent_recheck)
         self._wake.clear()
 
@@ -288,7 +292,13 @@ class Informer:
         version = str(meta.get("resourceVersion", ""))
         self._said_absent = False
         self._known = {key: entry.facts for key, entry in entries.items()}
-        self._hand_over(self.store.replace, self.list_watch.resource, entries, version_of(version))
+        self.loop.call_soon_threadsafe(
+            self._hand_over,
+            self.store.replace,
+            self.list_watch.resource,
+            entries,
+            version_of(version),
+        )
         log.info("observe %s: listed %d objects (%d kept) in %d pages, %.2fs",
                  self.list_watch.resource, seen, len(entries), pages,
                  time.monotonic() - began)  # fmt: skip
@@ -310,37 +320,34 @@ class Informer:
             return None
 
     def _watch(self, version: str) -> str:
-        began = time.monotonic()
+        """Each event's facts, when they differ from the last ones, to the store."""
+        began, resource = time.monotonic(), self.list_watch.resource
         stream = self.reader.watch(self.list_watch.query, version, self.settings.watch_seconds)
         for event in stream:
             if self._stop.is_set():
                 break
             obj = event.get("object") or {}
-            version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
-            if event.get("type") != "BOOKMARK":
-                self._event(str(event.get("type")), obj)
+            written = (obj.get("metadata") or {}).get("resourceVersion")
+            version = str(written or version)
+            if event.get("type") == "BOOKMARK":
+                continue
+            key = self.list_watch.key(obj)
+            facts = None if event.get("type") == "DELETED" else self._fold(obj)
+            if self._known.get(key) == facts:
+                continue  # a heartbeat, or an object of no interest: nothing crosses to the loop
+            if facts is None:
+                self._known.pop(key, None)
+                put: tuple[Any, ...] = (key, None, version_of(written))  # deleted at
+            else:
+                self._known[key] = facts
+                put = (key, Entry(version_of(written), facts))
+            self.loop.call_soon_threadsafe(self._hand_over, self.store.put, resource, *put)
         if time.monotonic() - began < 1.0:
             self._stop.wait(1.0)  # a server that ends watches at once must not make us spin
         return version
 
-    def _event(self, kind: str, obj: Mapping[str, Any]) -> None:
-        key = self.list_watch.key(obj)
-        facts = None if kind == "DELETED" else self._fold(obj)
-        if self._known.get(key) == facts:
-            return  # a heartbeat, or an object of no interest: nothing crosses to the loop
-        if facts is None:
-            self._known.pop(key, None)
-            gone_at = version_of((obj.get("metadata") or {}).get("resourceVersion"))
-            self._hand_over(self.store.put, self.list_watch.resource, key, None, gone_at)
-            return
-        self._known[key] = facts
-        meta = obj.get("metadata") or {}
-        entry = Entry(version_of(meta.get("resourceVersion")), facts)
-        self._hand_over(self.store.put, self.list_watch.resource, key, entry)
-
     def _hand_over(self, func: Callable[..., Any], *args: Any) -> None:
-        def apply() -> None:
-            if not self._stop.is_set():
-                func(*args)
-
-        self.loop.call_soon_threadsafe(apply)
+        """`func(*args)`, on the event loop's thread (`loop.call_soon_threadsafe` brings it
+        there): the store's change, unless the informer stopped in between."""
+        if not self._stop.is_set():
+            func(*args)
