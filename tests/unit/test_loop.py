@@ -385,7 +385,7 @@ def _unplannable(*_: Any) -> Any:
 
 def test_a_spec_that_cannot_be_planned_is_an_error_in_status(world: World) -> None:
     """Not a pass that fails in silence every time (issue 20: deep spec.values once did)."""
-    world.loop.plan = _unplannable  # type: ignore[method-assign,assignment]
+    world.loop.plan = _unplannable
     assert world.run() is Phase.INVALID
     ready = world.api.gpu["status"]["conditions"][0]
     assert ready["reason"] == "PlanFailed"
@@ -398,7 +398,7 @@ def test_a_spec_that_cannot_be_planned_is_an_error_in_status(world: World) -> No
 
 def test_a_spec_that_cannot_be_planned_can_still_be_deleted(world: World) -> None:
     installed(world)
-    world.loop.plan = _unplannable  # type: ignore[method-assign,assignment]
+    world.loop.plan = _unplannable
     world.edit(deletionTimestamp="2026-01-01T00:00:00Z",
                annotations={"gpu.kyma-project.io/skip-workload-protection": "true"})  # fmt: skip
     assert world.run() is Phase.UNINSTALLING

@@ -1,6 +1,6 @@
-"""The plan memo (plan/cache.py): a change planning does not read (the NVIDIA upgrade label, the
-GPU devices, the manager's mark) leaves the planning facts equal and makes no plan; a change
-planning reads plans again."""
+"""The plan memo (plan/plan.py `PlanMemo`): a change planning does not read (the NVIDIA upgrade
+label, the GPU devices, the manager's mark) leaves the planning facts equal and makes no plan; a
+change planning reads plans again."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from kyma_gpu.api.models import GpuSpec
 from kyma_gpu.facts import ClusterFacts, MachineTypeRegistry, cluster_facts, observe_node
 from kyma_gpu.facts.node import LABEL_DRIVER_UPGRADE
 from kyma_gpu.plan import AllowedSources, Owner, Plan, make_plan
-from kyma_gpu.plan import cache as cache_module
-from kyma_gpu.plan.cache import KEPT, PlanMemo
+from kyma_gpu.plan import plan as plan_module
+from kyma_gpu.plan.plan import KEPT, PlanMemo
 from kyma_gpu.rules.catalog import Catalog
 from tests.unit.builders import cpu_node, node
 
@@ -44,7 +44,7 @@ def made(monkeypatch: pytest.MonkeyPatch) -> list[ClusterFacts]:
         calls.append(facts)
         return make_plan(spec, facts, *args)
 
-    monkeypatch.setattr(cache_module, "make_plan", counting)
+    monkeypatch.setattr(plan_module, "make_plan", counting)
     return calls
 
 

@@ -48,6 +48,7 @@ __all__ = (
     "DriverPool",
     "Finding",
     "Plan",
+    "PlanMemo",
     "Preflight",
     "Severity",
     "Verdict",
@@ -198,9 +199,21 @@ def make_plan(
     values = evaluate_rules(resolved, rule_context(resolved), findings)
     pools = tuple(p.name for p in resolved.worker_pools)
     preflight = Preflight(tuple(findings), pools)
-    digest = pinned_digest(wanted, allowed_sources, supported)
-    objects = (
-        flux(resolved, values, owner, digest) if preflight.verdict is not Verdict.ERROR else ()
+    if preflight.verdict is Verdict.ERROR:
+        return _assemble(resolved, preflight, values, ())
+    defaults, source = resolved.catalog.defaults, resolved.spec.source
+    narrowings = for_version(resolved.catalog.chart_rbac.narrowings, resolved.chart_version)
+    objects = flux_objects(
+        FluxSettings.from_defaults(defaults),
+        chart_repository=source.chart_repository or defaults.chart_repository,
+        chart_name=source.chart_name,
+        chart_version=resolved.chart_version,
+        insecure=source.insecure,
+        secret_ref=source.secret_ref,
+        values=values.values,
+        owner=owner,
+        digest=pinned_digest(wanted, allowed_sources, supported),
+        post_renderers=post_renderers(narrowings),
     )
     return _assemble(resolved, preflight, values, objects)
 
@@ -284,27 +297,6 @@ def mirror(r: Resolved, values: dict[str, Any], provenance: Provenance) -> list[
     return []
 
 
-def flux(
-    r: Resolved, values: Values, owner: Owner | None, digest: str | None = None
-) -> tuple[dict[str, Any], ...]:
-    defaults = r.catalog.defaults
-    source = r.spec.source
-    return flux_objects(
-        FluxSettings.from_defaults(defaults),
-        chart_repository=source.chart_repository or defaults.chart_repository,
-        chart_name=source.chart_name,
-        chart_version=r.chart_version,
-        insecure=source.insecure,
-        secret_ref=source.secret_ref,
-        values=values.values,
-        owner=owner,
-        digest=digest,
-        post_renderers=post_renderers(
-            for_version(r.catalog.chart_rbac.narrowings, r.chart_version)
-        ),
-    )
-
-
 def _node_statuses(pools: tuple[DriverPool, ...]) -> tuple[GpuNodeStatus, ...]:
     statuses = (
         GpuNodeStatus(
@@ -380,3 +372,35 @@ def _sharing(spec: GpuSpec) -> SharingPlan | None:
     configs = device_plugin_configs(sharing, spec.components.mig_strategy)
     profiles = tuple(p.name for p in sharing.profiles)
     return SharingPlan(sharing.mode, sharing.replicas, profiles, config_map_name(configs))
+
+
+PlanKey = tuple[str, ClusterFacts, Owner, str]
+
+KEPT = 4
+"""Plans kept: the current one and a few before it (a spec edited back and forth)."""
+
+
+@dataclass
+class PlanMemo:
+    """make_plan, remembered for the last KEPT keys: the spec, the planning facts, the owner
+    and the chart sources allowed. The Loop owns one; nothing else remembers.
+
+    The facts hold no per-node state (facts/node.py ObservedNode keeps it apart), so a change
+    of a node's upgrade label, devices or mark leaves the key equal and makes no new plan.
+    Equal facts cost an identity check per node: the store keeps the object of an unchanged
+    Node, and a hit takes the new key, so that a node whose facts were made again compares by
+    identity from then on."""
+
+    catalog: Catalog
+    entries: list[tuple[PlanKey, Plan]] = field(default_factory=list)
+    """Newest first."""
+
+    def plan(
+        self, spec: GpuSpec, facts: ClusterFacts, owner: Owner, allowed_sources: AllowedSources
+    ) -> Plan:
+        key = (spec.model_dump_json(), facts, owner, allowed_sources.key)
+        found = next((e for e in self.entries if e[0] == key), None)
+        plan = found[1] if found else make_plan(spec, facts, self.catalog, owner, allowed_sources)
+        others = [e for e in self.entries if e is not found]
+        self.entries = [(key, plan), *others[: KEPT - 1]]
+        return plan

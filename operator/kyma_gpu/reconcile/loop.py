@@ -19,14 +19,12 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, assert_never
+from typing import assert_never
 
 from kyma_gpu.adapter import ObjectRef
-from kyma_gpu.api.models import GpuSpec
 from kyma_gpu.errors import ApiError
 from kyma_gpu.extensions import EXTENSIONS
 from kyma_gpu.extensions.base import Context, Extension
-from kyma_gpu.facts import ClusterFacts
 from kyma_gpu.facts.gpu import GpuObject
 from kyma_gpu.metrics import ErrorKind, Metrics, PoolGpus, Scraped
 from kyma_gpu.observe.informer import freeze_heap
@@ -45,9 +43,9 @@ from kyma_gpu.observe.watches import (
     REQUIRED,
     node_watch,
 )
-from kyma_gpu.plan import AllowedSources, Owner, Plan
+from kyma_gpu.plan import AllowedSources
 from kyma_gpu.plan.actions import LiveObject, object_key
-from kyma_gpu.plan.cache import PlanMemo
+from kyma_gpu.plan.plan import PlanMemo
 from kyma_gpu.plan.provision import REQUIRED_APIS, Api, FluxApi, FluxImages
 from kyma_gpu.reconcile.effects import (
     ClusterApi,
@@ -69,6 +67,7 @@ from kyma_gpu.reconcile.machine import (
     ExtensionRead,
     Inputs,
     Machine,
+    Planner,
     RemoveFinalizer,
     Step,
 )
@@ -179,21 +178,19 @@ class Loop:
     status: StatusWriter = field(init=False)
     retries: Retries = field(init=False)
     plans: PlanMemo = field(init=False)
+    plan: Planner = field(init=False)
+    """The planner `decide` gets: `plans.plan`, the memo's (a test may put another)."""
     machine: Machine = field(init=False)
 
     def __post_init__(self) -> None:
         self.machine = Machine(self.extensions)
         self.plans = PlanMemo(self.catalog)
+        self.plan = self.plans.plan
         self.write_back = WriteBack(self.store, node_watch(self.catalog.machine_types).fold)
         self.recorder = Recorder(self.writer, self.module_namespace)
         self.retries = Retries(self.settings)
         self.status = StatusWriter(self.writer, self.write_back, self.recorder, self._error,
                                    self.settings)  # fmt: skip
-
-    def plan(
-        self, spec: GpuSpec, facts: ClusterFacts, owner: Owner, allowed_sources: AllowedSources
-    ) -> Plan:
-        return self.plans.plan(spec, facts, owner, allowed_sources)
 
     # -- the loop --
 
@@ -337,7 +334,8 @@ class Loop:
                 return 1
             case Apply(objects, stale):
                 for obj in objects:
-                    await self._apply(obj)
+                    log.info("applying %s", ObjectRef.of(obj))
+                    self.write_back.applied(obj, await self.writer.apply(obj))
                 for live in stale:
                     await self._delete(live)
                 return len(objects) + len(stale)
@@ -357,10 +355,6 @@ class Loop:
 
     def _context(self, gpu: GpuObject) -> Context:
         return Context(gpu, self.writer, self.write_back, self.recorder)
-
-    async def _apply(self, obj: Mapping[str, Any]) -> None:
-        log.info("applying %s", ObjectRef.of(obj))
-        self.write_back.applied(obj, await self.writer.apply(obj))
 
     async def _delete(self, live: LiveObject) -> None:
         log.info("deleting %s/%s/%s", live.kind, live.namespace, live.name)
