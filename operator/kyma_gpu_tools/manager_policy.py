@@ -44,7 +44,10 @@ ServiceAccount there, privileged and with the host's root mounted (issue 32, fin
   why kyma-gpu-manager itself never matches Nodes.
 
 All are generated (the first two from the bundle, operator/kyma_gpu/data/flux.yaml) by `make
-manifests`; a unit test fails when config/admission/manager_policy.yaml differs.
+manifests`; a unit test fails when config/admission/manager_policy.yaml differs. What the Flux
+bundle and the Nodes need is there only while a registered extension grants it (extensions/
+base.py `Grant`: own_flux FLUX_BUNDLE, node_marks NODES): the Deployments' and CRDs' kinds and
+rules of kyma-gpu-manager and kyma-gpu-manager-mirrors, and kyma-gpu-manager-nodes.
 """
 
 from __future__ import annotations
@@ -63,6 +66,8 @@ from kyma_gpu.api.node_marks import (
     NODE_CONDITION,
 )
 from kyma_gpu.api.resources import module_labels
+from kyma_gpu.extensions import EXTENSIONS
+from kyma_gpu.extensions.base import Grant
 from kyma_gpu.facts.node import LABEL_INSTANCE_TYPE, LABEL_INSTANCE_TYPE_BETA
 from kyma_gpu.plan.provision import (
     MIRROR_LABEL,
@@ -92,16 +97,31 @@ FLUX_KINDS = (
 )
 TARGET_NAMESPACE = "gpu-operator"
 LEASE = "kyma-gpu-manager"
-WRITABLE: Mapping[str, tuple[str, ...]] = MappingProxyType({
-    API_GROUP: (PLURAL,),
-    "helm.toolkit.fluxcd.io": ("helmreleases",),
-    "source.toolkit.fluxcd.io": ("helmrepositories", "ocirepositories"),
-    "apps": ("deployments",),
-    "coordination.k8s.io": ("leases",),
-    "": ("events",),
-    "events.k8s.io": ("events",),
-    "apiextensions.k8s.io": ("customresourcedefinitions",),
-})  # fmt: skip
+
+
+def registered() -> frozenset[Grant]:
+    """What the registered extensions need the manager to write (extensions/__init__.py): the
+    policies hold the core's writes and these, no more."""
+    return frozenset(grant for extension in EXTENSIONS for grant in extension.grants)
+
+
+def writable(grants: frozenset[Grant]) -> Mapping[str, tuple[str, ...]]:
+    """The kinds the manager writes, by API group: the core's, and the Flux bundle's
+    Deployments and CRDs when an extension needs them (Grant.FLUX_BUNDLE)."""
+    bundle = Grant.FLUX_BUNDLE in grants
+    return MappingProxyType({
+        API_GROUP: (PLURAL,),
+        "helm.toolkit.fluxcd.io": ("helmreleases",),
+        "source.toolkit.fluxcd.io": ("helmrepositories", "ocirepositories"),
+        **({"apps": ("deployments",)} if bundle else {}),
+        "coordination.k8s.io": ("leases",),
+        "": ("events",),
+        "events.k8s.io": ("events",),
+        **({"apiextensions.k8s.io": ("customresourcedefinitions",)} if bundle else {}),
+    })  # fmt: skip
+
+
+WRITABLE = writable(registered())
 """The kinds the manager's RBAC lets it write (config/rbac; a unit test holds the two together):
 the policy matches these only, so the rest of the cluster's requests (Node and pod updates,
 above all) never meet it. RBAC refuses the manager everything else before admission."""
@@ -148,14 +168,6 @@ LEASE_RENEWALS: Mapping[str, tuple[str, ...]] = MappingProxyType({
 a match there costs every cluster; RBAC already limits the manager's Lease updates to its own
 name (benchmarks/admission_cost.py measures it)."""
 WHO = "the manager's account gpu-manager (kyma-system)"
-NAMESPACED_KINDS = (
-    *FLUX_KINDS,
-    "apps/deployments",
-    "coordination.k8s.io/leases",
-    "/events",
-    "events.k8s.io/events",
-)
-CLUSTER_KINDS = (f"{API_GROUP}/{PLURAL}", "apiextensions.k8s.io/customresourcedefinitions")
 TARGET = (
     "has(request.subResource) && request.subResource != '' ? request.name : "
     "(request.operation == 'DELETE' ? oldObject : object).metadata.name"
@@ -165,6 +177,7 @@ DELETECOLLECTION reaches admission once per item as a DELETE with an empty reque
 (issue 43); a subresource's request always names its object (and a TokenRequest or Scale
 need not)."""
 CRD_KIND = "apiextensions.k8s.io/customresourcedefinitions"
+DEPLOYMENT_KIND = "apps/deployments"
 _SPEC = "object.spec.template.spec"
 _CONTAINER = f"{_SPEC}.containers[0]"
 _DIGEST = "(@sha256:[0-9a-f]{64})?$"
@@ -306,7 +319,7 @@ def _crd_validations() -> list[dict[str, str]]:
     ]
 
 
-def _variables() -> list[dict[str, str]]:
+def _variables(grants: frozenset[Grant]) -> list[dict[str, str]]:
     writes = "request.operation in ['CREATE', 'UPDATE']"
     return [
         {"name": "ns", "expression": "has(request.namespace) ? request.namespace : ''"},
@@ -323,11 +336,17 @@ def _variables() -> list[dict[str, str]]:
             "(variables.target != '' ? ' ' + variables.target : '') + "
             "(variables.ns != '' ? ' in namespace ' + variables.ns : '')",
         },
-        {
-            "name": "deployment",
-            "expression": f"{writes} && variables.kind == 'apps/deployments' "
-            "&& variables.subresource == ''",
-        },
+        *(
+            [
+                {
+                    "name": "deployment",
+                    "expression": f"{writes} && variables.kind == 'apps/deployments' "
+                    "&& variables.subresource == ''",
+                }
+            ]
+            if Grant.FLUX_BUNDLE in grants
+            else []
+        ),
         {
             "name": "helmRelease",
             "expression": f"{writes} && variables.kind == 'helm.toolkit.fluxcd.io/helmreleases' "
@@ -336,29 +355,24 @@ def _variables() -> list[dict[str, str]]:
     ]
 
 
-def _validations() -> list[dict[str, str]]:
-    deployments = _deployments()
-    crds = bundle_crds()
+def _validations(grants: frozenset[Grant]) -> list[dict[str, str]]:
+    """The core's rules; the Flux bundle's among them when an extension writes it."""
+    bundle = Grant.FLUX_BUNDLE in grants
+    namespaced = (*FLUX_KINDS, *([DEPLOYMENT_KIND] if bundle else []),
+                  "coordination.k8s.io/leases", "/events", "events.k8s.io/events")  # fmt: skip
+    cluster = (f"{API_GROUP}/{PLURAL}", *([CRD_KIND] if bundle else []))
+    among = "the Gpu and the Flux CRDs" if bundle else "the Gpu"
     return [
         _rule(
             f"variables.ns == '' || "
-            f"(variables.ns == {_cel(NAMESPACE)} && variables.kind in {_list(NAMESPACED_KINDS)})",
+            f"(variables.ns == {_cel(NAMESPACE)} && variables.kind in {_list(namespaced)})",
             _refused(f"writes only the module's kinds in namespace {NAMESPACE}"),
         ),
         _rule(
-            f"variables.ns != '' || variables.kind in {_list(CLUSTER_KINDS)}",
-            _refused("writes only the Gpu and the Flux CRDs among cluster-scoped objects"),
+            f"variables.ns != '' || variables.kind in {_list(cluster)}",
+            _refused(f"writes only {among} among cluster-scoped objects"),
         ),
-        _rule(
-            "variables.kind != 'apiextensions.k8s.io/customresourcedefinitions' || "
-            f"variables.target in {_list(crds)}",
-            _refused("writes only the CRDs of its Flux bundle, by name"),
-        ),
-        _rule(
-            "variables.kind != 'apps/deployments' || "
-            f"variables.target in {_list(sorted(deployments))}",
-            _refused("writes only the Deployments of its Flux bundle, by name"),
-        ),
+        *(_bundle_names() if bundle else []),
         _rule(
             f"!(variables.kind in {_list(FLUX_KINDS)}) || variables.target == {_cel(RELEASE)}",
             _refused(f"writes only its own HelmRelease and chart source, {RELEASE}"),
@@ -367,9 +381,25 @@ def _validations() -> list[dict[str, str]]:
             f"variables.kind != 'coordination.k8s.io/leases' || variables.target == {_cel(LEASE)}",
             _refused(f"writes only its own Lease {LEASE}"),
         ),
-        _deployment_validation(deployments),
+        *([_deployment_validation(_deployments())] if bundle else []),
         _helm_release_validation(),
-        *_crd_validations(),
+        *(_crd_validations() if bundle else []),
+    ]
+
+
+def _bundle_names() -> list[dict[str, str]]:
+    """The Flux bundle's CRDs and Deployments, by name (Grant.FLUX_BUNDLE)."""
+    return [
+        _rule(
+            "variables.kind != 'apiextensions.k8s.io/customresourcedefinitions' || "
+            f"variables.target in {_list(bundle_crds())}",
+            _refused("writes only the CRDs of its Flux bundle, by name"),
+        ),
+        _rule(
+            "variables.kind != 'apps/deployments' || "
+            f"variables.target in {_list(sorted(_deployments()))}",
+            _refused("writes only the Deployments of its Flux bundle, by name"),
+        ),
     ]
 
 
@@ -377,7 +407,7 @@ def _meta(name: str) -> dict[str, Any]:
     return {"name": name, "labels": module_labels("gpu-manager")}
 
 
-def policy() -> dict[str, Any]:
+def policy(grants: frozenset[Grant]) -> dict[str, Any]:
     spec = {
         "failurePolicy": "Fail",
         "matchConstraints": {
@@ -389,7 +419,7 @@ def policy() -> dict[str, Any]:
                     "resources": [r for resource in resources for r in (resource, f"{resource}/*")],
                     "scope": "*",
                 }
-                for group, resources in WRITABLE.items()
+                for group, resources in writable(grants).items()
             ],
             "excludeResourceRules": [{k: list(v) for k, v in LEASE_RENEWALS.items()}],
         },
@@ -399,8 +429,8 @@ def policy() -> dict[str, Any]:
                 "expression": f"request.userInfo.username == {_cel(ACCOUNT)}",
             }
         ],
-        "variables": _variables(),
-        "validations": _validations(),
+        "variables": _variables(grants),
+        "validations": _validations(grants),
     }
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -642,18 +672,19 @@ def _binding(name: str, param_ref: Mapping[str, str] | None = None) -> dict[str,
     }
 
 
-def manager_policy_yaml() -> str:
+def manager_policy_yaml(grants: frozenset[Grant] | None = None) -> str:
+    """The policies of the core's writes and of `grants` (the registered extensions' if None):
+    kyma-gpu-manager always, kyma-gpu-manager-mirrors with the Flux bundle, and
+    kyma-gpu-manager-nodes with Nodes."""
+    grants = registered() if grants is None else grants
     header = (
         "# Generated by `make manifests` from the Flux bundle (operator/kyma_gpu/data/flux.yaml)\n"
         "# and api/node_marks.py by operator/kyma_gpu_tools/manager_policy.py. Do not edit.\n"
     )
     param_ref = {"name": CONFIG_MAP_NAME, "namespace": NAMESPACE, "parameterNotFoundAction": "Deny"}
-    docs = [
-        policy(),
-        _binding(NAME),
-        mirrors_policy(),
-        _binding(MIRRORS_NAME, param_ref),
-        nodes_policy(),
-        _binding(NODES_NAME),
-    ]
+    docs = [policy(grants), _binding(NAME)]
+    if Grant.FLUX_BUNDLE in grants:
+        docs += [mirrors_policy(), _binding(MIRRORS_NAME, param_ref)]
+    if Grant.NODES in grants:
+        docs += [nodes_policy(), _binding(NODES_NAME)]
     return header + "---\n".join(dump(d) for d in docs)

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from kyma_gpu.api import node_marks
+from kyma_gpu.extensions.base import Grant
 from kyma_gpu.plan.provision import bundle, bundle_crds
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu_tools.manager_policy import (
@@ -269,3 +270,21 @@ def test_the_nodes_policy_lists_the_registrys_gpu_machine_types(catalog: Catalog
     assert listed == gpu_machine_types(catalog) == sorted({t for p in types.values() for t in p})
     assert {"g6.xlarge", "g4dn.xlarge", "g2-standard-4"} <= set(listed)
     assert not {"m5.large", "m6i.large", "n2-standard-4"} & set(listed)
+
+
+def test_the_policies_hold_only_what_the_registered_extensions_grant() -> None:
+    """Without the extensions' grants (extensions/base.py `Grant`) the manager may write the
+    core's objects only: no Deployment, no CRD, no Node, and no policy of theirs."""
+    core = [d for d in yaml.safe_load_all(manager_policy_yaml(frozenset())) if d]
+    assert [d["metadata"]["name"] for d in core] == [NAME, NAME]
+    spec: dict[str, Any] = core[0]["spec"]
+    groups = {g for rule in spec["matchConstraints"]["resourceRules"] for g in rule["apiGroups"]}
+    assert not groups & {"apps", "apiextensions.k8s.io"}
+    assert "deployment" not in [v["name"] for v in spec["variables"]]
+    text = str(spec)
+    assert not any(crd in text for crd in bundle_crds())
+    assert "apps/deployments" not in text
+    nodes = manager_policy_yaml(frozenset({Grant.NODES}))
+    names = [d["metadata"]["name"] for d in yaml.safe_load_all(nodes) if d]
+    assert names == [NAME, NAME, NODES_NAME, NODES_NAME]
+    assert manager_policy_yaml(frozenset(Grant)) == manager_policy_yaml()

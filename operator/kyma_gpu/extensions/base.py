@@ -14,7 +14,9 @@ What an extension brings:
 - its reads (what no informer watches; the answer is in the next snapshot's `reads`) and its
   actions, and how the loop carries each out (`reads`, `actions`, with a `Context`);
 - its part of the Gpu's status (`status`): conditions after the core's, the deletion's waits
-  before the core's Uninstalled, GpuStatus fields (status/aggregate.py `StatusPart`).
+  before the core's Uninstalled, GpuStatus fields (status/aggregate.py `StatusPart`);
+- what the manager's account writes for it (`grants`), from which the tools compose the
+  admission policies (config/admission/manager_policy.yaml).
 """
 
 from __future__ import annotations
@@ -58,6 +60,16 @@ Fetch = Callable[[Any, Context], Awaitable[object]]
 snapshot holds (`Snapshot.reads`)."""
 
 
+class Grant(StrEnum):
+    """What an extension needs the manager's account to write beyond the core's objects (the
+    Gpu, its HelmRelease and chart source, its Lease, Events). Data only: the tools generate the
+    admission policies' pieces that hold the account to these writes from the registered
+    extensions' grants (kyma_gpu_tools/manager_policy.py); the runtime never reads them."""
+
+    FLUX_BUNDLE = "the Flux bundle (data/flux.yaml): its Deployments and CRDs, by name"
+    NODES = "Nodes: a condition (nodes/status), the cordon and its annotation (nodes)"
+
+
 @dataclass(frozen=True, slots=True)
 class Extension:
     name: str
@@ -78,6 +90,8 @@ class Extension:
     """Its actions, and how the loop carries each out."""
     status: StatusHook | None = None
     """Its part of the Gpu's status: conditions, the deletion's waits, fields (pure)."""
+    grants: frozenset[Grant] = frozenset()
+    """What the manager's account writes for it: its pieces of the admission policies."""
 
     def __post_init__(self) -> None:
         if list(self.rows) != list(self.situations):

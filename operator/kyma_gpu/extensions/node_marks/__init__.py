@@ -5,7 +5,7 @@ annotation the admission policy lets the manager write)."""
 
 from __future__ import annotations
 
-from kyma_gpu.extensions.base import Extension
+from kyma_gpu.extensions.base import Extension, Grant
 from kyma_gpu.extensions.node_marks.effects import mark
 from kyma_gpu.extensions.node_marks.machine import ROWS, MarkNodes, Situation, left, to_mark
 from kyma_gpu.extensions.node_marks.status import health
@@ -18,4 +18,5 @@ EXTENSION = Extension(
     rows=ROWS,
     status=health,
     actions={MarkNodes: mark},
+    grants=frozenset({Grant.NODES}),
 )

@@ -4,7 +4,7 @@ objects for them, and removes them (or hands their CRDs over) when the Gpu is de
 
 from __future__ import annotations
 
-from kyma_gpu.extensions.base import Extension
+from kyma_gpu.extensions.base import Extension, Grant
 from kyma_gpu.extensions.own_flux.effects import list_flux, remove_flux
 from kyma_gpu.extensions.own_flux.machine import (
     ROWS,
@@ -25,4 +25,5 @@ EXTENSION = Extension(
     shapes=sharded,
     reads={ListFlux: list_flux},
     actions={RemoveFlux: remove_flux},
+    grants=frozenset({Grant.FLUX_BUNDLE}),
 )
