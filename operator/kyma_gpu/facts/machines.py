@@ -20,10 +20,6 @@ class MachineType:
     """Facts from third-party sources: likely, not certain."""
     partition: str | None = None
     """A fraction of one GPU (Azure NVadsA10 v5, AWS g6f), e.g. "1/6"."""
-    family: str = ""
-    """The instance family the registry lists it under (g6, a4-highgpu, ND_H200_v5, ...)."""
-    memory_gib: int | None = None
-    """Memory of one whole GPU, GiB."""
     compute_capability: str | None = None
     """CUDA compute capability of the GPU ("8.9"): MPS serves 48 clients from 7.5 on, else 16."""
     arch: str = "amd64"
@@ -45,7 +41,3 @@ class MachineTypeRegistry:
         if not machine_type:
             return None
         return self.types.get(provider, {}).get(machine_type)
-
-    def families(self, provider: str) -> set[str]:
-        """The instance families the registry lists for a provider."""
-        return {t.family for t in self.types.get(provider, {}).values()}

@@ -85,15 +85,13 @@ def _child(node: yaml.Node | None, key: str | int) -> yaml.Node | None:
     return None
 
 
-def _machine_types(family_name: str, family: MachineFamily) -> dict[str, MachineType]:
+def _machine_types(family: MachineFamily) -> dict[str, MachineType]:
     return {
         name: MachineType(
             gpu=family.gpu,
             count=size.count,
             unofficial=family.unofficial or size.unofficial,
             partition=size.partition,
-            family=family_name,
-            memory_gib=family.memory_gib,
             compute_capability=family.compute_capability,
             arch=family.arch,
             vgpu_guest_driver=family.vgpu_guest_driver,
@@ -118,8 +116,8 @@ def machine_type_registry(data: object) -> MachineTypeRegistry:
         types={
             provider: {
                 name: machine
-                for family_name, family in families.items()
-                for name, machine in _machine_types(family_name, family).items()
+                for family in families.values()
+                for name, machine in _machine_types(family).items()
             }
             for provider, families in parsed.root.items()
         }
