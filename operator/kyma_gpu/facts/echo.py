@@ -13,20 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = (
-    "ELLIPSIS",
-    "LIST_LIMIT",
-    "MESSAGE_LIMIT",
-    "NAME_LIMIT",
-    "REASON_LIMIT",
-    "TEXT_LIMIT",
-    "cut",
-    "echoed_name",
-    "echoed_reason",
-    "echoed_text",
-    "listed",
-)
-
 ELLIPSIS = "..."
 """Ends a string that was cut."""
 TEXT_LIMIT = 1024
