@@ -358,10 +358,10 @@ def _unlisted(path: str) -> ValuesError:
     return ValuesError(f'unknown field "{path}": {NOT_LISTED}')
 
 
-def values_error(values: Any, listed: Allowlist | None = None) -> ValuesError | None:
+def values_error(values: Any) -> ValuesError | None:
     """None when spec.values holds only listed values of their types (nulls count as unset,
     as the API server drops them)."""
-    return next(_errors(values, (listed or ALLOWLIST).tree, ()), None)
+    return next(_errors(values, ALLOWLIST.tree, ()), None)
 
 
 def without_nulls(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -429,15 +429,12 @@ def pruned_error(paths: Sequence[str]) -> ValidationError:
     )
 
 
-def unlisted_managed_values(
-    managed_fields: Sequence[Mapping[str, Any]] | None, listed: Allowlist | None = None
-) -> list[str]:
+def unlisted_managed_values(managed_fields: Sequence[Mapping[str, Any]] | None) -> list[str]:
     """spec.values paths that a manager of the Gpu set and the allowlist does not hold.
 
     After the list narrows, the API server prunes such values when it reads the Gpu, so the
     manager never sees them; their managedFields entries stay (metadata is never pruned). They
     show that the Gpu the user wrote is not the Gpu the module reads."""
-    tree = (listed or ALLOWLIST).tree
     found: list[str] = []
     for entry in managed_fields or ():
         fields = entry.get("fieldsV1")
@@ -446,7 +443,7 @@ def unlisted_managed_values(
         spec = fields.get("f:spec") if isinstance(fields, Mapping) else None
         values = spec.get("f:values") if isinstance(spec, Mapping) else None
         if isinstance(values, Mapping):
-            found += _unlisted_fields(values, tree, ())
+            found += _unlisted_fields(values, ALLOWLIST.tree, ())
     return sorted(set(found))
 
 
