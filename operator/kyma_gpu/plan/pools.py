@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from kyma_gpu.api.conditions import PreflightReason
+from kyma_gpu.facts.echo import listed
 from kyma_gpu.facts.node import NodeFacts
 from kyma_gpu.plan.findings import Finding, Severity
 
@@ -47,12 +48,9 @@ def worker_pools(nodes: Iterable[NodeFacts]) -> tuple[WorkerPool, ...]:
 
 def who(pool: str, names: Sequence[str], total: int) -> str:
     """'worker pool gpu-new (2 of 3 nodes: a, b)'."""
-    shown = ", ".join(names[:NAMES_SHOWN])
-    more = len(names) - NAMES_SHOWN
-    listed = f"{shown} and {more} more" if more > 0 else shown
     where = "nodes without a worker pool label" if pool == NO_POOL else f"worker pool {pool}"
     counted = f"{len(names)} of {total} node{'s' if total != 1 else ''}"
-    return f"{where} ({counted}: {listed})"
+    return f"{where} ({counted}: {listed(names, NAMES_SHOWN)})"
 
 
 def node_findings(
