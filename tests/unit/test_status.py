@@ -418,20 +418,9 @@ CASES: list[Any] = [
     ),
     pytest.param(
         "gl",
-        world(deleting=True, gpu_workloads=("ml/train-0", "ml/train-1")),
-        GpuState.WARNING,
-        {
-            "Ready": ("False", "Deleting"),
-            "ReleaseReady": ("Unknown", "Uninstalling"),
-            "WorkloadsProtected": ("False", "GpuWorkloadsRunning"),
-        },
-        id="deleting-with-gpu-pods",
-    ),
-    pytest.param(
-        "gl",
         world(deleting=True),
         GpuState.DELETING,
-        {"Ready": ("False", "Deleting"), "WorkloadsProtected": ("True", "NoGpuWorkloads")},
+        {"Ready": ("False", "Deleting"), "ReleaseReady": ("Unknown", "Uninstalling")},
         id="deleting",
     ),
     pytest.param(
@@ -524,19 +513,6 @@ def test_messages_say_why(plans: dict[str, Plan]) -> None:
         plans["gl"], world(cluster_policy=OperatorStateFacts("notReady", "no driver")), 1
     )
     assert "ClusterPolicy cluster-policy is notReady (no driver)" in policy.message
-
-
-def test_deletion_names_the_pods(plans: dict[str, Plan]) -> None:
-    pods = tuple(f"ml/train-{i:02d}" for i in range(12))
-    status = aggregate(plans["gl"], world(deleting=True, gpu_workloads=pods), generation=1)
-    assert status.state is GpuState.WARNING
-    assert status.message.startswith(
-        "deletion waits for 12 pods that use GPUs: ml/train-00, ml/train-01"
-    )
-    assert "ml/train-09" in status.message
-    assert "ml/train-10" not in status.message
-    assert "and 2 more. Delete them, or annotate the Gpu with " in status.message
-    assert status.message.endswith("skip-workload-protection=true to go ahead")
 
 
 @pytest.mark.parametrize(
