@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from kyma_gpu.api import GpuSpec
-from kyma_gpu.extensions import MACHINE
+from kyma_gpu.extensions import EXTENSIONS, MACHINE
 from kyma_gpu.facts.echo import ELLIPSIS, MESSAGE_LIMIT, NAME_LIMIT, REASON_LIMIT, TEXT_LIMIT
 from kyma_gpu.facts.gpu import GpuObject
 from kyma_gpu.facts.node import observe_node
@@ -140,7 +140,7 @@ def test_hostile_objects_keep_the_status_and_events_small(
         assert len(condition.message) <= MESSAGE_LIMIT, condition.type
         assert len(condition.reason) <= REASON_LIMIT, condition.type
     assert len(status.driver_version or "") <= 200, status.driver_version
-    news = events_for({}, body)
+    news = events_for({}, body, tuple(e.events for e in EXTENSIONS if e.events is not None))
     for event in [*([news.transition] if news.transition else []), *news.findings]:
         assert len(event.message) <= EVENT_MESSAGE_LIMIT
         assert len(event.reason) <= REASON_LIMIT

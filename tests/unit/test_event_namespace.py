@@ -8,10 +8,14 @@ import asyncio
 from typing import Any, cast
 
 from kyma_gpu.adapter import KubeAdapter
-from kyma_gpu.extensions.workload_protection.status import PODS_SHOWN, workloads_wait
+from kyma_gpu.extensions.workload_protection.status import (
+    EVENTS,
+    PODS_SHOWN,
+    without_pod_names,
+    workloads_wait,
+)
 from kyma_gpu.facts.gpu import gpu_object
 from kyma_gpu.reconcile.effects import ClusterApi, Recorder
-from kyma_gpu.status.deletion import without_pod_names
 from kyma_gpu.status.events import EventType, GpuEvent, GpuRef, News, event_for
 
 PODS = ("ml/trainer", "research-2/batch.v1-0", *(f"team-{i}/job-{i}" for i in range(20)))
@@ -36,14 +40,15 @@ def test_the_workloads_message_loses_the_pod_names_and_keeps_the_count() -> None
 
 def test_a_deletion_event_says_how_many_pods_and_not_which() -> None:
     two = deleting(workloads_wait(PODS[:2], skipped=False).message)
-    event = event_for({}, two)
+    event = event_for({}, two, (EVENTS,))
     assert event is not None
     assert (event.type, event.reason) == (EventType.WARNING, "Deleting")
     assert "ml/trainer" not in event.message
     assert "deletion waits for 2 pods" in event.message
     # Other pods, as many: nothing new to say. One fewer: said.
-    assert event_for(two, deleting(workloads_wait(PODS[2:4], skipped=False).message)) is None
-    one = event_for(two, deleting(workloads_wait(PODS[:1], skipped=False).message))
+    other = deleting(workloads_wait(PODS[2:4], skipped=False).message)
+    assert event_for(two, other, (EVENTS,)) is None
+    one = event_for(two, deleting(workloads_wait(PODS[:1], skipped=False).message), (EVENTS,))
     assert one is not None
     assert "deletion waits for 1 pods" in one.message
 

@@ -11,6 +11,7 @@ import pytest
 from kyma_gpu.api.conditions import HealthReason
 from kyma_gpu.api.models import STATUS_UNHEALTHY_LIMIT
 from kyma_gpu.api.node_marks import NODE_CONDITION
+from kyma_gpu.extensions.node_marks.events import health_event
 from kyma_gpu.extensions.node_marks.health import (
     gpu_health,
     health_condition,
@@ -19,7 +20,6 @@ from kyma_gpu.extensions.node_marks.health import (
     unhealthy_nodes,
 )
 from kyma_gpu.facts import MachineTypeRegistry, observe_node
-from kyma_gpu.status.events import health_event
 from tests.unit.builders import node
 
 R = HealthReason

@@ -14,7 +14,8 @@ What an extension brings:
 - its reads (what no informer watches; the answer is in the next snapshot's `reads`) and its
   actions, and how the loop carries each out (`reads`, `actions`, with a `Context`);
 - its part of the Gpu's status (`status`): conditions after the core's, the deletion's waits
-  before the core's Uninstalled, GpuStatus fields (status/aggregate.py `StatusPart`);
+  before the core's Uninstalled, GpuStatus fields (status/aggregate.py `StatusPart`), and
+  its part of the Events of a status write (`events`: its news, what they may not say);
 - what the manager's account writes for it (`grants`), from which the tools compose the
   admission policies (config/admission/manager_policy.yaml).
 """
@@ -39,6 +40,7 @@ from kyma_gpu.reconcile.machine import (
     Shape,
 )
 from kyma_gpu.status.aggregate import StatusHook
+from kyma_gpu.status.events import EventPart
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +92,8 @@ class Extension:
     """Its actions, and how the loop carries each out."""
     status: StatusHook | None = None
     """Its part of the Gpu's status: conditions, the deletion's waits, fields (pure)."""
+    events: EventPart | None = None
+    """Its part of the Events of a status write: its news, what they may not say."""
     grants: frozenset[Grant] = frozenset()
     """What the manager's account writes for it: its pieces of the admission policies."""
 

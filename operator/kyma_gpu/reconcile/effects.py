@@ -38,6 +38,7 @@ from kyma_gpu.reconcile.machine import Failure
 from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.status.events import (
     EVENT_WINDOW_SECONDS,
+    EventPart,
     GpuEvent,
     GpuRef,
     News,
@@ -237,6 +238,8 @@ class StatusWriter:
     """When each Gpu's status was last written (monotonic)."""
     due: dict[str, float] = field(default_factory=dict)
     """A coalesced (or failed) status write waits until then."""
+    events: tuple[EventPart, ...] = ()
+    """The extensions' parts of the Events of a status write."""
 
     async def write(self, gpu: GpuObject, status: GpuStatus) -> bool:
         """True when the status was written."""
@@ -258,7 +261,7 @@ class StatusWriter:
             self.due[gpu.name] = time.monotonic() + self.settings.status_retry_seconds
             return False
         self.written[gpu.name] = time.monotonic()
-        await self.recorder.post(gpu, events_for(live, wanted))
+        await self.recorder.post(gpu, events_for(live, wanted, self.events))
         return True
 
 

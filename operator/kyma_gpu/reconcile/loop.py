@@ -189,8 +189,9 @@ class Loop:
         self.write_back = WriteBack(self.store, node_watch(self.catalog.machine_types).fold)
         self.recorder = Recorder(self.writer, self.module_namespace)
         self.retries = Retries(self.settings)
+        events = tuple(e.events for e in self.extensions if e.events is not None)
         self.status = StatusWriter(self.writer, self.write_back, self.recorder, self._error,
-                                   self.settings)  # fmt: skip
+                                   self.settings, events=events)  # fmt: skip
 
     # -- the loop --
 

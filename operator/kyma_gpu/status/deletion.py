@@ -28,13 +28,6 @@ UNINSTALL_GRACE_SECONDS = 60.0
 """Added to the HelmRelease's uninstall timeout before a deletion counts as stalled."""
 DEFAULT_UNINSTALL_TIMEOUT = "5m"
 """helm-controller's default when the HelmRelease sets neither uninstall.timeout nor timeout."""
-_PODS_NAMED = re.compile(
-    r"^(deletion waits for \d+ pods that use GPUs): [^ ,]+(?:, [^ ,]+)*(?: and \d+ more)?"
-    r"(\. Delete them)"
-)
-"""The pod names in workload protection's message (extensions/workload_protection/status.py):
-"namespace/name, ..." (DNS names: no spaces or commas)."""
-
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
 _UNIT_SECONDS = MappingProxyType({"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001})
 
@@ -79,13 +72,6 @@ def parse_time(stamp: str) -> datetime | None:
         return datetime.fromisoformat(stamp)
     except ValueError:
         return None
-
-
-def without_pod_names(message: str) -> str:
-    """`message` without the names of users' pods that workloads_wait puts in it: what an Event
-    in the module's namespace may say (docs/security.md, "Smaller rights"). Whoever reads the
-    Gpu can list pods in every namespace anyway; a reader of kyma-system's Events need not."""
-    return _PODS_NAMED.sub(r"\1 (the Gpu's condition WorkloadsProtected names them)\2", message)
 
 
 def uninstall_wait(uninstall: Uninstall) -> Wait | None:

@@ -18,7 +18,7 @@ kyma-system's Events need not be one who may list pods everywhere.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -27,7 +27,6 @@ from kyma_gpu.api.conditions import ReadyReason, ReleaseReason
 from kyma_gpu.api.models import GpuState
 from kyma_gpu.facts.echo import cut, echoed_reason
 from kyma_gpu.status.aggregate import ConditionType, flux_failed
-from kyma_gpu.status.deletion import without_pod_names
 
 MESSAGE_LIMIT = 1024
 """The API server refuses longer Event messages (an Event's reason is cut to
@@ -62,44 +61,63 @@ class GpuEvent:
     message: str
 
 
-def _condition(status: Mapping[str, Any], type_: str) -> Mapping[str, Any]:
+@dataclass(frozen=True, slots=True)
+class EventPart:
+    """What an extension adds to the Events of a status write (`Extension.events`): its own
+    news from the status before and after (`news`), and what an Event may not say of the
+    status message (`redact`)."""
+
+    news: Callable[[Mapping[str, Any], Mapping[str, Any]], GpuEvent | None] | None = None
+    redact: Callable[[str], str] | None = None
+
+
+def condition_of(status: Mapping[str, Any], type_: str) -> Mapping[str, Any]:
+    """A condition of a status as the API stores it; empty if there is none."""
     conditions = status.get("conditions") or ()
     return next((c for c in conditions if c.get("type") == type_), {})
 
 
 def _ready(status: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _condition(status, "Ready")
+    return condition_of(status, "Ready")
 
 
-def _cut(message: str) -> str:
+def event_message(message: str) -> str:
+    """An Event's message: cut to MESSAGE_LIMIT."""
     return cut(message, MESSAGE_LIMIT)
 
 
-def _message(status: Mapping[str, Any]) -> str:
-    """The status message as an Event may say it: without users' pod names."""
-    return without_pod_names(str(status.get("message") or f"state {status.get('state')}"))
+def _message(status: Mapping[str, Any], parts: Sequence[EventPart]) -> str:
+    """The status message as an Event may say it: as the extensions redact it (workload
+    protection: without users' pod names)."""
+    message = str(status.get("message") or f"state {status.get('state')}")
+    for part in parts:
+        message = part.redact(message) if part.redact is not None else message
+    return message
 
 
-def _key(status: Mapping[str, Any]) -> tuple[Any, ...]:
+def _key(status: Mapping[str, Any], parts: Sequence[EventPart]) -> tuple[Any, ...]:
     ready = _ready(status)
     reason = ready.get("reason")
     deleting = status.get("state") == GpuState.DELETING or reason == ReadyReason.DELETING
-    return (status.get("state"), reason, _message(status) if deleting else None)
+    return (status.get("state"), reason, _message(status, parts) if deleting else None)
 
 
-def event_for(before: Mapping[str, Any], after: Mapping[str, Any]) -> GpuEvent | None:
+def event_for(
+    before: Mapping[str, Any], after: Mapping[str, Any], parts: Sequence[EventPart] = ()
+) -> GpuEvent | None:
     """The Event for a status write from `before` to `after` (both as the API stores them)."""
-    if not after or _key(before) == _key(after):
+    if not after or _key(before, parts) == _key(after, parts):
         return None
     state = after.get("state")
     warn = state in (GpuState.ERROR, GpuState.WARNING)
     reason = echoed_reason(str(_ready(after).get("reason") or state or "StatusChanged"))
-    return GpuEvent(EventType.WARNING if warn else EventType.NORMAL, reason, _cut(_message(after)))
+    return GpuEvent(EventType.WARNING if warn else EventType.NORMAL, reason,
+                    event_message(_message(after, parts)))  # fmt: skip
 
 
 def _failure(status: Mapping[str, Any], type_: ConditionType) -> tuple[str, str] | None:
     """(reason, message) of a preflight finding or a Flux failure in this condition."""
-    cond = _condition(status, type_)
+    cond = condition_of(status, type_)
     if cond.get("status") != "False":
         return None
     reason = echoed_reason(str(cond.get("reason") or type_))
@@ -111,28 +129,6 @@ def _failure(status: Mapping[str, Any], type_: ConditionType) -> tuple[str, str]
     return reason, message
 
 
-def _health(status: Mapping[str, Any]) -> tuple[str, str, frozenset[str]]:
-    """GpusHealthy's status and reason, and the unhealthy nodes the status names."""
-    cond = _condition(status, ConditionType.GPUS_HEALTHY)
-    nodes = status.get("unhealthyNodes") or ()
-    names = frozenset(str(n.get("name")) for n in nodes if isinstance(n, Mapping))
-    return str(cond.get("status") or ""), echoed_reason(str(cond.get("reason") or "")), names
-
-
-def health_event(before: Mapping[str, Any], after: Mapping[str, Any]) -> GpuEvent | None:
-    """GPU health's transitions: a Warning when GPUs turn unhealthy, when another node joins
-    the unhealthy ones or the main finding changes; a Normal GpusHealthy when all recovered.
-    A node that recovers while others stay unhealthy, and moving counts, post nothing."""
-    was, was_reason, was_bad = _health(before)
-    now, reason, bad = _health(after)
-    message = str(_condition(after, ConditionType.GPUS_HEALTHY).get("message") or "")
-    if now == "False" and (was != "False" or reason != was_reason or not bad <= was_bad):
-        return GpuEvent(EventType.WARNING, reason, _cut(message))
-    if now == "True" and was == "False":
-        return GpuEvent(EventType.NORMAL, reason, _cut(message))
-    return None
-
-
 @dataclass(frozen=True, slots=True)
 class News:
     """What a status write has to tell: the transition, and new findings or failures."""
@@ -141,19 +137,21 @@ class News:
     findings: tuple[GpuEvent, ...] = ()
 
 
-def events_for(before: Mapping[str, Any], after: Mapping[str, Any]) -> News:
+def events_for(
+    before: Mapping[str, Any], after: Mapping[str, Any], parts: Sequence[EventPart] = ()
+) -> News:
     """The news of a status write from `before` to `after` (both as the API stores them):
-    the transition (event_for), and each finding or failure that is new by reason and
-    message."""
+    the transition (event_for), each finding or failure that is new by reason and message,
+    and the extensions' news (`parts`)."""
     if not after:
         return News()
     found = tuple(
-        GpuEvent(EventType.WARNING, now[0], _cut(now[1]))
+        GpuEvent(EventType.WARNING, now[0], event_message(now[1]))
         for type_ in FINDINGS
         if (now := _failure(after, type_)) is not None and now != _failure(before, type_)
     )
-    health = health_event(before, after)
-    return News(event_for(before, after), (*found, *((health,) if health else ())))
+    news = (part.news(before, after) for part in parts if part.news is not None)
+    return News(event_for(before, after, parts), (*found, *(n for n in news if n is not None)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from kyma_gpu.extensions.base import Extension, Grant
 from kyma_gpu.extensions.node_marks.effects import mark
+from kyma_gpu.extensions.node_marks.events import EVENTS
 from kyma_gpu.extensions.node_marks.machine import ROWS, MarkNodes, Situation, left, to_mark
 from kyma_gpu.extensions.node_marks.status import health
 from kyma_gpu.reconcile.machine import Point
@@ -16,6 +17,7 @@ EXTENSION = Extension(
     situations=Situation,
     classify={Point.APPLIED: to_mark, Point.UNINSTALLED: left},
     rows=ROWS,
+    events=EVENTS,
     status=health,
     actions={MarkNodes: mark},
     grants=frozenset({Grant.NODES}),

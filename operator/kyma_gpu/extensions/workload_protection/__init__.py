@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from kyma_gpu.extensions.base import Extension
 from kyma_gpu.extensions.workload_protection.machine import ROWS, Situation, classify, protects
-from kyma_gpu.extensions.workload_protection.status import protection
+from kyma_gpu.extensions.workload_protection.status import EVENTS, protection
 from kyma_gpu.reconcile.machine import Point
 
 EXTENSION = Extension(
@@ -17,6 +17,7 @@ EXTENSION = Extension(
     situations=Situation,
     classify={Point.DELETING: classify},
     rows=ROWS,
+    events=EVENTS,
     status=protection,
     watches_pods=protects,
 )

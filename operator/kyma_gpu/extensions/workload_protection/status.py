@@ -1,7 +1,10 @@
 """Workload protection's part of the status: the condition WorkloadsProtected, the deletion's
-first wait (status/deletion.py: the core's Uninstalled follows once it no longer holds). Pure."""
+first wait (status/deletion.py: the core's Uninstalled follows once it no longer holds), and
+its part of the Events: they name no user's pod (without_pod_names). Pure."""
 
 from __future__ import annotations
+
+import re
 
 from kyma_gpu.api.conditions import ConditionType, WorkloadsReason
 from kyma_gpu.api.models import SKIP_PROTECTION_ANNOTATION, GpuState
@@ -9,8 +12,15 @@ from kyma_gpu.facts.echo import listed
 from kyma_gpu.plan import Plan
 from kyma_gpu.status.aggregate import Evidence, StatusPart
 from kyma_gpu.status.deletion import Wait
+from kyma_gpu.status.events import EventPart
 
 PODS_SHOWN = 10
+_PODS_NAMED = re.compile(
+    r"^(deletion waits for \d+ pods that use GPUs): [^ ,]+(?:, [^ ,]+)*(?: and \d+ more)?"
+    r"(\. Delete them)"
+)
+"""The pod names in workloads_wait's message: "namespace/name, ..." (DNS names: no spaces or
+commas)."""
 
 
 def protection(plan: Plan, observed: Evidence, generation: int | None) -> StatusPart:
@@ -37,3 +47,13 @@ def workloads_wait(pods: tuple[str, ...], skipped: bool) -> Wait:
         f"them, or annotate the Gpu with {SKIP_PROTECTION_ANNOTATION}=true to go ahead",
         GpuState.WARNING,
     )  # fmt: skip
+
+
+def without_pod_names(message: str) -> str:
+    """`message` without the names of users' pods that workloads_wait puts in it: what an Event
+    in the module's namespace may say (docs/security.md, "Smaller rights"). Whoever reads the
+    Gpu can list pods in every namespace anyway; a reader of kyma-system's Events need not."""
+    return _PODS_NAMED.sub(r"\1 (the Gpu's condition WorkloadsProtected names them)\2", message)
+
+
+EVENTS = EventPart(redact=without_pod_names)
