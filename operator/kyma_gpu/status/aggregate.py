@@ -80,16 +80,19 @@ class Evidence:
     gpu_cluster: OperatorStateFacts | None = None
     """The DRA stack's GPUCluster gpu-cluster."""
     gpu_workloads: tuple[str, ...] = ()
-    """namespace/name of running pods that request nvidia.com/gpu."""
+    """namespace/name of running pods that request nvidia.com/gpu (read by workload
+    protection's status part)."""
     nodes_without_features: tuple[str, ...] = ()
     """GPU nodes without the NFD labels the NVIDIA operator needs (facts.node.NFD_LABELS_NEEDED)."""
     image_pulls: tuple[PullFailure, ...] = ()
     """Pods of the GPU operator's namespace that cannot pull an image."""
     gpu_nodes: tuple[ObservedNode, ...] = ()
-    """The GPU nodes with their per-node state (devices, marks, upgrade label): GPU health."""
+    """The GPU nodes with their per-node state (devices, marks, upgrade label): read by GPU
+    health's status part (extensions/node_marks/)."""
     deleting: bool = False
     skip_protection: bool = False
-    """The Gpu's annotation lets the deletion go ahead while pods use GPUs."""
+    """The Gpu's annotation lets the deletion go ahead while pods use GPUs (workload
+    protection)."""
     uninstall: Uninstall = field(default_factory=Uninstall)
     """Our Flux objects being deleted, and which of them are past the bound."""
     applied: bool = True
