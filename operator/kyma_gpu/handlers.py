@@ -44,7 +44,6 @@ from kyma_gpu.observe.informer import Informer, ListWatch
 from kyma_gpu.observe.store import Resource
 from kyma_gpu.observe.watches import REQUIRED
 from kyma_gpu.plan import AllowedSources, allowed_sources_of
-from kyma_gpu.plan.provision import FluxImages
 from kyma_gpu.reconcile.election import Elector
 from kyma_gpu.reconcile.loop import Loop
 from kyma_gpu.reconcile.settings import KopfSettings, Settings
@@ -153,7 +152,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     loop = Loop(store, adapter, catalog, watch_pods=informers.watch_pods,
                 may_write=elector.may_write if elector else lambda: True,
                 module_namespace=namespace, settings=ours.loop, metrics=metrics,
-                flux_images=FluxImages.from_env(os.environ),
+                environ=os.environ,
                 allowed_sources=lambda: allowed_sources(store),
                 required=(*REQUIRED, ALLOWED_SOURCES))  # fmt: skip
     metrics.observe(loop.scrape)

@@ -11,6 +11,7 @@ What an extension brings:
 - a classify hook per `Point` of the core's order: its situation there, or None;
 - whether it wants users' pods observed (`watches_pods`);
 - a change to the plan's objects before they are compared and applied (`shapes`);
+- its configuration, from the manager's environment and the loop's settings (`config`);
 - its reads (what no informer watches; the answer is in the next snapshot's `reads`) and its
   actions, and how the loop carries each out (`reads`, `actions`, with a `Context`);
 - its part of the Gpu's status (`status`): conditions after the core's, the deletion's waits
@@ -39,6 +40,7 @@ from kyma_gpu.reconcile.machine import (
     Row,
     Shape,
 )
+from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.status.aggregate import StatusHook
 from kyma_gpu.status.events import EventPart
 
@@ -56,6 +58,10 @@ class Context:
 
 Carry = Callable[[Any, Context], Awaitable[int]]
 """Carries one action (of the type it is registered for) out; returns the requests made."""
+
+Configure = Callable[[Mapping[str, str], LoopSettings], object]
+"""Builds an extension's configuration from the manager's environment and the loop's settings,
+once; `decide` hands it over in `Inputs.config`, where the extension finds it by its type."""
 
 Fetch = Callable[[Any, Context], Awaitable[object]]
 """Carries one read (of the type it is registered for) out; returns its answer, which the next
@@ -92,6 +98,8 @@ class Extension:
     """Its actions, and how the loop carries each out."""
     status: StatusHook | None = None
     """Its part of the Gpu's status: conditions, the deletion's waits, fields (pure)."""
+    config: Configure | None = None
+    """Its configuration (the module's own Flux: its images, how long a removal waits)."""
     events: EventPart | None = None
     """Its part of the Events of a status write: its news, what they may not say."""
     grants: frozenset[Grant] = frozenset()

@@ -46,7 +46,7 @@ from kyma_gpu.observe.watches import (
 from kyma_gpu.plan import AllowedSources
 from kyma_gpu.plan.actions import LiveObject, object_key
 from kyma_gpu.plan.plan import PlanMemo
-from kyma_gpu.plan.provision import REQUIRED_APIS, Api, FluxApi, FluxImages
+from kyma_gpu.plan.provision import REQUIRED_APIS, Api, FluxApi
 from kyma_gpu.reconcile.effects import (
     ClusterApi,
     FluxKey,
@@ -166,9 +166,9 @@ class Loop:
     retried at once instead of at their retry time."""
     settings: LoopSettings = field(default_factory=LoopSettings)
     metrics: Metrics = field(default_factory=Metrics)
-    flux_images: FluxImages = field(default_factory=FluxImages)
-    """The images of the Flux the module installs (provision.IMAGE_ENV, from the manager's
-    environment)."""
+    environ: Mapping[str, str] = field(default_factory=dict)
+    """The manager's environment, which the extensions' configurations read (the module's own
+    Flux: its controllers' images, provision.IMAGE_ENV)."""
     extensions: tuple[Extension, ...] = EXTENSIONS
     """The extras beyond the card (kyma_gpu/extensions/): their rows, and their actions."""
     error_count: int = 0
@@ -181,9 +181,13 @@ class Loop:
     plan: Planner = field(init=False)
     """The planner `decide` gets: `plans.plan`, the memo's (a test may put another)."""
     machine: Machine = field(init=False)
+    config: tuple[object, ...] = field(init=False)
+    """The extensions' configurations (`Extension.config`), for `Inputs.config`."""
 
     def __post_init__(self) -> None:
         self.machine = Machine(self.extensions)
+        self.config = tuple(e.config(self.environ, self.settings) for e in self.extensions
+                            if e.config is not None)  # fmt: skip
         self.plans = PlanMemo(self.catalog)
         self.plan = self.plans.plan
         self.write_back = WriteBack(self.store, node_watch(self.catalog.machine_types).fold)
@@ -276,8 +280,8 @@ class Loop:
             snap = replace(snapshot(self.store, self.write_back.as_applied, self.allowed_sources()),
                            reads=tuple(answers.values()))  # fmt: skip
             step = self.machine.decide(Inputs(gpu, snap, self.plan, self.retries.last(gpu.name),
-                                 time.monotonic(), now(), self.flux_images, self.module_namespace,
-                                 self.settings.removal_wait_seconds))  # fmt: skip
+                                 time.monotonic(), now(), self.module_namespace,
+                                 self.config))  # fmt: skip
             done = await self.perform(gpu, step)
             writes, reads = writes + done.writes, reads + done.reads
             if done.answer is not None:

@@ -4,18 +4,30 @@ objects for them, and removes them (or hands their CRDs over) when the Gpu is de
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from kyma_gpu.extensions.base import Extension, Grant
 from kyma_gpu.extensions.own_flux.effects import list_flux, remove_flux
 from kyma_gpu.extensions.own_flux.machine import (
     ROWS,
     ListFlux,
+    OwnFluxConfig,
     RemoveFlux,
     Situation,
     left,
     sharded,
     to_provide,
 )
+from kyma_gpu.plan.provision import FluxImages
 from kyma_gpu.reconcile.machine import Point
+from kyma_gpu.reconcile.settings import LoopSettings
+
+
+def configure(environ: Mapping[str, str], settings: LoopSettings) -> OwnFluxConfig:
+    """Its controllers' images from the manager's environment (provision.IMAGE_ENV), the
+    removal's wait from the loop's settings."""
+    return OwnFluxConfig(FluxImages.from_env(environ), settings.removal_wait_seconds)
+
 
 EXTENSION = Extension(
     name="own-flux",
@@ -23,6 +35,7 @@ EXTENSION = Extension(
     classify={Point.FLUX: to_provide, Point.UNINSTALLED: left},
     rows=ROWS,
     shapes=sharded,
+    config=configure,
     reads={ListFlux: list_flux},
     actions={RemoveFlux: remove_flux},
     grants=frozenset({Grant.FLUX_BUNDLE}),

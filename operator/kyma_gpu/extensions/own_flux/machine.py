@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
@@ -24,6 +24,7 @@ from kyma_gpu.plan.provision import (
     SHARD,
     SHARD_LABEL,
     FluxApi,
+    FluxImages,
     FluxMode,
     bundle,
     bundle_crds,
@@ -102,6 +103,26 @@ def hand_over_message(leftovers: Sequence[Leftover]) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class OwnFluxConfig:
+    """The module's own Flux's configuration (`Extension.config`): its controllers' images
+    (provision.IMAGE_ENV in the manager's environment) and how long a removal waits for one of
+    the module's objects that terminates (LoopSettings.removal_wait_seconds)."""
+
+    images: FluxImages = field(default_factory=FluxImages)
+    removal_wait_seconds: float = 5.0
+    """LoopSettings.removal_wait_seconds' default (tests/unit/test_decide.py holds them equal)."""
+
+
+_DEFAULT = OwnFluxConfig()
+"""Without the loop's (a test's `decide`): the bundle's own images, the default wait."""
+
+
+def _config(inputs: Inputs) -> OwnFluxConfig:
+    found = (c for c in inputs.config if isinstance(c, OwnFluxConfig))
+    return next(found, _DEFAULT)
+
+
+@dataclass(frozen=True, slots=True)
 class ListFlux(ExtensionRead):
     """List the Flux objects of every kind (metadata only): how the module's own Flux goes
     depends on them. The answer is a `FluxLeftovers` in the next snapshot's `reads`."""
@@ -138,7 +159,7 @@ def to_provide(inputs: Inputs, plan: Plan | None) -> Seen | None:
     bundle hash."""
     api = inputs.snap.flux_api
     wanted = which_flux(api).mode in (FluxMode.ABSENT, FluxMode.PROVIDED)
-    if wanted and not bundle_current(api, inputs.flux_images):
+    if wanted and not bundle_current(api, _config(inputs).images):
         return Seen(Situation.FLUX_TO_PROVIDE, plan)
     return None
 
@@ -190,8 +211,9 @@ def _own_flux_left(api: FluxApi) -> bool:
 
 def _providing_flux(seen: Seen, inputs: Inputs) -> Step:
     assert seen.plan is not None
-    key = f"flux-bundle-{bundle_hash(inputs.flux_images)}"
-    return Step(Phase.PROVIDING_FLUX, Apply(bundle(inputs.flux_images)), key=key,
+    images = _config(inputs).images
+    key = f"flux-bundle-{bundle_hash(images)}"
+    return Step(Phase.PROVIDING_FLUX, Apply(bundle(images)), key=key,
                 status_if_failed=loud_status(inputs, seen.plan, key))  # fmt: skip
 
 
@@ -201,7 +223,7 @@ def _list_flux(seen: Seen, inputs: Inputs) -> Step:
 
 def _removal_waits(seen: Seen, inputs: Inputs) -> Step:
     # no informer watches the terminating kind: look (and list) again after a while
-    return Step(Phase.REMOVING_FLUX, requeue_after=inputs.removal_wait_seconds)
+    return Step(Phase.REMOVING_FLUX, requeue_after=_config(inputs).removal_wait_seconds)
 
 
 def _hand_over(seen: Seen, inputs: Inputs) -> Step:
