@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import itertools
 import json
 import logging
 import re
@@ -32,7 +33,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kyma_gpu import __version__
 from kyma_gpu.api.models import API_GROUP, API_VERSION, KIND, PLURAL
-from kyma_gpu.api.node_marks import CORDON_ANNOTATION, CORDON_VALUE, NODE_CONDITION
+from kyma_gpu.api.node_marks import CORDON_ANNOTATION, CORDON_VALUE, NODE_CONDITION, NodeWrite
 from kyma_gpu.api.resources import FLUX_CRD_KINDS, FLUX_KINDS
 from kyma_gpu.errors import (
     ApiError,
@@ -43,7 +44,6 @@ from kyma_gpu.errors import (
 )
 from kyma_gpu.metrics import Metrics
 from kyma_gpu.status.events import GpuEvent, GpuRef
-from kyma_gpu.status.marks import NodeWrite
 
 FIELD_MANAGER = "kyma-gpu"
 USER_AGENT = f"kyma-gpu/{__version__}"
@@ -120,7 +120,7 @@ class ListQuery:
     """The standard library's JSON, or NODE_JSON for Nodes."""
     coalesce: float = 0.0
     """Seconds to wait after a watch event that came after a wait, so that the events of that
-    span are read in one go (_lines). 0: each event as it comes."""
+    span are read in one go (KubeAdapter.watch). 0: each event as it comes."""
 
     def params(self) -> list[tuple[str, str]]:
         out = []
@@ -239,7 +239,14 @@ class KubeAdapter:
         self, query: ListQuery, resource_version: str, timeout_seconds: int
     ) -> Iterator[dict[str, Any]]:
         """WATCH events (type, object) from a resourceVersion, with bookmarks, until the server
-        ends the stream. An ERROR event with code 410 raises Gone."""
+        ends the stream. An ERROR event with code 410 raises Gone.
+
+        The stream is newline-delimited JSON. With `query.coalesce`, a read that had to wait
+        for the server is followed by a sleep that long; the reads after it find their data
+        buffered and do not wait. A wake-up of the thread costs more than reading a Node event
+        (benchmarks/watch_read.py), so however many heartbeats a second a fleet sends, the Node
+        watch (observe.watches.NODE_COALESCE) wakes up at most about 1 / coalesce times a
+        second, each event at most `coalesce` seconds later."""
         params = [
             *query.params(),
             ("watch", "true"),
@@ -251,12 +258,21 @@ class KubeAdapter:
         what = f"watch {query.path}"
         response = self._request(what, "GET", query.path, query=params, accept=accept,
                                  timeout=(10, timeout_seconds + 30))  # fmt: skip
-        try:
-            for line in _lines(response, what, query.coalesce):
-                event: dict[str, Any] = query.parser.event(line)
-                if event.get("type") == "ERROR":
-                    raise _status_error(what, event.get("object") or {})
-                yield event
+        pending, began = b"", time.monotonic()
+        try:  # the newline after the stream ends its last line
+            for chunk in itertools.chain(response.stream(64 * 1024, decode_content=True), [b"\n"]):
+                waited = time.monotonic() - began > _WAITED
+                *complete, pending = (pending + chunk).split(b"\n")
+                for line in (line for line in complete if line.strip()):
+                    event: dict[str, Any] = query.parser.event(line)
+                    if event.get("type") == "ERROR":
+                        raise _status_error(what, event.get("object") or {})
+                    yield event
+                if query.coalesce and waited:
+                    time.sleep(query.coalesce)
+                began = time.monotonic()
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            raise TransientError(what, 0, message=f"stream broken: {err}") from err
         finally:
             response.release_conn()
 
@@ -530,28 +546,3 @@ LIST pages by the standard library, which parses a page of Nodes without orjson'
 whole-document tree: that tree raises the peak of a LIST, and the manager's heap keeps the peak
 (docs/performance.md, "What a heartbeat costs, and why"). Every other
 collection keeps the standard library (Parser()), which keeps every integer as written."""
-
-
-def _lines(response: urllib3.BaseHTTPResponse, what: str, coalesce: float = 0.0) -> Iterator[bytes]:
-    """Newline-delimited JSON from a streaming response.
-
-    With `coalesce`, a read that had to wait for the server is followed by a sleep that long;
-    the reads after it find their data buffered and do not wait. A wake-up of the thread costs
-    more than reading a Node event (benchmarks/watch_read.py), so however many heartbeats a
-    second a fleet sends, the Node watch (observe.watches.NODE_COALESCE) wakes up at most about
-    1 / coalesce times a second, each event at most `coalesce` seconds later."""
-    pending = b""
-    began = time.monotonic()
-    try:
-        for chunk in response.stream(64 * 1024, decode_content=True):
-            waited = time.monotonic() - began > _WAITED
-            pending += chunk
-            *complete, pending = pending.split(b"\n")
-            yield from (line for line in complete if line.strip())
-            if coalesce and waited:
-                time.sleep(coalesce)
-            began = time.monotonic()
-    except (urllib3.exceptions.HTTPError, OSError) as err:
-        raise TransientError(what, 0, message=f"stream broken: {err}") from err
-    if pending.strip():
-        yield pending

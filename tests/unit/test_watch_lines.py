@@ -1,4 +1,5 @@
-"""The watch stream's reader (adapter._lines): the lines it yields, and when it coalesces.
+"""The watch stream's reader (adapter.KubeAdapter.watch): the lines it parses, and when it
+coalesces.
 
 A clock of its own stands in for time: each chunk of the fake stream says how long its read
 waited for the server, and sleep advances the clock and is recorded.
@@ -6,7 +7,9 @@ waited for the server, and sleep advances the clock and is recorded.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import urllib3
@@ -39,6 +42,9 @@ class _Response:
             self.clock.now += wait
             yield data
 
+    def release_conn(self) -> None:
+        pass
+
 
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
@@ -48,9 +54,16 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
     return fake
 
 
+def _watch(response: _Response, coalesce: float) -> Iterator[dict[str, Any]]:
+    reader = adapter.KubeAdapter(api=None)  # type: ignore[arg-type]
+    reader._request = lambda *args, **kwargs: response  # type: ignore[method-assign,assignment]
+    return reader.watch(adapter.ListQuery("/api/v1/nodes", coalesce=coalesce), "1", 60)
+
+
 def _read(clock: _Clock, chunks: list[tuple[float, bytes]], coalesce: float) -> list[bytes]:
-    response = _Response(clock, chunks)
-    return list(adapter._lines(response, "watch nodes", coalesce))  # type: ignore[arg-type]
+    """The lines of the stream, each as the watch parsed it."""
+    events = _watch(_Response(clock, chunks), coalesce)
+    return [json.dumps(event, separators=(",", ":")).encode() for event in events]
 
 
 def test_lines_are_split_across_chunks_and_blank_lines_dropped(clock: _Clock) -> None:
@@ -81,10 +94,10 @@ def test_a_broken_stream_is_a_transient_error(clock: _Clock) -> None:
             yield b"{}\n"
             raise urllib3.exceptions.ProtocolError("connection reset")
 
-    lines = adapter._lines(Broken(clock, []), "watch nodes", 0.1)  # type: ignore[arg-type]
-    assert next(lines) == b"{}"
+    events = _watch(Broken(clock, []), 0.1)
+    assert next(events) == {}
     with pytest.raises(TransientError, match="stream broken"):
-        next(lines)
+        next(events)
 
 
 def test_a_node_with_json_the_fast_parser_refuses_is_still_read() -> None:

@@ -76,7 +76,7 @@ GATED = MappingProxyType(
 )
 """CRD name -> the resource it serves: its informer lists again when the CRD appears."""
 NODE_COALESCE = 0.2
-"""Seconds the Node watch waits after an event that came after a wait (adapter._lines): the
+"""Seconds the Node watch waits after an event that came after a wait (KubeAdapter.watch): the
 kubelets' status updates, which grow with the fleet, are read at most 1/NODE_COALESCE times a
 second in batches instead of one wake-up each, each at most NODE_COALESCE late (a GPU node's
 join still reaches the status well under a second). The value is the smallest that kept
