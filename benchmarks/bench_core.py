@@ -27,15 +27,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 
 from kyma_gpu.api.models import GpuSpec
+from kyma_gpu.extensions.node_marks.health import gpu_health
 from kyma_gpu.facts import DriverUpgradeState, ObservedNode, cluster_facts, observe_node
 from kyma_gpu.facts.node import LABEL_DRIVER_UPGRADE
 from kyma_gpu.observe.store import Store
 from kyma_gpu.plan import AllowedSources, Owner, make_plan
-from kyma_gpu.plan.cache import PlanMemo
+from kyma_gpu.plan.plan import PlanMemo
 from kyma_gpu.reconcile.loop import Loop
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status import Evidence, aggregate
-from kyma_gpu.status.health import gpu_health
 
 
 def node(i: int) -> dict[str, Any]:

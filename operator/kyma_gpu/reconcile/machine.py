@@ -47,7 +47,8 @@ from kyma_gpu.facts import ClusterFacts, cluster_facts
 from kyma_gpu.facts.gpu import GpuObject
 from kyma_gpu.plan import AllowedSources, Owner, Plan
 from kyma_gpu.plan.actions import Actions, LiveObject, plan_actions
-from kyma_gpu.plan.provision import FluxImages, FluxMode, which_flux
+from kyma_gpu.plan.provision import FluxMode, which_flux
+from kyma_gpu.status.aggregate import StatusHook
 from kyma_gpu.status.deletion import Deleting, Uninstall, uninstall_of
 from kyma_gpu.status.snapshot import (
     Snapshot,
@@ -193,13 +194,13 @@ class Inputs:
     """Monotonic seconds, compared with Failure.retry_at."""
     now: str = ""
     """Wall-clock timestamp for condition transitions."""
-    flux_images: FluxImages = field(default_factory=FluxImages)
-    """The images of the Flux the module installs (the manager's environment)."""
     module_namespace: str = "kyma-system"
     """Where the module's Flux objects (and its own Flux) live."""
-    removal_wait_seconds: float = 5.0
-    """RemovingFlux looks again after this long while one of the module's objects terminates
-    (LoopSettings.removal_wait_seconds)."""
+    config: tuple[object, ...] = ()
+    """The extensions' configurations (`Extension.config`, built by the loop), one per
+    extension that has one: each finds its own by type."""
+    status_hooks: tuple[StatusHook, ...] = ()
+    """The extensions' status parts (`Machine.decide` fills them in from its parts)."""
 
 
 # -- classify: what the machine sees, one Situation per row of the table --
@@ -215,15 +216,12 @@ class Situation(StrEnum):
     FLUX_OBJECTS_TERMINATING = "FluxObjectsTerminating"
     NOTHING_LEFT = "NothingLeft"
     SPEC_INVALID = "SpecInvalid"
-    UNPLANNABLE = "Unplannable"
     NO_FINALIZER = "NoFinalizer"
     PLAN_BLOCKED = "PlanBlocked"
     FLUX_INCOMPATIBLE = "FluxIncompatible"
     FLUX_NOT_SERVED = "FluxNotServed"
     OBJECTS_DIFFER = "ObjectsDiffer"
-    IN_SYNC_FAILED = "InSyncFailed"
-    IN_SYNC_PROGRESSING = "InSyncProgressing"
-    IN_SYNC_READY = "InSyncReady"
+    IN_SYNC = "InSync"
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,24 +276,8 @@ class Part(Protocol):
     @property
     def shapes(self) -> Shape | None: ...
 
-
-def _classify(machine: Machine, inputs: Inputs) -> Seen:
-    """The one situation of the inputs, checked in the order of `ROWS`; the extensions' at
-    their points."""
-    gpu = inputs.gpu
-    if gpu.name != SINGLETON_NAME:
-        return Seen(Situation.NOT_THE_SINGLETON)
-    spec = _parse(gpu)
-    if gpu.deleting:
-        return _classify_deleting(machine, inputs, spec if isinstance(spec, GpuSpec) else None)
-    if isinstance(spec, ValidationError):
-        return Seen(Situation.SPEC_INVALID, error=spec)
-    if FINALIZER not in gpu.finalizers:
-        return Seen(Situation.NO_FINALIZER)
-    plan = _safe_plan(inputs, spec)
-    if isinstance(plan, str):
-        return Seen(Situation.UNPLANNABLE, error=plan)
-    return _classify_running(machine, inputs, plan)
+    @property
+    def status(self) -> StatusHook | None: ...
 
 
 def _classify_running(machine: Machine, inputs: Inputs, plan: Plan) -> Seen:
@@ -321,24 +303,14 @@ def _classify_served(machine: Machine, inputs: Inputs, plan: Plan) -> Seen:
     seen = machine.ask(Point.APPLIED, inputs, plan)
     if seen is not None:
         return seen
-    status = status_of(inputs, plan)
-    return Seen(_in_sync(status), plan, status=status)
-
-
-def _in_sync(status: GpuStatus) -> Situation:
-    if status.state is GpuState.ERROR:
-        return Situation.IN_SYNC_FAILED
-    ready = next((c for c in status.conditions if c.type == ConditionType.READY), None)
-    if ready is not None and ready.status == "True":
-        return Situation.IN_SYNC_READY
-    return Situation.IN_SYNC_PROGRESSING
+    return Seen(Situation.IN_SYNC, plan, status=status_of(inputs, plan))
 
 
 def _classify_deleting(machine: Machine, inputs: Inputs, spec: GpuSpec | None) -> Seen:
     gpu, snap = inputs.gpu, inputs.snap
     if FINALIZER not in gpu.finalizers:
         return Seen(Situation.FINALIZER_GONE)
-    planned = _safe_plan(inputs, spec) if spec is not None else None
+    planned = _plan(inputs, spec) if spec is not None else None
     plan = planned if isinstance(planned, Plan) else None
     seen = machine.ask(Point.DELETING, inputs, plan)
     if seen is not None:
@@ -376,8 +348,9 @@ Build = Callable[[Seen, Inputs], Step]
 class Row:
     when: str
     """The Situation in words."""
-    phase: StrEnum
-    """A `Phase`, or an extension's."""
+    phase: StrEnum | tuple[StrEnum, ...]
+    """A `Phase`, or an extension's; the phases its step may have, where the status says
+    which (InSync)."""
     does: str
     """The step's action or status, in words."""
     retried: bool
@@ -426,6 +399,18 @@ def _status_only(phase: Phase) -> Build:
     return build
 
 
+def _in_sync(seen: Seen, inputs: Inputs) -> Step:
+    """The phase follows the status, as Flux's Ready summarises its conditions."""
+    status = seen.status
+    assert status is not None
+    ready = next((c for c in status.conditions if c.type == ConditionType.READY), None)
+    if status.state is GpuState.ERROR:
+        return Step(Phase.FAILED, status=status)
+    if ready is not None and ready.status == "True":
+        return Step(Phase.READY, status=status)
+    return Step(Phase.PROGRESSING, status=status)
+
+
 def _flux_incompatible(seen: Seen, inputs: Inputs) -> Step:
     reason, message = ReadyReason.FLUX_INCOMPATIBLE, str(seen.error)
     status = error_status(inputs.gpu, reason, message, inputs.now)
@@ -459,12 +444,9 @@ ROWS: Mapping[Situation, Row] = MappingProxyType({
         "being deleted, nothing of the module's left", Phase.RELEASED,
         "remove the finalizer", True, _release),
     S.SPEC_INVALID: Row(
-        "the model rejects the spec", Phase.INVALID,
-        "status `Error` (`InvalidSpec`): nothing is applied (a deletion still goes on)",
-        False, _invalid),
-    S.UNPLANNABLE: Row(
-        "planning the spec fails", Phase.INVALID, "status `Error` (`PlanFailed`)", False,
-        _invalid),
+        "the model rejects the spec, or (with the finalizer) planning it fails", Phase.INVALID,
+        "status `Error` (`InvalidSpec`; `PlanFailed`): nothing is applied (a deletion still "
+        "goes on)", False, _invalid),
     S.NO_FINALIZER: Row(
         "our finalizer is missing", Phase.INITIALIZING,
         "add `gpu.kyma-project.io/finalizer`", True, _initializing),
@@ -483,14 +465,10 @@ ROWS: Mapping[Situation, Row] = MappingProxyType({
     S.OBJECTS_DIFFER: Row(
         "the Flux objects differ from the plan", Phase.APPLYING,
         "server-side apply (and delete stale ones)", True, _applying),
-    S.IN_SYNC_FAILED: Row(
-        "applied, the status says `Error`", Phase.FAILED, "status", False,
-        _status_only(Phase.FAILED)),
-    S.IN_SYNC_PROGRESSING: Row(
-        "applied, not everything ready", Phase.PROGRESSING, "status", False,
-        _status_only(Phase.PROGRESSING)),
-    S.IN_SYNC_READY: Row(
-        "applied, everything ready", Phase.READY, "status", False, _status_only(Phase.READY)),
+    S.IN_SYNC: Row(
+        "applied", (Phase.FAILED, Phase.PROGRESSING, Phase.READY),
+        "status; the phase follows it: Failed when it says `Error`, Ready when its Ready "
+        "condition is `True`, else Progressing", False, _in_sync),
 })  # fmt: skip
 """The state machine as a table: every Situation, in the order `classify` checks them, its
 phase and its step. docs/architecture.md shows it (`phase_table`, generated)."""
@@ -514,6 +492,11 @@ class Machine:
             rows.update(part.rows)
         object.__setattr__(self, "rows", MappingProxyType(rows))
 
+    @property
+    def status_hooks(self) -> tuple[StatusHook, ...]:
+        """The extensions' status parts, in their order."""
+        return tuple(p.status for p in self.parts if p.status is not None)
+
     def ask(self, point: Point, inputs: Inputs, plan: Plan | None) -> Seen | None:
         """The first extension's situation at `point`, or None."""
         for part in self.parts:
@@ -533,11 +516,27 @@ class Machine:
         return objects
 
     def classify(self, inputs: Inputs) -> Seen:
-        return _classify(self, inputs)
+        """The one situation of the inputs, checked in the order of `ROWS`; the extensions'
+        at their points."""
+        gpu = inputs.gpu
+        if gpu.name != SINGLETON_NAME:
+            return Seen(Situation.NOT_THE_SINGLETON)
+        spec = _parse(gpu)
+        if gpu.deleting:
+            return _classify_deleting(self, inputs, spec if isinstance(spec, GpuSpec) else None)
+        if isinstance(spec, ValidationError):
+            return Seen(Situation.SPEC_INVALID, error=spec)
+        if FINALIZER not in gpu.finalizers:
+            return Seen(Situation.NO_FINALIZER)
+        plan = _plan(inputs, spec)
+        if isinstance(plan, str):
+            return Seen(Situation.SPEC_INVALID, error=plan)
+        return _classify_running(self, inputs, plan)
 
     def decide(self, inputs: Inputs) -> Step:
         """The situation's row makes the step; a write that failed lately holds a retried row
         back (phase Failed) until its retry time."""
+        inputs = replace(inputs, status_hooks=self.status_hooks)
         seen = self.classify(inputs)
         row = self.rows[seen.situation]
         pods = any(p.watches_pods(inputs) for p in self.parts if p.watches_pods is not None)
@@ -563,8 +562,9 @@ def _table(rows: Mapping[Situation, Row] | Mapping[StrEnum, Row]) -> str:
     lines = ["| situation | when | phase | step | a failed write |", "|---|---|---|---|---|"]
     for situation, row in rows.items():
         retried = "Failed until its retry is due" if row.retried else "no action to retry"
-        lines.append(f"| {situation.value} | {row.when} | {row.phase.value} | {row.does} | "
-                     f"{retried} |")  # fmt: skip
+        phases = row.phase if isinstance(row.phase, tuple) else (row.phase,)
+        lines.append(f"| {situation.value} | {row.when} | {', '.join(p.value for p in phases)} | "
+                     f"{row.does} | {retried} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -579,18 +579,14 @@ def _parse(gpu: GpuObject) -> GpuSpec | ValidationError:
         return err
 
 
-def _plan(inputs: Inputs, spec: GpuSpec) -> Plan:
-    owner = Owner(uid=inputs.gpu.uid, name=inputs.gpu.name)
-    facts = cluster_facts(n.facts for n in inputs.snap.nodes)
-    return inputs.planner(spec, facts, owner, inputs.snap.allowed_sources)
-
-
-def _safe_plan(inputs: Inputs, spec: GpuSpec) -> Plan | str:
+def _plan(inputs: Inputs, spec: GpuSpec) -> Plan | str:
     """The plan, or why there is none: a spec the model accepts but the module cannot plan
     (or serialise, as once at 300 levels of spec.values) must show in the status, not fail
     every pass in silence, and must not stop a deletion."""
+    owner = Owner(uid=inputs.gpu.uid, name=inputs.gpu.name)
     try:
-        return _plan(inputs, spec)
+        facts = cluster_facts(n.facts for n in inputs.snap.nodes)
+        return inputs.planner(spec, facts, owner, inputs.snap.allowed_sources)
     except (RecursionError, ValueError, TypeError) as err:
         return (
             f"the module cannot plan this spec ({type(err).__name__}: {err}); nothing is "
@@ -601,7 +597,8 @@ def _safe_plan(inputs: Inputs, spec: GpuSpec) -> Plan | str:
 def status_of(
     inputs: Inputs, plan: Plan, error: str = "", uninstall: Uninstall | None = None
 ) -> GpuStatus:
-    return gpu_status(inputs.gpu, inputs.snap, plan, inputs.now, error, uninstall)
+    return gpu_status(inputs.gpu, inputs.snap, plan, inputs.now, error, uninstall,
+                      inputs.status_hooks)  # fmt: skip
 
 
 def loud_status(inputs: Inputs, plan: Plan, key: str) -> GpuStatus | None:
