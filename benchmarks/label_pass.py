@@ -53,7 +53,7 @@ def main() -> None:
     api.gpu = {"apiVersion": "gpu.kyma-project.io/v1beta1", "kind": "Gpu", "spec": {},
                "metadata": {"name": "gpu", "uid": "u", "generation": 1,
                             "resourceVersion": api.next_version()}}  # fmt: skip
-    loop = Loop(store, api, catalog, watch_pods=lambda _: None,
+    loop = Loop(store, api, catalog, observe=lambda _: None,
                 settings=LoopSettings(status_seconds=0.0))  # fmt: skip
     gpu = gpu_object(api.gpu)
     store.put(GPUS, gpu.name, Entry(version_of(gpu.resource_version), gpu))

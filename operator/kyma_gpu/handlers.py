@@ -10,9 +10,10 @@ without scanning (it follows no CRD). Its memo carries the process's state from 
 
 Everything else is the module's own. The informers (kyma_gpu.observe) keep paged LISTs and
 WATCHes of the Gpus, Nodes, the operand DaemonSets, the operand's pods that cannot pull, our
-Flux objects, the ClusterPolicy, the GPUCluster and the CRDs (and GPU pods while a deletion
-waits for them) as compact facts in one store, and, observed here, the one ConfigMap of
-allowed chart sources (kyma-system/kyma-gpu-chart-sources, by a field selector on its name).
+Flux objects, the ClusterPolicy, the GPUCluster and the CRDs (and an extension's list-watch
+while it wants it, extensions/base.py `Watch`) as compact facts in one store, and, observed
+here, the one ConfigMap of allowed chart sources (kyma-system/kyma-gpu-chart-sources, by a
+field selector on its name).
 The reconcile loop (kyma_gpu.reconcile.loop) wakes when those facts change, decides, and
 makes every write: Flux and the operand's Flux objects, the Gpu's status and its Events, and
 the finalizer `gpu.kyma-project.io/finalizer`, which it adds before the first apply and
@@ -38,6 +39,7 @@ from aiohttp import web
 
 from kyma_gpu.adapter import KubeAdapter, ListQuery
 from kyma_gpu.api.chart_sources import CONFIG_MAP_NAME
+from kyma_gpu.extensions import EXTENSIONS
 from kyma_gpu.metrics import Metrics, serve
 from kyma_gpu.observe import Informers, Store
 from kyma_gpu.observe.informer import Informer, ListWatch
@@ -142,14 +144,16 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     metrics = Metrics.for_process()
     adapter = KubeAdapter.connect(given.identity, metrics)
     store = Store()
-    informers = Informers(adapter, store, asyncio.get_running_loop(), settings=ours.watching)
+    on_demand = {e.watch.resource: e.watch.list_watch for e in EXTENSIONS if e.watch is not None}
+    informers = Informers(adapter, store, asyncio.get_running_loop(), on_demand=on_demand,
+                          settings=ours.watching)  # fmt: skip
     namespace = catalog.defaults.module_namespace
     stopped = asyncio.Event()
     elector = None
     if given.leader_election:
         elector = Elector(adapter, namespace, ours.election.lease_name, given.identity,
                           settings=ours.election)  # fmt: skip
-    loop = Loop(store, adapter, catalog, watch_pods=informers.watch_pods,
+    loop = Loop(store, adapter, catalog, observe=informers.observe,
                 may_write=elector.may_write if elector else lambda: True,
                 module_namespace=namespace, settings=ours.loop, metrics=metrics,
                 environ=os.environ,

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kyma_gpu.api.models import SKIP_PROTECTION_ANNOTATION
+from kyma_gpu.extensions.workload_protection.machine import SKIP_PROTECTION_ANNOTATION
 from kyma_gpu.rules.catalog import ENV_RULES_DIR
 from kyma_gpu.status.deletion import UNINSTALL_GRACE_SECONDS
 from tests.harness.cluster import LocalCluster

@@ -29,7 +29,7 @@ from typing import Any, assert_never
 
 import pytest
 
-from kyma_gpu.api.models import SKIP_PROTECTION_ANNOTATION, GpuSpec
+from kyma_gpu.api.models import GpuSpec
 from kyma_gpu.extensions import EXTENSIONS, MACHINE
 from kyma_gpu.extensions.node_marks.machine import MarkNodes
 from kyma_gpu.extensions.node_marks.machine import Phase as MarksPhase
@@ -37,8 +37,10 @@ from kyma_gpu.extensions.node_marks.machine import Situation as Marks
 from kyma_gpu.extensions.own_flux.machine import FluxLeftovers, Leftover, ListFlux, RemoveFlux
 from kyma_gpu.extensions.own_flux.machine import Phase as OwnFluxPhase
 from kyma_gpu.extensions.own_flux.machine import Situation as OwnFlux
+from kyma_gpu.extensions.workload_protection.machine import SKIP_PROTECTION_ANNOTATION
 from kyma_gpu.extensions.workload_protection.machine import Phase as ProtectionPhase
 from kyma_gpu.extensions.workload_protection.machine import Situation as Protection
+from kyma_gpu.extensions.workload_protection.pods import PODS
 from kyma_gpu.facts import ClusterFacts, ObservedNode, cluster_facts, observe_node
 from kyma_gpu.facts.gpu import GpuObject, gpu_object
 from kyma_gpu.facts.stack import FluxObjectFacts, flux_object_facts
@@ -103,8 +105,13 @@ class World:
             spec, cluster_facts(n.facts for n in self.nodes), owner, AllowedSources()
         )
 
-    def inputs(self, gpu: GpuObject, failure: Failure | None = None, **snap: Any) -> Inputs:
-        snapshot = Snapshot(nodes=self.nodes, **snap)
+    def inputs(
+        self, gpu: GpuObject, failure: Failure | None = None,
+        gpu_workloads: tuple[str, ...] | None = None, **snap: Any,
+    ) -> Inputs:  # fmt: skip
+        """`gpu_workloads`: users' GPU pods as workload protection observes them (None: not
+        listed)."""
+        snapshot = Snapshot(nodes=self.nodes, observed={PODS: gpu_workloads}, **snap)
         return Inputs(gpu, snapshot, self.planner, failure, clock=100.0, now=NOW)
 
 
@@ -220,7 +227,7 @@ def said(action: Action | None) -> list[str]:
 def actions(step: Step) -> tuple[str, ...]:
     """The step's action, read and requests, in words."""
     read = ["list Flux objects"] if isinstance(step.read, ListFlux) else []
-    return (*said(step.action), *read, *(["watch pods"] if step.watch_pods else []))
+    return (*said(step.action), *read, *(f"watch {r}" for r in sorted(step.watches)))
 
 
 def ready_reason(step: Step) -> str | None:
@@ -466,7 +473,7 @@ def test_the_core_alone_decides_the_cards_situations(world: World, case: Case) -
     inputs = dataclasses.replace(case.inputs(world), failure=None)
     assert CORE.classify(inputs).situation is case.situation
     alone, whole = CORE.decide(inputs), decide(inputs)
-    assert _core_of(alone) == _core_of(dataclasses.replace(whole, watch_pods=False))
+    assert _core_of(alone) == _core_of(dataclasses.replace(whole, watches=frozenset()))
 
 
 def _core_of(step: Step) -> tuple[Step, object, object]:
@@ -510,7 +517,7 @@ def test_a_failed_write_holds_its_row_back_until_the_retry(world: World, case: C
     assert failed.phase is Phase.FAILED
     assert failed.action is None
     assert failed.requeue_after == pytest.approx(30.0)
-    assert failed.watch_pods == step.watch_pods
+    assert failed.watches == step.watches
     due = dataclasses.replace(held, retry_at=inputs.clock)
     again = decide(dataclasses.replace(inputs, failure=due))
     assert dataclasses.replace(again, status_if_failed=None) == dataclasses.replace(

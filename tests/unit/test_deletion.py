@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kyma_gpu.api.conditions import DeletionReason, UninstallReason, WorkloadsReason
+from kyma_gpu.api.conditions import UninstallReason
 from kyma_gpu.api.models import GpuState
-from kyma_gpu.extensions.workload_protection.status import workloads_wait
 from kyma_gpu.status.deletion import (
     UNINSTALL_GRACE_SECONDS,
     Deleting,
@@ -63,19 +62,3 @@ def test_the_default_bound_applies_without_a_timeout_and_bad_stamps_count_as_fre
     assert late.stalled == (REPO,)
     garbled = uninstall_of((Deleting(HR, "not a time", "bogus"),), "2026-12-01T10:06:01Z")
     assert garbled.pending == (HR,)
-
-
-@pytest.mark.parametrize(
-    ("pods", "skipped", "reason", "state"),
-    [
-        ((), False, WorkloadsReason.NO_GPU_WORKLOADS, GpuState.DELETING),
-        (("ml/a",), False, WorkloadsReason.GPU_WORKLOADS_RUNNING, GpuState.WARNING),
-        (("ml/a",), True, WorkloadsReason.PROTECTION_SKIPPED, GpuState.DELETING),
-    ],
-)
-def test_workload_waits(
-    pods: tuple[str, ...], skipped: bool, reason: DeletionReason, state: GpuState
-) -> None:
-    wait = workloads_wait(pods, skipped)
-    assert (wait.reason, wait.state) == (reason, state)
-    assert wait.status == ("False" if pods or skipped else "True")

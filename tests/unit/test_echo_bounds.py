@@ -107,9 +107,11 @@ def _snapshot(plan: Plan, nodes: list[dict[str, Any]], catalog: Catalog) -> Snap
         daemonsets=tuple(daemonset_facts(_daemonset(i)) for i in range(3000)),
         cluster_policy=cluster_policy_facts(policy),
         image_pulls=tuple(f for i in range(PODS) if (f := pull_failure(_pending_pod(i)))),
-        gpu_workloads=tuple(
-            f"{_long_name('ns', i)[:63]}/{_long_name('w', i)}" for i in range(PODS)
-        ),
+        observed={
+            "pods": tuple(  # users' GPU pods (extensions/workload_protection/pods.py)
+                f"{_long_name('ns', i)[:63]}/{_long_name('w', i)}" for i in range(PODS)
+            )
+        },
     )
 
 

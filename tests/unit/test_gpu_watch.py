@@ -54,7 +54,7 @@ def test_the_facts_are_what_gpu_object_makes_of_the_body_managed_fields_included
     assert held == gpu_object(changed)
     assert held is not None
     assert held.pruned_values == ("spec.values.hostPaths",)
-    assert held.skip_protection
+    assert held.annotations == {"gpu.kyma-project.io/skip-workload-protection": "true"}
     assert held.finalizers == ("gpu.kyma-project.io/finalizer",)
     assert gpu_watch().query.path == "/apis/gpu.kyma-project.io/v1beta1/gpus"
 

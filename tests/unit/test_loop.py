@@ -10,11 +10,10 @@ from typing import Any
 
 import pytest
 
-from kyma_gpu.extensions.workload_protection.machine import Phase as Protection
 from kyma_gpu.facts import observe_node
 from kyma_gpu.facts.gpu import GpuObject, gpu_object
 from kyma_gpu.observe.store import Entry, Store, version_of
-from kyma_gpu.observe.watches import CRDS, DAEMONSETS, FLUX, NODES, PODS, flux_facts
+from kyma_gpu.observe.watches import CRDS, DAEMONSETS, FLUX, NODES, flux_facts
 from kyma_gpu.plan import AllowedSources
 from kyma_gpu.plan.provision import REQUIRED_APIS, CrdFacts
 from kyma_gpu.reconcile.loop import GPUS, Loop
@@ -32,7 +31,8 @@ class World:
     loop: Loop
     api: FakeApi
     store: Store
-    pods_wanted: list[bool]
+    wanted: list[frozenset[str]]
+    """The extensions' list-watches on demand each pass wanted (`Loop.observe`)."""
     phases: dict[str, StrEnum] = dataclasses.field(default_factory=dict)
     """The phase each Gpu's last reconcile ended in (recorded around Loop.reconcile)."""
 
@@ -49,6 +49,11 @@ class World:
     def change_spec(self, spec: dict[str, Any]) -> None:
         self.api.gpu["spec"] = spec
         self.edit(generation=self.api.gpu["metadata"]["generation"] + 1)
+
+    def nothing_on_demand(self) -> None:
+        """The extensions' list-watches on demand listed, and empty (no users' GPU pods)."""
+        for resource in self.loop.on_demand:
+            self.store.replace(resource, {}, None)
 
     def run(self) -> StrEnum:
         self.api.writes()
@@ -93,8 +98,8 @@ def new_world(
     meta = {"name": name, "uid": "uid-1", "generation": 1, "resourceVersion": api.next_version()}
     api.gpu = {"apiVersion": "gpu.kyma-project.io/v1beta1", "kind": "Gpu", "metadata": meta,
                "spec": dict(spec or {})}  # fmt: skip
-    wanted: list[bool] = []
-    loop = Loop(store, api, catalog, watch_pods=wanted.append,
+    wanted: list[frozenset[str]] = []
+    loop = Loop(store, api, catalog, observe=wanted.append,
                 settings=settings or LoopSettings(status_seconds=0.0))  # fmt: skip
     world = World(loop, api, store, wanted)
     reconcile = loop.reconcile
@@ -206,33 +211,6 @@ def test_a_finalizer_conflict_is_retried(world: World) -> None:
     assert world.loop.retries.failures["gpu"].permanent is False
 
 
-def test_deletion_waits_for_gpu_pods_then_uninstalls_then_releases(world: World) -> None:
-    installed(world)
-    world.edit(deletionTimestamp="2026-11-30T10:00:00Z")
-    assert world.run() is Protection.WAITING_FOR_WORKLOADS
-    assert world.pods_wanted[-1] is True
-    assert world.api.calls == []
-    world.store.replace(PODS, {"ml/train": Entry(None, "ml/train")}, None)
-    assert world.run() is Protection.WAITING_FOR_WORKLOADS
-    ready = next(c for c in world.api.gpu["status"]["conditions"] if c["type"] == "Ready")
-    assert "ml/train" in ready["message"]
-    world.store.put(PODS, "ml/train", None)
-    assert world.run() is Phase.UNINSTALLING
-    assert world.api.calls == ["delete HelmRelease", "delete HelmRepository", "status"]
-    waits = [e.message for e in world.api.events if e.reason == "Deleting"]
-    assert "deletion waits for 1 pods" in waits[0]  # the wait began ...
-    assert "ml/train" not in waits[0]  # (the status names users' pods, an Event does not)
-    assert waits[1].startswith("Flux is uninstalling the GPU stack")  # ... and changed
-    for plural in FLUX:
-        world.store.replace(plural, {}, version_of(world.api.next_version()))
-    assert world.run() is Phase.RELEASED
-    assert world.api.calls == ["finalizers"]
-    assert world.api.gpu["metadata"]["finalizers"] == []
-    world.sync_gpu()
-    assert world.run() is Phase.RELEASED
-    assert world.api.calls == []
-
-
 def test_a_gpu_deleted_before_the_finalizer_write_answers_is_not_written_again(
     world: World,
 ) -> None:
@@ -243,7 +221,7 @@ def test_a_gpu_deleted_before_the_finalizer_write_answers_is_not_written_again(
     for plural in FLUX:
         world.store.replace(plural, {}, version_of(world.api.next_version()))
     world.edit(deletionTimestamp="2026-11-30T10:00:00Z")
-    world.store.replace(PODS, {}, None)  # no users' GPU pods
+    world.nothing_on_demand()  # no users' GPU pods
     set_finalizers = world.api.set_finalizers
 
     async def deleted_meanwhile(name: str, finalizers: list[str], rv: str) -> dict[str, Any]:
@@ -261,25 +239,10 @@ def _condition(world: World, type_: str) -> dict[str, Any]:
     return next(c for c in world.api.gpu["status"]["conditions"] if c["type"] == type_)
 
 
-def test_the_skip_annotation_lets_a_deletion_pass_gpu_pods(world: World) -> None:
-    installed(world)
-    world.edit(
-        deletionTimestamp="2026-11-30T10:00:00Z",
-        annotations={"gpu.kyma-project.io/skip-workload-protection": "true"},
-    )
-    assert world.run() is Phase.UNINSTALLING  # pods are not even looked at
-    assert world.pods_wanted[-1] is False
-    assert world.api.calls == ["delete HelmRelease", "delete HelmRepository", "status"]
-    skipped = _condition(world, "WorkloadsProtected")
-    assert (skipped["status"], skipped["reason"]) == ("False", "ProtectionSkipped")
-    assert _condition(world, "Uninstalled")["reason"] == "UninstallInProgress"
-    assert world.api.gpu["status"]["state"] == "Deleting"
-
-
 def test_an_uninstall_past_its_timeout_turns_error_with_the_next_step(world: World) -> None:
     installed(world)
     world.edit(deletionTimestamp="2026-11-30T10:00:00Z")
-    world.store.replace(PODS, {}, None)
+    world.nothing_on_demand()
     assert world.run() is Phase.UNINSTALLING
     assert world.api.gpu["status"]["state"] == "Deleting"
     requeue = asyncio.run(world.loop.run_pass())  # look again when the bound passes

@@ -10,7 +10,7 @@ import dataclasses
 
 from kyma_gpu.extensions.own_flux.machine import Phase as OwnFlux
 from kyma_gpu.observe.store import Entry, version_of
-from kyma_gpu.observe.watches import CRDS, FLUX, PODS
+from kyma_gpu.observe.watches import CRDS, FLUX
 from kyma_gpu.plan.provision import PROVIDED_LABEL, REQUIRED_APIS, SHARD, SHARD_LABEL, CrdFacts
 from kyma_gpu.reconcile.machine import FINALIZER, Phase
 from kyma_gpu.reconcile.settings import LoopSettings
@@ -84,7 +84,7 @@ def _provided_and_installed(catalog: Catalog, settings: LoopSettings | None = No
     world.run()
     world.flux_says("HelmRepository")
     world.flux_says("HelmRelease", history=[{"status": "deployed", "chartVersion": "v26.7.0"}])
-    world.store.replace(PODS, {}, None)
+    world.nothing_on_demand()
     world.edit(deletionTimestamp="2026-11-30T10:00:00Z")
     assert world.run() is Phase.UNINSTALLING
     for plural in FLUX:

@@ -41,7 +41,7 @@ from hypothesis.stateful import (
 from kyma_gpu.facts import observe_node
 from kyma_gpu.facts.gpu import GpuObject
 from kyma_gpu.observe.store import Entry, version_of
-from kyma_gpu.observe.watches import CRDS, FLUX, NODES, PODS
+from kyma_gpu.observe.watches import CRDS, FLUX, NODES
 from kyma_gpu.plan.provision import MARKER_CRD, PROVIDED_LABEL, bundle_crds
 from kyma_gpu.reconcile.loop import Done
 from kyma_gpu.reconcile.machine import FINALIZER, Step
@@ -170,14 +170,16 @@ class LoopMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.deleting)
     @rule(pod=st.sampled_from(["ml/train", "ml/infer"]))
     def a_users_gpu_pod_runs(self, pod: str) -> None:
-        """Listed by the pod informer, which the loop starts during a deletion."""
-        pods = {p: Entry(None, p) for p in [*self.world.store.facts(PODS), pod]}
-        self.world.store.replace(PODS, pods, None)
+        """Listed by the extensions' list-watches on demand (workload protection's, which the
+        loop starts during a deletion): none without the extension."""
+        for resource in self.world.loop.on_demand:
+            pods = {p: Entry(None, p) for p in [*self.world.store.facts(resource), pod]}
+            self.world.store.replace(resource, pods, None)
 
     @precondition(lambda self: self.deleting)
     @rule()
     def the_users_gpu_pods_end(self) -> None:
-        self.world.store.replace(PODS, {}, None)
+        self.world.nothing_on_demand()
 
     # -- what must always hold --
 

@@ -23,7 +23,7 @@ from kyma_gpu.extensions.node_marks.marks import (
 )
 from kyma_gpu.facts import MachineTypeRegistry, ObservedNode, observe_node
 from kyma_gpu.observe.store import Entry, version_of
-from kyma_gpu.observe.watches import FLUX, NODES, PODS
+from kyma_gpu.observe.watches import FLUX, NODES
 from kyma_gpu.reconcile.machine import Phase
 from kyma_gpu.rules.catalog import Catalog
 from tests.unit.builders import cpu_node, node
@@ -183,7 +183,7 @@ def test_a_deletion_clears_every_mark_before_it_releases_the_gpu(catalog: Catalo
     assert mark is not None
     assert (mark.unhealthy, mark.cordoned) == (True, True)
     world.edit(deletionTimestamp="2026-12-04T00:00:00Z")
-    world.store.replace(PODS, {}, None)
+    world.nothing_on_demand()
     assert world.run() is Phase.UNINSTALLING
     for plural in FLUX:
         world.store.replace(plural, {}, version_of(world.api.next_version()))

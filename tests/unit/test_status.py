@@ -24,8 +24,6 @@ from kyma_gpu.status import (
     cluster_policy_facts,
     daemonset_facts,
     flux_object_facts,
-    is_gpu_workload,
-    requests_gpu,
 )
 from kyma_gpu.status.aggregate import aggregate as aggregate_core
 from kyma_gpu.status.aggregate import nodes_ready, running_driver_version
@@ -661,90 +659,6 @@ def test_helm_release_facts() -> None:
     assert failed.installed_chart_version is None
     assert failed.generation == 0
     assert flux_object_facts({}).conditions == ()
-
-
-@pytest.mark.parametrize(
-    ("pod", "uses"),
-    [
-        ({"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}, True),
-        ({"spec": {"containers": [{"resources": {"requests": {"nvidia.com/gpu": 2}}}]}}, True),
-        ({"spec": {"initContainers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}, True),
-        ({"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "0"}}}]}}, False),
-        # spec.sharing renameByDefault, and MIG instances of the Mixed strategy
-        (
-            {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu.shared": "1"}}}]}},
-            True,
-        ),
-        (
-            {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/mig-1g.10gb": 1}}}]}},
-            True,
-        ),
-        (
-            {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpumem": "1000"}}}]}},
-            False,
-        ),
-        ({"spec": {"containers": [{"resources": {"limits": {"cpu": "1"}}}]}}, False),
-        ({"spec": {"containers": [{}]}}, False),
-        (
-            {
-                "status": {"phase": "Succeeded"},
-                "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
-            },
-            False,
-        ),
-        (
-            {
-                "status": {"phase": "Running"},
-                "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
-            },
-            True,
-        ),
-        ({}, False),
-    ],
-)
-def test_requests_gpu(pod: dict[str, Any], uses: bool) -> None:
-    assert requests_gpu(pod) is uses
-
-
-def _gpu_pod(namespace: str, phase: str = "Pending", **meta: Any) -> dict[str, Any]:
-    return {
-        "metadata": {"name": "p", "namespace": namespace, **meta},
-        "status": {"phase": phase},
-        "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
-    }
-
-
-def _dra_pod(namespace: str, phase: str) -> dict[str, Any]:
-    claim = {"name": "gpu", "resourceClaimTemplateName": "single-gpu"}
-    return {
-        "metadata": {"name": "p", "namespace": namespace},
-        "status": {"phase": phase},
-        "spec": {"containers": [{"resources": {"claims": [{"name": "gpu"}]}}],
-                 "resourceClaims": [claim]},
-    }  # fmt: skip
-
-
-STACK = ("kyma-system", "gpu-operator")
-
-
-@pytest.mark.parametrize(
-    ("pod", "counts"),
-    [
-        (_gpu_pod("ml"), True),
-        (_gpu_pod("ml", "Running"), True),
-        (_gpu_pod("gpu-operator"), False),  # a validator Pending on a broken stack
-        (_gpu_pod("kyma-system", "Running"), False),
-        (_gpu_pod("ml", deletionTimestamp="2026-12-01T00:00:00Z"), False),
-        (_gpu_pod("ml", "Failed"), False),
-        (_gpu_pod("ml", "Succeeded"), False),
-        ({**_gpu_pod("ml"), "spec": {"containers": [{}]}}, False),
-        (_dra_pod("ml", "Running"), True),  # a DRA claim (the GPU stack of issue 12)
-        (_dra_pod("ml", "Succeeded"), False),
-        (_dra_pod("gpu-operator", "Running"), False),
-    ],
-)
-def test_only_users_gpu_pods_hold_a_deletion(pod: dict[str, Any], counts: bool) -> None:
-    assert is_gpu_workload(pod, STACK) is counts
 
 
 def test_transition_times_move_only_on_a_change(plans: dict[str, Plan]) -> None:

@@ -41,8 +41,6 @@ API_VERSION = "v1beta1"
 KIND = "Gpu"
 PLURAL = "gpus"
 SINGLETON_NAME = "gpu"
-SKIP_PROTECTION_ANNOTATION = "gpu.kyma-project.io/skip-workload-protection"
-"""Lets a deletion go ahead while users' pods use GPUs (value "true")."""
 STATUS_NODES_LIMIT = 100
 """status.nodes lists at most this many GPU nodes."""
 STATUS_UNHEALTHY_LIMIT = 20

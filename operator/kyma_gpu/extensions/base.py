@@ -9,7 +9,8 @@ What an extension brings:
 
 - its situations, as a StrEnum of its own, and their rows (phase, step, retried or not);
 - a classify hook per `Point` of the core's order: its situation there, or None;
-- whether it wants users' pods observed (`watches_pods`);
+- a list-watch of its own, observed only while the inputs want it (`watch`: a `Watch`; its
+  facts are in the snapshot's `observed` under its resource key);
 - a change to the plan's objects before they are compared and applied (`shapes`);
 - its configuration, from the manager's environment and the loop's settings (`config`);
 - its reads (what no informer watches; the answer is in the next snapshot's `reads`) and its
@@ -30,6 +31,7 @@ from types import MappingProxyType
 from typing import Any
 
 from kyma_gpu.facts.gpu import GpuObject
+from kyma_gpu.observe.informers import OnDemand
 from kyma_gpu.reconcile.effects import ClusterApi, Recorder, WriteBack
 from kyma_gpu.reconcile.machine import (
     ExtensionAction,
@@ -79,6 +81,20 @@ class Grant(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class Watch:
+    """An extension's list-watch on demand: observed only while `wanted` says so for a Gpu
+    (the loop starts and stops it, observe/informers.py `Informers.observe`); its facts are in
+    the snapshot's and the evidence's `observed` under `resource`, None until it is listed."""
+
+    resource: str
+    """The resource key: in the store, and in `Snapshot.observed`."""
+    list_watch: OnDemand
+    """Makes the list-watch, with the stack's namespaces."""
+    wanted: Callable[[Inputs], bool]
+    """True: this Gpu's decision needs it observed."""
+
+
+@dataclass(frozen=True, slots=True)
 class Extension:
     name: str
     situations: type[StrEnum]
@@ -86,8 +102,8 @@ class Extension:
     """Where `classify` asks it (reconcile/machine.py's `Point`), and what it sees there."""
     rows: Mapping[StrEnum, Row]
     """One row per situation, in the order it checks them."""
-    watches_pods: Callable[[Inputs], bool] | None = None
-    """True: the loop observes users' GPU pods (the snapshot's `gpu_workloads`)."""
+    watch: Watch | None = None
+    """A list-watch of its own, observed only while wanted (users' GPU pods)."""
     shapes: Shape | None = None
     """Changes the plan's objects before they are compared with the live ones and applied."""
     reads: Mapping[type[ExtensionRead], Fetch] = field(default_factory=lambda: MappingProxyType({}))

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from kyma_gpu.api.models import SKIP_PROTECTION_ANNOTATION
+from kyma_gpu.api.models import API_GROUP
 from kyma_gpu.api.values import unlisted_managed_values
 
 
@@ -22,8 +22,9 @@ class GpuObject:
     status: Mapping[str, Any]
     deleting: bool
     finalizers: tuple[str, ...]
-    skip_protection: bool = False
-    """The annotation that lets a deletion go ahead while pods use GPUs."""
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    """Its annotations of the module's (`gpu.kyma-project.io/...`): what the extensions read
+    of them."""
     pruned_values: tuple[str, ...] = ()
     """spec.values paths its managedFields record and the allowlist does not hold: the API
     server pruned them after the list narrowed (api/values.py, unlisted_managed_values)."""
@@ -41,6 +42,12 @@ def gpu_object(body: Mapping[str, Any]) -> GpuObject:
         status=dict(body.get("status") or {}),
         deleting=bool(meta.get("deletionTimestamp")),
         finalizers=tuple(str(f) for f in meta.get("finalizers") or ()),
-        skip_protection=(meta.get("annotations") or {}).get(SKIP_PROTECTION_ANNOTATION) == "true",
+        annotations=_ours(meta.get("annotations") or {}),
         pruned_values=tuple(unlisted_managed_values(meta.get("managedFields"))),
     )
+
+
+def _ours(annotations: Mapping[str, Any]) -> dict[str, str]:
+    """The module's annotations (API_GROUP's prefix): others (kubectl's last applied
+    configuration, ...) would only wake the loop."""
+    return {str(k): str(v) for k, v in annotations.items() if str(k).startswith(f"{API_GROUP}/")}

@@ -1,18 +1,17 @@
 """Compact, immutable records of what the operator observes: the Flux HelmRelease, the GPU
-operand DaemonSets, the ClusterPolicy and GPU workload pods. Parsed from API bodies by pure
-functions, so that indexes keep a few fields instead of whole objects.
+operand DaemonSets, the ClusterPolicy, the operand's pods that cannot pull. Parsed from API
+bodies by pure functions, so that indexes keep a few fields instead of whole objects.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kyma_gpu.api.conditions import FluxMirrored
 from kyma_gpu.facts.echo import echoed_name, echoed_reason, echoed_text
-from kyma_gpu.facts.node import is_gpu_resource
 
 RESOURCE_GPU = "nvidia.com/gpu"
 
@@ -254,41 +253,6 @@ def cluster_policy_facts(body: Mapping[str, Any]) -> OperatorStateFacts:
 
 gpu_cluster_facts = cluster_policy_facts
 """A GPUCluster's status has the ClusterPolicy's shape (state, an Error condition)."""
-
-
-def requests_gpu(body: Mapping[str, Any]) -> bool:
-    """A pod that still runs (not Succeeded/Failed) and asks for nvidia.com/gpu."""
-    phase = (body.get("status") or {}).get("phase")
-    return phase not in ("Succeeded", "Failed") and asks_for_gpu(body)
-
-
-def is_gpu_workload(body: Mapping[str, Any], stack_namespaces: Collection[str]) -> bool:
-    """A user's pod that a deletion must wait for: it asks for nvidia.com/gpu or claims a
-    device through DRA, still runs, is not already terminating, and lives outside the
-    namespaces of the GPU stack itself (the operator's validator pods ask for a GPU too, and
-    stay Pending on a broken stack).
-
-    A DRA claim counts whatever its device: telling a GPU claim from another needs the
-    ResourceClaim's allocation, which the manager does not read. Waiting for a pod that holds
-    some other device is the safe mistake; the skip annotation ends it."""
-    meta = body.get("metadata") or {}
-    if meta.get("deletionTimestamp") or meta.get("namespace") in stack_namespaces:
-        return False
-    phase = (body.get("status") or {}).get("phase")
-    claims = bool((body.get("spec") or {}).get("resourceClaims"))
-    return requests_gpu(body) or (claims and phase not in ("Succeeded", "Failed"))
-
-
-def asks_for_gpu(body: Mapping[str, Any]) -> bool:
-    """A pod whose containers ask for a GPU resource (is_gpu_resource), whatever its phase."""
-    spec = body.get("spec") or {}
-    for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
-        resources = container.get("resources") or {}
-        for section in ("limits", "requests"):
-            asked = resources.get(section) or {}
-            if any(is_gpu_resource(str(k)) and v not in (None, "0", 0) for k, v in asked.items()):
-                return True
-    return False
 
 
 PULL_REASONS = frozenset(

@@ -1,10 +1,13 @@
-"""All informers of one operator process, started together; the pod informer on demand."""
+"""All informers of one operator process, started together; the extensions' list-watches on
+demand (`observe`)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from kyma_gpu.facts.machines import MachineTypeRegistry
@@ -14,6 +17,10 @@ from kyma_gpu.observe.store import Store
 
 log = logging.getLogger(__name__)
 
+OnDemand = Callable[[tuple[str, ...]], ListWatch]
+"""An extension's list-watch, made with the stack's namespaces (the module's and the GPU
+operator's), observed only while the loop wants it (extensions/base.py `Watch`)."""
+
 
 @dataclass
 class Informers:
@@ -21,8 +28,10 @@ class Informers:
     store: Store
     loop: asyncio.AbstractEventLoop
     running: dict[str, Informer] = field(default_factory=dict)
+    on_demand: Mapping[str, OnDemand] = field(default_factory=lambda: MappingProxyType({}))
+    """The extensions' list-watches by their resource key, observed only while wanted."""
     stack_namespaces: tuple[str, ...] = ()
-    """The module's and the GPU operator's namespaces: their pods are not users' workloads."""
+    """The module's and the GPU operator's namespaces, for the list-watches on demand."""
     settings: WatchSettings = field(default_factory=WatchSettings)
     gc_pause: GcPause = field(default_factory=GcPause)
     """The collector's pause while an informer parses a page, one for all of them."""
@@ -44,16 +53,18 @@ class Informers:
         ):
             self._start(watch)
 
-    def watch_pods(self, wanted: bool) -> None:
-        """GPU pods matter only while a deletion waits for them: observe them only then."""
-        watching = watches.PODS in self.running
-        if wanted and not watching:
-            log.info("observing GPU pods: a deletion waits for them")
-            self._start(watches.pod_watch(self.stack_namespaces))
-        elif not wanted and watching:
-            log.info("no longer observing pods")
-            self.running.pop(watches.PODS).stop()
-            self.store.forget(watches.PODS)
+    def observe(self, wanted: Collection[str]) -> None:
+        """The list-watches on demand: those `wanted` (their resource keys) start, the others
+        stop and their facts are forgotten."""
+        for resource, make in self.on_demand.items():
+            watching = resource in self.running
+            if resource in wanted and not watching:
+                log.info("observing %s: an extension wants them", resource)
+                self._start(make(self.stack_namespaces))
+            elif resource not in wanted and watching:
+                log.info("no longer observing %s", resource)
+                self.running.pop(resource).stop()
+                self.store.forget(resource)
 
     def stop(self) -> None:
         for informer in self.running.values():

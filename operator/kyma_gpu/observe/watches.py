@@ -11,11 +11,11 @@ it keeps of each object.
 | clusterpolicies   | ClusterPolicies, while their CRD is installed | OperatorStateFacts        |
 | gpuclusters       | GPUClusters (DRA), while their CRD is there   | OperatorStateFacts        |
 | crds              | CRDs, metadata only: which of ours are served | CrdFacts (uid, labels)    |
-| pods              | only while a deletion waits: running pods     | "namespace/name" of GPU   |
-|                   | outside the stack's namespaces (field         | pods not terminating      |
-|                   | selector) that ask for nvidia.com/gpu         |                           |
 | pods (pulls)      | pending pods of the target namespace (field   | PullFailure: the images   |
 |                   | selector status.phase=Pending): none at rest  | a pod cannot pull         |
+
+An extension may add a list-watch of its own, observed only while it wants it (extensions/base.py
+`Watch`): observe/informers.py starts and stops it.
 
 The Gpu is observed like every other kind: the same paged LIST and WATCH, backoff and store,
 and while its CRD is not installed the same "not served: waiting for it" as the ClusterPolicy.
@@ -48,7 +48,6 @@ from kyma_gpu.status import (
     daemonset_facts,
     flux_object_facts,
     gpu_cluster_facts,
-    is_gpu_workload,
     pull_failure,
 )
 
@@ -62,8 +61,6 @@ GPU_CLUSTERS: Resource[OperatorStateFacts] = Resource("gpuclusters")
 CRDS: Resource[CrdFacts] = Resource("crds")
 PULLS: Resource[PullFailure] = Resource("pulls")
 """Pending pods of the GPU operator's namespace that cannot pull an image."""
-PODS: Resource[str] = Resource("pods")
-"""namespace/name of each running GPU pod of users'."""
 FLUX: Mapping[str, FluxKind] = MappingProxyType({k.plural: k for k in FLUX_KINDS})
 FLUX_RESOURCES: tuple[Resource[FluxFacts], ...] = tuple(Resource(plural) for plural in FLUX)
 GATED = MappingProxyType(
@@ -157,21 +154,6 @@ def crd_watch() -> ListWatch:
     query = ListQuery("/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
                       metadata_only=True)  # fmt: skip
     return ListWatch(CRDS, query, fold, page_size=100, key=_name)
-
-
-def pod_watch(stack_namespaces: tuple[str, ...]) -> ListWatch:
-    """Users' GPU pods: the stack's own namespaces are left out by the server already."""
-
-    def fold(body: Mapping[str, Any]) -> Any:
-        meta = body.get("metadata") or {}
-        wanted = is_gpu_workload(body, stack_namespaces)
-        return f"{meta.get('namespace')}/{meta.get('name')}" if wanted else None
-
-    selector = ",".join(
-        ["status.phase!=Succeeded", "status.phase!=Failed"]
-        + [f"metadata.namespace!={ns}" for ns in stack_namespaces]
-    )
-    return ListWatch(PODS, ListQuery("/api/v1/pods", field_selector=selector), fold)
 
 
 def _name(body: Mapping[str, Any]) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import assert_never
 
@@ -38,7 +38,6 @@ from kyma_gpu.observe.watches import (
     GPU_CLUSTERS,
     GPUS,
     NODES,
-    PODS,
     PULLS,
     REQUIRED,
     node_watch,
@@ -86,10 +85,12 @@ def snapshot(
     store: Store,
     as_applied: Mapping[FluxKey, tuple[str | None, int]] | None = None,
     allowed_sources: AllowedSources | None = None,
+    on_demand: Collection[str] = (),
 ) -> Snapshot:
     """The store's facts; `as_applied` (key -> spec hash, generation) marks the Flux objects
     that still are the answer to an apply whose planned fields the API server dropped;
-    `allowed_sources` are the chart sources allowed (the Loop's `allowed_sources()`)."""
+    `allowed_sources` are the chart sources allowed (the Loop's `allowed_sources()`);
+    `on_demand` the resource keys of the extensions' list-watches on demand."""
     flux = [facts for resource in FLUX_RESOURCES for facts in store.facts(resource)]
     marks = as_applied or {}
     answered = frozenset(
@@ -105,11 +106,18 @@ def snapshot(
         daemonsets=tuple(sorted(store.facts(DAEMONSETS), key=lambda d: d.name)),
         cluster_policy=store.get(CLUSTER_POLICIES, "cluster-policy"),
         gpu_cluster=store.get(GPU_CLUSTERS, "gpu-cluster"),
-        gpu_workloads=tuple(sorted(store.facts(PODS))) if store.synced(PODS) else None,
+        observed={resource: _observed(store, resource) for resource in on_demand},
         image_pulls=tuple(sorted(store.facts(PULLS))),
         flux_api=flux_api(store),
         allowed_sources=allowed_sources or AllowedSources(),
     )
+
+
+def _observed(store: Store, resource: str) -> tuple[object, ...] | None:
+    """A list-watch on demand's facts, in the order of their keys; None until it is listed."""
+    if not store.synced(resource):
+        return None
+    return tuple(entry.facts for _, entry in sorted(store.collection(resource).entries.items()))
 
 
 def flux_api(store: Store) -> FluxApi:
@@ -151,8 +159,9 @@ class Loop:
     store: Store
     writer: ClusterApi
     catalog: Catalog
-    watch_pods: Callable[[bool], None] = lambda _: None
-    """Starts (True) or stops (False) the pod informer."""
+    observe: Callable[[frozenset[str]], None] = lambda _: None
+    """Observes the extensions' list-watches on demand that a pass wants (their resource keys),
+    and stops the others (observe/informers.py `Informers.observe`)."""
     may_write: Callable[[], bool] = lambda: True
     """False while another replica leads (reconcile/election.py): then nothing is written."""
     module_namespace: str = "kyma-system"
@@ -183,11 +192,14 @@ class Loop:
     machine: Machine = field(init=False)
     config: tuple[object, ...] = field(init=False)
     """The extensions' configurations (`Extension.config`), for `Inputs.config`."""
+    on_demand: tuple[str, ...] = field(init=False)
+    """The resource keys of the extensions' list-watches on demand (`Extension.watch`)."""
 
     def __post_init__(self) -> None:
         self.machine = Machine(self.extensions)
         self.config = tuple(e.config(self.environ, self.settings) for e in self.extensions
                             if e.config is not None)  # fmt: skip
+        self.on_demand = tuple(e.watch.resource for e in self.extensions if e.watch is not None)
         self.plans = PlanMemo(self.catalog)
         self.plan = self.plans.plan
         self.write_back = WriteBack(self.store, node_watch(self.catalog.machine_types).fold)
@@ -257,17 +269,17 @@ class Loop:
     async def run_pass(self) -> float | None:
         """Reconcile every Gpu once. Returns the seconds until a retry is due, if any."""
         requeues: list[float] = []
-        want_pods = False
+        wanted: frozenset[str] = frozenset()
         served = tuple(not self.store.collection(plural).absent for plural in FLUX_RESOURCES)
         if served != self.flux_served:
             self.flux_served = served
             self.retries.reset()
         for gpu in list(self.store.facts(GPUS)):
             step = await self.reconcile(gpu)
-            want_pods = want_pods or step.watch_pods
+            wanted |= step.watches
             if step.requeue_after is not None:
                 requeues.append(step.requeue_after)
-        self.watch_pods(want_pods)
+        self.observe(wanted)
         clock = time.monotonic()
         requeues += [max(due - clock, 0.0) for due in self.status.due.values()]
         return min(requeues, default=None)
@@ -277,8 +289,8 @@ class Loop:
         began, writes, reads, errors = time.monotonic(), 0, 0, self.error_count
         answers: dict[type, object] = {}  # the reads of this pass, for its snapshots
         for _ in range(self.settings.max_steps):
-            snap = replace(snapshot(self.store, self.write_back.as_applied, self.allowed_sources()),
-                           reads=tuple(answers.values()))  # fmt: skip
+            snap = replace(snapshot(self.store, self.write_back.as_applied, self.allowed_sources(),
+                                    self.on_demand), reads=tuple(answers.values()))  # fmt: skip
             step = self.machine.decide(Inputs(gpu, snap, self.plan, self.retries.last(gpu.name),
                                  time.monotonic(), now(), self.module_namespace,
                                  self.config))  # fmt: skip

@@ -161,7 +161,9 @@ class Step:
     decides again with it."""
     status: GpuStatus | None = None
     """The status the Gpu should show; None: leave it as it is."""
-    watch_pods: bool = False
+    watches: frozenset[str] = frozenset()
+    """The extensions' list-watches on demand this step wants observed (their resource keys,
+    `Part.watch`): the loop observes those of its pass's steps, and no others."""
     requeue_after: float | None = None
     """Look again after this many seconds even if nothing changes (a retry)."""
     key: str = ""
@@ -258,6 +260,17 @@ Shape = Callable[[Inputs, tuple[Mapping[str, Any], ...]], tuple[Mapping[str, Any
 and applied (the module's own Flux labels them for its shard)."""
 
 
+class Wanted(Protocol):
+    """What the machine reads of an extension's list-watch on demand (extensions/base.py
+    `Watch`): its resource key, and whether the inputs want it observed."""
+
+    @property
+    def resource(self) -> str: ...
+
+    @property
+    def wanted(self) -> Callable[[Inputs], bool]: ...
+
+
 class Part(Protocol):
     """What the machine reads of an extension (extensions/base.py: `Extension`)."""
 
@@ -271,7 +284,7 @@ class Part(Protocol):
     def rows(self) -> Mapping[StrEnum, Row]: ...
 
     @property
-    def watches_pods(self) -> Callable[[Inputs], bool] | None: ...
+    def watch(self) -> Wanted | None: ...
 
     @property
     def shapes(self) -> Shape | None: ...
@@ -539,14 +552,15 @@ class Machine:
         inputs = replace(inputs, status_hooks=self.status_hooks)
         seen = self.classify(inputs)
         row = self.rows[seen.situation]
-        pods = any(p.watches_pods(inputs) for p in self.parts if p.watches_pods is not None)
-        step = replace(row.build(seen, inputs), watch_pods=pods)
+        watches = frozenset(p.watch.resource for p in self.parts
+                            if p.watch is not None and p.watch.wanted(inputs))  # fmt: skip
+        step = replace(row.build(seen, inputs), watches=watches)
         failed = inputs.failure
         wait = failed.wait(step.key, inputs.clock) if row.retried and failed is not None else None
         if wait is None:
             return step
         return Step(Phase.FAILED, status=step.status_if_failed or step.status,
-                    watch_pods=step.watch_pods, requeue_after=wait)  # fmt: skip
+                    watches=step.watches, requeue_after=wait)  # fmt: skip
 
     def phase_table(self) -> str:
         """The core table, then one per extension, in Markdown (docs/architecture.md)."""

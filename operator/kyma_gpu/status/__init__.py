@@ -1,18 +1,15 @@
-"""Status aggregation: observed Flux, DaemonSets, ClusterPolicy, workloads -> Gpu.status. Pure."""
+"""Status aggregation: observed Flux, DaemonSets, ClusterPolicy -> Gpu.status. Pure."""
 
 from kyma_gpu.facts.stack import (
     DaemonSetFacts,
     FluxObjectFacts,
     OperatorStateFacts,
     PullFailure,
-    asks_for_gpu,
     cluster_policy_facts,
     daemonset_facts,
     flux_object_facts,
     gpu_cluster_facts,
-    is_gpu_workload,
     pull_failure,
-    requests_gpu,
 )
 from kyma_gpu.status.aggregate import ConditionType, Evidence, aggregate
 
@@ -24,12 +21,9 @@ __all__ = (
     "OperatorStateFacts",
     "PullFailure",
     "aggregate",
-    "asks_for_gpu",
     "cluster_policy_facts",
     "daemonset_facts",
     "flux_object_facts",
     "gpu_cluster_facts",
-    "is_gpu_workload",
     "pull_failure",
-    "requests_gpu",
 )

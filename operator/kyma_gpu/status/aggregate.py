@@ -1,4 +1,4 @@
-"""Status aggregation: (plan, observed Flux, DaemonSets, ClusterPolicy, workloads) -> Gpu.status.
+"""Status aggregation: (plan, observed Flux, DaemonSets, ClusterPolicy, ...) -> Gpu.status.
 
 Pure and total: every input combination gives a status. One function per condition
 (status/judge.py), then `summarize` computes Ready from them, as helm-controller does.
@@ -79,9 +79,11 @@ class Evidence:
     cluster_policy: OperatorStateFacts | None = None
     gpu_cluster: OperatorStateFacts | None = None
     """The DRA stack's GPUCluster gpu-cluster."""
-    gpu_workloads: tuple[str, ...] = ()
-    """namespace/name of running pods that request nvidia.com/gpu (read by workload
-    protection's status part)."""
+    observed: Mapping[str, tuple[object, ...] | None] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    """The facts of the extensions' list-watches on demand, by resource key (the snapshot's
+    `observed`): read by their status parts."""
     nodes_without_features: tuple[str, ...] = ()
     """GPU nodes without the NFD labels the NVIDIA operator needs (facts.node.NFD_LABELS_NEEDED)."""
     image_pulls: tuple[PullFailure, ...] = ()
@@ -90,9 +92,9 @@ class Evidence:
     """The GPU nodes with their per-node state (devices, marks, upgrade label): read by GPU
     health's status part (extensions/node_marks/)."""
     deleting: bool = False
-    skip_protection: bool = False
-    """The Gpu's annotation lets the deletion go ahead while pods use GPUs (workload
-    protection)."""
+    annotations: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    """The Gpu's annotations of the module's (`GpuObject.annotations`): read by the
+    extensions' status parts."""
     uninstall: Uninstall = field(default_factory=Uninstall)
     """Our Flux objects being deleted, and which of them are past the bound."""
     applied: bool = True

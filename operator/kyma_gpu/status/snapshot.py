@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from pydantic import ValidationError
@@ -44,8 +45,11 @@ class Snapshot:
     cluster_policy: OperatorStateFacts | None = None
     gpu_cluster: OperatorStateFacts | None = None
     """The DRA stack's GPUCluster gpu-cluster."""
-    gpu_workloads: tuple[str, ...] | None = None
-    """namespace/name of running GPU pods; None while they are not observed."""
+    observed: Mapping[str, tuple[object, ...] | None] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    """The facts of the extensions' list-watches on demand (extensions/base.py `Watch`), by
+    resource key, in the order of their keys; None while one is not observed (not listed)."""
     image_pulls: tuple[PullFailure, ...] = ()
     """Pods of the GPU operator's namespace that cannot pull an image."""
     flux_api: FluxApi = field(default_factory=external_flux)
@@ -81,7 +85,7 @@ def gpu_status(
         daemonsets=snap.daemonsets,
         cluster_policy=snap.cluster_policy,
         gpu_cluster=snap.gpu_cluster,
-        gpu_workloads=snap.gpu_workloads or (),
+        observed=snap.observed,
         image_pulls=snap.image_pulls,
         nodes_without_features=tuple(n.name for n in gpu_nodes if n.facts.nfd_missing),
         gpu_nodes=gpu_nodes,
@@ -91,7 +95,7 @@ def gpu_status(
             if n.driver_upgrade is not None and not n.facts.preinstalled_driver
         ),
         deleting=gpu.deleting,
-        skip_protection=gpu.skip_protection,
+        annotations=gpu.annotations,
         uninstall=uninstall or Uninstall(),
         applied=not error,
         apply_error=error,

@@ -1,4 +1,5 @@
-"""Workload protection's situations and rows. Pure."""
+"""Workload protection's situations, rows and list-watch on demand: when users' GPU pods are
+observed, and when they hold a deletion back. Pure."""
 
 from __future__ import annotations
 
@@ -6,9 +7,18 @@ from collections.abc import Mapping
 from enum import StrEnum
 from types import MappingProxyType
 
-from kyma_gpu.api.models import SINGLETON_NAME
+from kyma_gpu.api.models import API_GROUP, SINGLETON_NAME
+from kyma_gpu.extensions.workload_protection.pods import PODS
 from kyma_gpu.plan import Plan
 from kyma_gpu.reconcile.machine import FINALIZER, Inputs, Row, Seen, Step, status_of
+
+SKIP_PROTECTION_ANNOTATION = f"{API_GROUP}/skip-workload-protection"
+"""Lets a deletion go ahead while users' pods use GPUs (value "true")."""
+
+
+def skipped(annotations: Mapping[str, str]) -> bool:
+    """The Gpu's annotations skip workload protection."""
+    return annotations.get(SKIP_PROTECTION_ANNOTATION) == "true"
 
 
 class Situation(StrEnum):
@@ -25,16 +35,17 @@ def protects(inputs: Inputs) -> bool:
     observed (and hold the deletion back)."""
     gpu = inputs.gpu
     deleting = gpu.name == SINGLETON_NAME and gpu.deleting and FINALIZER in gpu.finalizers
-    return deleting and not gpu.skip_protection
+    return deleting and not skipped(gpu.annotations)
 
 
 def classify(inputs: Inputs, plan: Plan | None) -> Seen | None:
     """Before the Flux objects are deleted: users' GPU pods not listed yet, or running."""
-    if inputs.gpu.skip_protection:
+    if skipped(inputs.gpu.annotations):
         return None
-    if inputs.snap.gpu_workloads is None:
+    pods = inputs.snap.observed.get(PODS)
+    if pods is None:
         return Seen(Situation.WORKLOADS_UNLISTED)
-    if inputs.snap.gpu_workloads:
+    if pods:
         return Seen(Situation.WORKLOADS_RUNNING, plan)
     return None
 

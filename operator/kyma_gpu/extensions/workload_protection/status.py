@@ -7,7 +7,9 @@ from __future__ import annotations
 import re
 
 from kyma_gpu.api.conditions import ConditionType, WorkloadsReason
-from kyma_gpu.api.models import SKIP_PROTECTION_ANNOTATION, GpuState
+from kyma_gpu.api.models import GpuState
+from kyma_gpu.extensions.workload_protection.machine import SKIP_PROTECTION_ANNOTATION, skipped
+from kyma_gpu.extensions.workload_protection.pods import PODS
 from kyma_gpu.facts.echo import listed
 from kyma_gpu.plan import Plan
 from kyma_gpu.status.aggregate import Evidence, StatusPart
@@ -27,8 +29,9 @@ def protection(plan: Plan, observed: Evidence, generation: int | None) -> Status
     """While the Gpu is being deleted: users' GPU pods hold the deletion (unless skipped)."""
     if not observed.deleting:
         return StatusPart()
-    pods = () if observed.skip_protection else observed.gpu_workloads
-    return StatusPart(waits=(workloads_wait(pods, observed.skip_protection),), holds=bool(pods))
+    skip = skipped(observed.annotations)
+    pods = () if skip else tuple(str(pod) for pod in observed.observed.get(PODS) or ())
+    return StatusPart(waits=(workloads_wait(pods, skip),), holds=bool(pods))
 
 
 def workloads_wait(pods: tuple[str, ...], skipped: bool) -> Wait:
