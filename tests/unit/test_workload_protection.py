@@ -15,7 +15,12 @@ from kyma_gpu.api.conditions import DeletionReason, WorkloadsReason
 from kyma_gpu.extensions.workload_protection import EXTENSION
 from kyma_gpu.extensions.workload_protection.machine import Phase as Protection
 from kyma_gpu.extensions.workload_protection.pods import PODS, is_gpu_workload, requests_gpu
-from kyma_gpu.extensions.workload_protection.status import workloads_wait
+from kyma_gpu.extensions.workload_protection.status import (
+    EVENTS,
+    PODS_SHOWN,
+    without_pod_names,
+    workloads_wait,
+)
 from kyma_gpu.observe.informer import ListWatch
 from kyma_gpu.observe.informers import Informers
 from kyma_gpu.observe.store import Entry, Store, version_of
@@ -23,6 +28,7 @@ from kyma_gpu.observe.watches import FLUX
 from kyma_gpu.plan import Plan
 from kyma_gpu.reconcile.machine import Phase
 from kyma_gpu.rules.catalog import Catalog
+from kyma_gpu.status.events import EventType, event_for
 from tests.unit.test_loop import _condition as condition_of
 from tests.unit.test_loop import installed, new_world
 from tests.unit.test_observe import ScriptedReader
@@ -246,3 +252,40 @@ def test_workload_waits(
     wait = workloads_wait(pods, skipped)
     assert (wait.reason, wait.state) == (reason, state)
     assert wait.status == ("False" if pods or skipped else "True")
+
+
+# -- its Events name no user's pod (issue 32, finding 5) --
+
+NAMED = ("ml/trainer", "research-2/batch.v1-0", *(f"team-{i}/job-{i}" for i in range(20)))
+
+
+def _deleting(message: str) -> dict[str, Any]:
+    ready = {"type": "Ready", "status": "False", "reason": "Deleting", "message": message}
+    return {"state": "Warning", "message": message, "conditions": [ready]}
+
+
+def test_the_workloads_message_loses_the_pod_names_and_keeps_the_count() -> None:
+    for count in (1, 2, PODS_SHOWN, len(NAMED)):
+        message = workloads_wait(NAMED[:count], skipped=False).message
+        assert "ml/trainer" in message  # the status keeps naming them
+        said = without_pod_names(message)
+        assert not any(pod in said for pod in NAMED), said
+        assert said.startswith(f"deletion waits for {count} pods that use GPUs (the Gpu's ")
+        assert said.endswith("skip-workload-protection=true to go ahead")
+    other = "Flux is uninstalling the GPU stack: waiting for HelmRelease/kyma-system/x"
+    assert without_pod_names(other) == other
+
+
+def test_a_deletion_event_says_how_many_pods_and_not_which() -> None:
+    two = _deleting(workloads_wait(NAMED[:2], skipped=False).message)
+    event = event_for({}, two, (EVENTS,))
+    assert event is not None
+    assert (event.type, event.reason) == (EventType.WARNING, "Deleting")
+    assert "ml/trainer" not in event.message
+    assert "deletion waits for 2 pods" in event.message
+    # Other pods, as many: nothing new to say. One fewer: said.
+    other = _deleting(workloads_wait(NAMED[2:4], skipped=False).message)
+    assert event_for(two, other, (EVENTS,)) is None
+    one = event_for(two, _deleting(workloads_wait(NAMED[:1], skipped=False).message), (EVENTS,))
+    assert one is not None
+    assert "deletion waits for 1 pods" in one.message
