@@ -2,7 +2,7 @@
 
 An extension is an extra beyond the card (detect nodes, hand the Gpu to Flux, mirror Flux's
 state into the status): it lives in one folder of kyma_gpu/extensions/ and is registered by
-one line of `EXTENSIONS` (extensions/__init__.py). Removing it means deleting both; the core
+one line of `REGISTERED` (extensions/__init__.py). Removing it means deleting both; the core
 (reconcile/machine.py's `Situation` and `ROWS`) does not name it.
 
 What an extension brings:

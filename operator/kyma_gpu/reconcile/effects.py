@@ -126,7 +126,8 @@ class WriteBack:
     """A Node body -> its ObservedNode (observe/watches.py node_watch)."""
     as_applied: dict[FluxKey, tuple[str | None, int]] = field(default_factory=dict)
     """Flux objects whose apply answer lacked planned fields (the server dropped them): their
-    spec hash and generation then. Not applied again while both stay (see LiveObject)."""
+    spec hash and generation then. Not applied again while both stay (plan/actions.py
+    up_to_date)."""
 
     def gpu(self, body: Mapping[str, Any]) -> None:
         obj = gpu_object(body)

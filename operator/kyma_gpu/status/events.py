@@ -12,8 +12,9 @@ namespace only in `default`, where anyone with a RoleBinding there reads it. The
 the module's namespace (kyma-system) instead, with that namespace in their involvedObject, as
 kopf posts its own about cluster-scoped objects; so `kubectl describe gpu gpu` (which looks for
 an involvedObject without a namespace) does not list them, and `kubectl events -n kyma-system
---for gpu/gpu` does. They name no user's pod (deletion.without_pod_names): a reader of
-kyma-system's Events need not be one who may list pods everywhere.
+--for gpu/gpu` does. An extension's part (`EventPart.redact`) keeps out what an Event may not
+say: workload protection's, the names of users' pods (a reader of kyma-system's Events need not
+be one who may list pods everywhere).
 """
 
 from __future__ import annotations

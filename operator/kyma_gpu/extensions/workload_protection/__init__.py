@@ -4,7 +4,7 @@ carries the annotation `gpu.kyma-project.io/skip-workload-protection: "true"`.
 It observes users' GPU pods while such a deletion goes on (its list-watch on demand: pods.py
 the facts, watch.py the list-watch), and holds the deletion back (phase
 WaitingForWorkloads) before the module's Flux objects are deleted. The status's condition
-WorkloadsProtected says why (status/deletion.py)."""
+WorkloadsProtected says why (its status.py)."""
 
 from __future__ import annotations
 
