@@ -9,7 +9,7 @@ What it measures, on a synthetic fleet of N nodes (a third GPU nodes, Garden Lin
 - status aggregation (GPU health of every GPU node judged from their per-node state), and the
   same while a driver rollout labels every GPU node,
 - the plan after one node's driver upgrade label moved (the planning facts stay equal: the
-  memoized plan, plan/cache.py),
+  memoized plan, plan/plan.py PlanMemo),
 - status aggregation and the GPU health judgement with every GPU node unhealthy (issue 33),
 - memory of the compact facts kept per Node versus the Node bodies.
 """
