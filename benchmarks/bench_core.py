@@ -27,6 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 
 from kyma_gpu.api.models import GpuSpec
+from kyma_gpu.extensions import MACHINE
 from kyma_gpu.extensions.node_marks.health import gpu_health
 from kyma_gpu.facts import DriverUpgradeState, ObservedNode, cluster_facts, observe_node
 from kyma_gpu.facts.node import LABEL_DRIVER_UPGRADE
@@ -36,6 +37,9 @@ from kyma_gpu.plan.plan import PlanMemo
 from kyma_gpu.reconcile.loop import Loop
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status import Evidence, aggregate
+
+HOOKS = MACHINE.status_hooks
+"""The registered extensions' status parts: the manager's status is the core's and theirs."""
 
 
 def node(i: int) -> dict[str, Any]:
@@ -78,7 +82,7 @@ def _unhealthy_rows(bodies: list[dict[str, Any]], catalog: Catalog, spec: GpuSpe
     nodes = _gpu_nodes(observed)
     gpus = len(nodes)
     timed(f"status aggregation, {gpus} GPU nodes unhealthy", 200,
-          lambda: aggregate(plan, Evidence(gpu_nodes=nodes), 1, (), "now"))  # fmt: skip
+          lambda: aggregate(plan, Evidence(gpu_nodes=nodes), 1, (), "now", HOOKS))  # fmt: skip
     timed(f"GPU health of {gpus} nodes judged (once per plan)", 20,
           lambda: gpu_health(nodes))  # fmt: skip
 
@@ -111,7 +115,7 @@ def _rollout_rows(bodies: list[dict[str, Any]], catalog: Catalog, spec: GpuSpec,
     upgrades = tuple((n.name, n.driver_upgrade) for n in nodes if n.driver_upgrade)
     observed = Evidence(driver_upgrades=upgrades, gpu_nodes=nodes)
     timed(f"status aggregation, {len(upgrades)} nodes in a rollout", 200,
-          lambda: aggregate(plan, observed, 1, (), "now"))  # fmt: skip
+          lambda: aggregate(plan, observed, 1, (), "now", HOOKS))  # fmt: skip
     labelled = [i for i, b in enumerate(bodies) if LABEL_DRIVER_UPGRADE in b["metadata"]["labels"]]
     moves = iter(labelled * 2)
     plans = PlanMemo(catalog)
@@ -161,7 +165,7 @@ def main() -> None:
     plan = make_plan(spec, cfacts, catalog, owner)
     nodes = _gpu_nodes(observed)
     timed("status aggregation", 200,
-          lambda: aggregate(plan, Evidence(gpu_nodes=nodes), 1, (), "now"))  # fmt: skip
+          lambda: aggregate(plan, Evidence(gpu_nodes=nodes), 1, (), "now", HOOKS))  # fmt: skip
     _rollout_rows(bodies, catalog, spec, owner)
     _unhealthy_rows(bodies, catalog, spec, owner)
 
