@@ -190,3 +190,13 @@ def test_each_listed_value_is_in_the_schema_with_its_reason(allowed: Any) -> Non
     for key in allowed.path:
         node = node["properties"][key]
     assert node["description"] == f"{allowed.type}: {allowed.why}"
+
+
+@pytest.mark.parametrize("hint", [h for h in ALLOWLIST.hints if h.use], ids=lambda h: h.use)
+def test_each_field_a_refusal_points_to_is_a_field_of_the_gpu(hint: Any) -> None:
+    """values-allowlist.yaml's `instead`: a renamed field cannot leave a refusal pointing
+    nowhere."""
+    node: dict[str, Any] = {"properties": {"spec": {"properties": _spec_properties()}}}
+    for key in hint.use.split("."):
+        assert key in (node.get("properties") or {}), f"{hint.use}: no {key}"
+        node = node["properties"][key]

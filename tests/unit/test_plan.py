@@ -129,6 +129,35 @@ def test_precompiled_garden_linux_values(catalog: Catalog) -> None:
     assert plan.driver_summary == "590"
 
 
+@pytest.mark.parametrize(
+    "values",
+    [{"driver": {}}, {"toolkit": {}}, {"driver": None, "toolkit": {"resources": {}}},
+     {"driver": {"rdma": {}, "resources": {"requests": {}}}}],
+    ids=str,
+)  # fmt: skip
+def test_an_empty_map_or_a_null_in_spec_values_keeps_the_planned_values(
+    catalog: Catalog, values: dict[str, Any]
+) -> None:
+    """What the API server leaves of a pruned key (`driver: {}`) wiped usePrecompiled, version,
+    repository and upgradePolicy, and `toolkit: {}` the Garden Linux installDir (issue 49,
+    finding 1): a map merges key by key, and nothing in it sets nothing."""
+    planned = plan_for(catalog, node(), cpu_node())
+    plan = plan_for(catalog, node(), cpu_node(), spec={"values": values})
+    assert plan.values == planned.values
+    assert plan.values["driver"]["usePrecompiled"] is True
+    assert plan.values["toolkit"] == {"installDir": "/opt/nvidia"}
+
+
+def test_a_listed_value_beside_an_empty_map_is_merged_over_the_planned_ones(
+    catalog: Catalog,
+) -> None:
+    spec = {"values": {"driver": {"resources": {"limits": {"memory": "2Gi"}}}, "toolkit": {}}}
+    plan = plan_for(catalog, node(), cpu_node(), spec=spec)
+    assert plan.values["driver"]["resources"] == {"limits": {"memory": "2Gi"}}
+    assert plan.values["driver"]["version"] == "590"
+    assert plan.values["toolkit"] == {"installDir": "/opt/nvidia"}
+
+
 def test_a_spec_branch_and_installer_release(catalog: Catalog) -> None:
     plan = plan_for(
         catalog,

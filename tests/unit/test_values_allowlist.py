@@ -22,7 +22,9 @@ from kyma_gpu.api.admission import admission_message
 from kyma_gpu.api.models import GpuSpec
 from kyma_gpu.api.values import (
     ALLOWLIST,
+    MAX_NAMED,
     NOT_LISTED,
+    NOT_LISTED_MANY,
     PRUNED,
     PYTHON_TYPES,
     Allowed,
@@ -58,9 +60,64 @@ def refusal(values: Any) -> str:
 
 def test_the_validator_image_env_entry_is_refused_naming_the_key() -> None:
     message = refusal(VALIDATOR_IMAGE)
-    assert message.startswith('unknown field "spec.values.validator.cuda": '), message
+    assert message.startswith('unknown field "spec.values.validator.cuda" ('), message
+    assert "an env entry or an argument can name an image" in message
     assert NOT_LISTED in message
     assert "values-rules/values-allowlist.yaml" in message
+
+
+def test_every_refused_key_is_named_with_what_to_set_instead() -> None:
+    """The file of the review: three keys outside the list, and the first was the only one
+    named; now each is, with the typed field or the reason, and why once at the end."""
+    message = refusal({"driver": {"image": "x", "env": []}, "toolkit": {"env": []},
+                       "dcgmExporter": {"enabled": False}})  # fmt: skip
+    assert message == (
+        'unknown field "spec.values.driver.image" (use spec.source.imageRegistry: a mirror for '
+        "every operand image, which a cluster administrator lists; which images run is the "
+        "module's), "
+        'unknown fields "spec.values.driver.env", "spec.values.toolkit.env" (an env entry or an '
+        "argument can name an image or run a command, so no Gpu field sets one: ask the "
+        "module's maintainers for a typed field), "
+        'unknown field "spec.values.dcgmExporter.enabled" (use spec.components.dcgmExporter): '
+        f"{NOT_LISTED_MANY}"
+    ), message
+
+
+def test_a_refusal_names_ten_values_and_counts_the_rest() -> None:
+    values = {f"key{i:02d}": "x" for i in range(13)}
+    message = refusal(values)
+    assert message.count("spec.values.key") == MAX_NAMED == 10
+    assert message.endswith("; and 3 more refused"), message
+
+
+def test_unlisted_and_mistyped_values_are_both_named() -> None:
+    message = refusal({"driver": {"x": 1, "resources": {"requests": {"cpu": "lots"}}}})
+    assert message.startswith(f'unknown field "spec.values.driver.x": {NOT_LISTED}; '), message
+    assert "spec.values.driver.resources.requests.cpu" in message
+    assert "a Resources value" in message
+
+
+@pytest.mark.parametrize(
+    ("path", "use"),
+    [
+        (("driver", "version"), "spec.driver.version"),
+        (("driver", "enabled"), "spec.driver.mode"),
+        (("devicePlugin", "repository"), "spec.source.imageRegistry"),
+        (("vgpuManager", "image"), "spec.components.vgpuManagerImage"),
+        (("migManager", "enabled"), "spec.components.migManager"),
+        (("devicePlugin", "config"), "spec.sharing"),
+        (("node-feature-discovery", "worker", "config"), "spec.components.nodeFeatureDiscovery"),
+    ],
+)
+def test_a_refused_value_points_to_the_typed_field(path: tuple[str, ...], use: str) -> None:
+    assert f"(use {use}" in refusal(nested(path, "x"))
+
+
+def test_no_hint_matches_a_listed_value() -> None:
+    entry = {"why": "a reason for it", "type": "Boolean", "paths": [["a", "b"]]}
+    instead = {"use": "spec.stack", "paths": [["a", "*"]]}
+    with pytest.raises(ValueError, match=r"matches the listed a\.b"):
+        parse_allowlist({"charts": ["v1.0.0"], "values": [entry], "instead": [instead]})
 
 
 @pytest.mark.parametrize(
@@ -173,9 +230,87 @@ def test_the_dcgm_metrics_text_is_a_metrics_list() -> None:
     assert "CSV lines" in refusal(values)
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["  DCGM_FI_DEV_SM_CLOCK, gauge, x\n", "\tDCGM_FI_DEV_SM_CLOCK, gauge, x\n",
+     " \nDCGM_FI_DEV_SM_CLOCK, gauge, x\n", "\n  # clocks\nDCGM_FI_DEV_SM_CLOCK, gauge, x\n"],
+    ids=repr,
+)  # fmt: skip
+def test_a_dcgm_text_whose_first_line_is_indented_is_refused(text: str) -> None:
+    """The chart prints it as a YAML block, which takes its indentation from the first line
+    that is not empty: such a text broke every render (issue 49, finding 4)."""
+    assert "the first one that is not empty in the first column" in refusal(
+        {"dcgmExporter": {"config": {"data": text}}}
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [" version: v1\n hooks:\n  apply-start: [sh]\n", "  version: v1\n", "\n # c\n x: 1\n",
+     " \nversion: v1\n"],
+    ids=repr,
+)  # fmt: skip
+def test_a_mig_text_indented_as_a_whole_is_refused(text: str) -> None:
+    """Indented by one column, every line was an 'indented line' and the top level took any
+    key (issue 49, finding 4)."""
+    values = {"migManager": {"config": {"data": {"config.yaml": text}}}}
+    assert "top-level keys version and mig-configs in the first column" in refusal(values)
+
+
+@pytest.mark.parametrize(
+    ("value_type", "text"),
+    [
+        (ValueType.DCGM_METRICS, ""),
+        (ValueType.DCGM_METRICS, "\n# clocks\n\nDCGM_FI_DEV_SM_CLOCK, gauge, x\n  \n"),
+        (ValueType.DCGM_METRICS, "DCGM_FI_A, gauge, a\n  DCGM_FI_B , counter , b"),
+        (ValueType.MIG_CONFIG, ""),
+        (ValueType.MIG_CONFIG, "# layouts\n\nversion: v1\nmig-configs:\n  a:\n  # c\n"),
+    ],
+    ids=repr,
+)
+def test_texts_that_render_are_taken(value_type: ValueType, text: str) -> None:
+    from pydantic import TypeAdapter
+
+    TypeAdapter(PYTHON_TYPES[value_type]).validate_python(text, strict=True)
+
+
 def test_nulls_are_dropped_as_the_api_server_drops_them() -> None:
     spec = GpuSpec.model_validate({"values": {"toolkit": None, "driver": {"rdma": None}}})
-    assert spec.values == {"driver": {}}
+    assert spec.values is None
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"driver": {}},
+        {"toolkit": {}},
+        {"driver": {"rdma": {}}, "toolkit": None},
+        {"driver": {"resources": {"requests": {}, "limits": {}}}},
+        {"dcgmExporter": {"serviceMonitor": {"additionalLabels": {}}}},
+        {},
+    ],
+    ids=json.dumps,
+)
+def test_what_the_api_server_leaves_of_a_pruned_key_sets_nothing(values: dict[str, Any]) -> None:
+    """`kubectl patch --type=merge -p '{"spec":{"values":{"driver":{"env":[...]}}}}'` stores
+    `driver: {}`: merged over the planned values, it emptied the driver's (issue 49)."""
+    assert GpuSpec.model_validate({"values": values}).values is None
+
+
+def test_what_is_set_beside_an_empty_map_stays() -> None:
+    values = {"driver": {}, "toolkit": {"resources": {"limits": {"memory": "1Gi"}, "requests": {}}}}
+    spec = GpuSpec.model_validate({"values": values})
+    assert spec.values == {"toolkit": {"resources": {"limits": {"memory": "1Gi"}}}}
+
+
+@pytest.mark.parametrize("toleration", [{}, {"value": "x"}, {"operator": "Equal"}], ids=str)
+def test_a_toleration_without_a_key_is_refused(toleration: dict[str, Any]) -> None:
+    """The API server leaves `{}` of a toleration whose keys it pruned; Kubernetes refuses a
+    DaemonSet with it, so the release would fail on every node."""
+    message = refusal({"daemonsets": {"tolerations": [toleration]}})
+    assert message.startswith("spec.values.daemonsets.tolerations[0]: Invalid value: a "
+                              "toleration names a key"), message  # fmt: skip
+    GpuSpec.model_validate({"values": {"daemonsets": {"tolerations": [{"operator": "Exists"}]}}})
 
 
 def test_a_path_listed_twice_is_an_error_of_the_list() -> None:

@@ -34,7 +34,7 @@ from kyma_gpu.api.operations import (
     SharingSpec,
     UpgradePolicySpec,
 )
-from kyma_gpu.api.values import values_error, without_nulls
+from kyma_gpu.api.values import values_error, without_nothing
 
 API_GROUP = "gpu.kyma-project.io"
 API_VERSION = "v1beta1"
@@ -280,8 +280,10 @@ class GpuSpec(_Model):
     priority and pull policy, the update strategy, the operator's log level, GPUDirect RDMA,
     the DCGM exporter's ServiceMonitor and metrics list, the MIG manager's layouts). Anything
     else is refused (strict field validation names it, kubectl apply's default; without it, as
-    kubectl patch by default, the value is dropped with a warning). Images, commands, env,
-    host paths, volumes and NFD's configuration are the module's."""
+    kubectl patch by default, the value is dropped with a warning). A null, an empty map, or
+    the empty map the API server leaves where it dropped keys sets nothing: the module's own
+    values stay. Images, commands, env, host paths, volumes and NFD's configuration are the
+    module's."""
 
     @field_validator("values")
     @classmethod
@@ -289,7 +291,8 @@ class GpuSpec(_Model):
         bad = values_error(values) if values is not None else None
         if bad is not None:  # the message last: it may quote the user's text
             raise PydanticCustomError("spec_values", "{message}", {"message": bad.text})
-        return without_nulls(values) if values is not None else None
+        kept = without_nothing(values) if values is not None else None
+        return kept or None
 
 
 class GpuState(StrEnum):

@@ -38,6 +38,7 @@ from pydantic import (
     TypeAdapter,
     ValidationError,
     WithJsonSchema,
+    model_validator,
 )
 from pydantic_core import PydanticCustomError
 
@@ -81,12 +82,22 @@ _DCGM_LINE = (
     rf"(#{_CHAR}*|[ \t]*|[ \t]*DCGM_[A-Z0-9_]{{1,80}}[ \t]*,[ \t]*(gauge|counter|label)"
     rf"[ \t]*,{_CHAR}*)"
 )
-DCGM_METRICS_PATTERN = rf"^{_DCGM_LINE}(\n{_DCGM_LINE})*$"
-"""DCGM exporter's CSV: comments, blank lines and "DCGM field, type, help" lines."""
+_DCGM_FIRST = (
+    rf"(#{_CHAR}*|DCGM_[A-Z0-9_]{{1,80}}[ \t]*,[ \t]*(gauge|counter|label)[ \t]*,{_CHAR}*)"
+)
+_LEAD = rf"((#{_CHAR}*)?\n)*"
+"""Empty lines and comments in the first column, before the first line of content."""
+DCGM_METRICS_PATTERN = rf"^{_LEAD}({_DCGM_FIRST}(\n{_DCGM_LINE})*)?$"
+"""DCGM exporter's CSV: comments, blank lines and "DCGM field, type, help" lines. Its first line
+that is not empty starts in the first column: the chart prints the text as a YAML block
+(`dcgm-metrics.csv: |`), whose indentation is that of its first line, so a text whose first
+line starts with blanks (or whose empty lines before it hold blanks) breaks every render."""
 _MIG_LINE = rf"((version|mig-configs):{_CHAR}*|#{_CHAR}*| {_CHAR}*|)"
-MIG_CONFIG_PATTERN = rf"^{_MIG_LINE}(\n{_MIG_LINE})*$"
+MIG_CONFIG_PATTERN = rf"^{_LEAD}((version|mig-configs):{_CHAR}*(\n{_MIG_LINE})*)?$"
 """mig-parted's file: only the top-level keys version and mig-configs (MIG layouts per device),
-comments and indented lines below them."""
+comments and indented lines below them. Its first line of content is one of the two keys in
+the first column: a text indented as a whole would make its indented lines the top level,
+where any key goes."""
 MAX_TEXT = 65536
 MAX_LIST = 32
 MAX_LABELS = 16
@@ -146,14 +157,34 @@ class Resources(_Model):
     limits: ResourceList | None = None
 
 
+TOLERATION_RULE = MappingProxyType(
+    {
+        "rule": "has(self.key) || (has(self.operator) && self.operator == 'Exists')",
+        "message": "a toleration names a key, or has operator Exists (which tolerates every "
+        "taint); an empty one, as the API server leaves of one whose keys it pruned, is no "
+        "toleration Kubernetes takes",
+    }
+)
+
+
 class Toleration(_Model):
     """One toleration of a Pod."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"x-kubernetes-validations": [dict(TOLERATION_RULE)]}
+    )
 
     key: str | None = Field(default=None, pattern=LABEL_KEY_PATTERN, max_length=317)
     operator: Literal["Exists", "Equal"] | None = None
     value: str | None = Field(default=None, pattern=LABEL_VALUE_PATTERN, max_length=63)
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     toleration_seconds: int | None = Field(default=None, ge=0, le=86400 * 365)
+
+    @model_validator(mode="after")
+    def _names_a_key(self) -> Toleration:
+        if self.key is None and self.operator != "Exists":
+            raise PydanticCustomError("values_rule", str(TOLERATION_RULE["message"]))
+        return self
 
 
 LabelKey = Annotated[str, StringConstraints(pattern=LABEL_KEY_PATTERN, max_length=317)]
@@ -226,11 +257,11 @@ FORMATS: Mapping[ValueType, str] = MappingProxyType(
         ValueType.MIG_CONFIG_NAME: "a MIG layout name (letters, digits, '-', '_', '.')",
         ValueType.DCGM_METRICS: (
             'CSV lines "DCGM_FI_<FIELD>, gauge|counter|label, help", comments and blank lines, '
-            "without control characters"
+            "the first one that is not empty in the first column, without control characters"
         ),
         ValueType.MIG_CONFIG: (
-            "mig-parted's file with only the top-level keys version and mig-configs (comments "
-            "and indented lines below them), without control characters"
+            "mig-parted's file with only the top-level keys version and mig-configs in the "
+            "first column (comments and indented lines below them), without control characters"
         ),
     }
 )
@@ -257,6 +288,20 @@ class AllowedValues(_Model):
     ignore them (a chart ignores values it does not know)."""
 
 
+KeyPattern = Annotated[str, StringConstraints(pattern=r"^(\*|[A-Za-z0-9][-A-Za-z0-9_.]*)$")]
+
+
+class Instead(_Model):
+    """What to set instead of chart values a Gpu may not set (said when they are refused)."""
+
+    paths: list[list[KeyPattern]] = Field(min_length=1)
+    """Chart value paths, one list of keys each; `*` stands for any one key."""
+    use: str | None = Field(default=None, pattern=r"^spec(\.[a-zA-Z]+)+$")
+    """The Gpu's typed field that does it (a test finds each in the CRD)."""
+    note: str | None = Field(default=None, min_length=10)
+    """What the user should know: what the field does, or why nothing does it."""
+
+
 class AllowlistFile(_Model):
     """values-rules/values-allowlist.yaml."""
 
@@ -264,6 +309,8 @@ class AllowlistFile(_Model):
     """The chart versions every listed path holds in."""
     values: list[AllowedValues] = Field(min_length=1)
     """The listed values."""
+    instead: list[Instead] = Field(default_factory=list)
+    """Chart values that are not listed, and what to set instead: each refusal names it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,6 +332,26 @@ Tree = Mapping[str, "Tree | Allowed"]
 
 
 @dataclass(frozen=True, slots=True)
+class Hint:
+    """What to set instead of the chart values whose paths match `pattern`."""
+
+    pattern: tuple[str, ...]
+    use: str | None
+    note: str | None
+
+    def matches(self, path: Sequence[str]) -> bool:
+        return len(path) == len(self.pattern) and all(
+            p in ("*", k) for p, k in zip(self.pattern, path, strict=True)
+        )
+
+    @property
+    def text(self) -> str:
+        if self.use and self.note:
+            return f"use {self.use}: {self.note}"
+        return f"use {self.use}" if self.use else str(self.note)
+
+
+@dataclass(frozen=True, slots=True)
 class Allowlist:
     """The listed values, as a list and as a tree of keys."""
 
@@ -292,6 +359,12 @@ class Allowlist:
     values: tuple[Allowed, ...]
     tree: Tree
     """The same values by key, level by level (built once, read at every validation)."""
+    hints: tuple[Hint, ...] = ()
+    """What to set instead of some unlisted values, the most specific first."""
+
+    def hint(self, path: Sequence[str]) -> Hint | None:
+        """What to set instead of the unlisted value at `path`, if the list says."""
+        return next((h for h in self.hints if h.matches(path)), None)
 
 
 def _tree(values: Sequence[Allowed]) -> Tree:
@@ -325,7 +398,24 @@ def parse_allowlist(data: Any) -> Allowlist:
     for first, second in pairwise(paths):
         if second[: len(first)] == first:
             raise ValueError(f"{'.'.join(second)} is listed twice or below a listed value")
-    return Allowlist(tuple(parsed.charts), values, _tree(values))
+    return Allowlist(tuple(parsed.charts), values, _tree(values), _hints(parsed.instead, values))
+
+
+def _hints(entries: Sequence[Instead], values: Sequence[Allowed]) -> tuple[Hint, ...]:
+    """The hints, those with fewer wildcards first; none may match a listed value (a hint
+    says what to do instead of a value that is refused)."""
+    hints = [
+        Hint(tuple(path), entry.use, " ".join(entry.note.split()) if entry.note else None)
+        for entry in entries
+        for path in entry.paths
+    ]
+    for hint in hints:
+        if hint.use is None and hint.note is None:
+            raise ValueError(f"instead {'.'.join(hint.pattern)}: says neither use nor note")
+        listed = next((v.dotted for v in values if hint.matches(v.path)), None)
+        if listed is not None:
+            raise ValueError(f"instead {'.'.join(hint.pattern)} matches the listed {listed}")
+    return tuple(sorted(hints, key=lambda h: h.pattern.count("*")))
 
 
 def load_allowlist(directory: Path) -> Allowlist:
@@ -347,30 +437,73 @@ def path_text(path: Sequence[str | int]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ValuesError:
-    """The first rule spec.values breaks, in whole (the API server's words first, then ours:
-    each message starts with the path)."""
+    """One rule spec.values breaks, in the API server's words first, then ours (each starts
+    with its path)."""
 
     text: str
+    unlisted: bool = False
+    """A key outside the list (said together with the others, then why once)."""
+    hint: str | None = None
+    """Of a key outside the list: what to set instead, where the list says."""
 
 
-def _unlisted(path: str) -> ValuesError:
-    """kubectl's strict field validation names the key the same way."""
-    return ValuesError(f'unknown field "{path}": {NOT_LISTED}')
+MAX_NAMED = 10
+"""A refusal names at most this many values, then says how many more there are."""
+NOT_LISTED_MANY = NOT_LISTED.replace("not a chart value", "not chart values", 1)
+
+
+def _unlisted(path: tuple[str, ...]) -> ValuesError:
+    """kubectl's strict field validation names the key the same way; the list may say what to
+    set instead."""
+    hint = ALLOWLIST.hint(path)
+    return ValuesError(f'"{path_text(path)}"', True, hint.text if hint is not None else None)
+
+
+def values_errors(values: Any) -> list[ValuesError]:
+    """Every rule spec.values breaks; empty when it holds only listed values of their types
+    (nulls count as unset, as the API server drops them)."""
+    return list(_errors(values, ALLOWLIST.tree, ()))
+
+
+def values_message(errors: Sequence[ValuesError]) -> str:
+    """The refusal of spec.values: every refused key by name (up to MAX_NAMED), each with what
+    to set instead where the list says, then why they are refused."""
+    shown = errors[:MAX_NAMED]
+    by_hint: dict[str | None, list[str]] = {}
+    for error in shown:
+        if error.unlisted:
+            by_hint.setdefault(error.hint, []).append(error.text)
+    parts = [e.text for e in shown if not e.unlisted]
+    if by_hint:
+        named = ", ".join(
+            f"unknown field{'s' if len(keys) > 1 else ''} {', '.join(keys)}"
+            + (f" ({hint})" if hint else "")
+            for hint, keys in by_hint.items()
+        )
+        many = sum(e.unlisted for e in errors) > 1
+        parts.insert(0, f"{named}: {NOT_LISTED_MANY if many else NOT_LISTED}")
+    more = len(errors) - len(shown)
+    return "; ".join(parts) + (f"; and {more} more refused" if more else "")
 
 
 def values_error(values: Any) -> ValuesError | None:
-    """None when spec.values holds only listed values of their types (nulls count as unset,
-    as the API server drops them)."""
-    return next(_errors(values, ALLOWLIST.tree, ()), None)
+    """None when spec.values holds only listed values of their types; else the whole refusal
+    (values_message)."""
+    errors = values_errors(values)
+    return ValuesError(values_message(errors)) if errors else None
 
 
-def without_nulls(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The values without null entries, as the API server stores them (no listed value is
-    nullable): a null never unsets what the module's rules wrote."""
+def without_nothing(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The values without what says nothing: nulls (the API server drops them), empty maps (what
+    the API server leaves of a map whose keys it pruned: `driver: {env: [...]}` is stored as
+    `driver: {}`), and maps that hold only those. Merged over the module's values, a map merges
+    key by key, so what is left never removes a value the module's rules wrote."""
     out: dict[str, Any] = {}
     for key, child in values.items():
         if isinstance(child, Mapping):
-            out[key] = without_nulls(child)
+            kept = without_nothing(child)
+            if kept:
+                out[key] = kept
         elif child is not None:
             out[key] = child
     return out
@@ -395,7 +528,7 @@ def _errors(node: Any, tree: Tree | Allowed, path: tuple[str, ...]) -> Iterator[
         sub = tree.get(key) if isinstance(key, str) else None
         if sub is None:
             if child is not None:
-                yield _unlisted(path_text((*path, str(key))))
+                yield _unlisted((*path, str(key)))
             continue
         yield from _errors(child, sub, (*path, key))
 
@@ -422,7 +555,8 @@ def _leaf_error(err: ValidationError, allowed: Allowed, path: tuple[str, ...]) -
 def pruned_error(paths: Sequence[str]) -> ValidationError:
     """A Gpu's spec as invalid because the API server pruned `paths` (the model's words)."""
     others = ", ".join(paths[1:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
-    message = f"{_unlisted(paths[0]).text}; {PRUNED}" + (f" (so are {others})" if others else "")
+    first = f'unknown field "{paths[0]}": {NOT_LISTED}'
+    message = f"{first}; {PRUNED}" + (f" (so are {others})" if others else "")
     error = PydanticCustomError("spec_values", "{message}", {"message": message})
     return ValidationError.from_exception_data(
         "GpuSpec", [{"type": error, "loc": ("values",), "input": None}]
