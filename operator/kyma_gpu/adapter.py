@@ -34,7 +34,7 @@ from kubernetes.client.exceptions import ApiException
 from kyma_gpu import __version__
 from kyma_gpu.api.models import API_GROUP, API_VERSION, KIND, PLURAL
 from kyma_gpu.api.node_marks import CORDON_ANNOTATION, CORDON_VALUE, NODE_CONDITION, NodeWrite
-from kyma_gpu.api.resources import FLUX_CRD_KINDS, FLUX_KINDS
+from kyma_gpu.api.resources import FIELD_MANAGER, FLUX_CRD_KINDS, FLUX_KINDS
 from kyma_gpu.errors import (
     ApiError,
     NotFound,
@@ -45,13 +45,13 @@ from kyma_gpu.errors import (
 from kyma_gpu.metrics import Metrics
 from kyma_gpu.status.events import GpuEvent, GpuRef
 
-FIELD_MANAGER = "kyma-gpu"
 USER_AGENT = f"kyma-gpu/{__version__}"
 EVENT_SOURCE = "kyma-gpu-operator"
 _LEASE_TIMEOUT = (3.0, 5.0)
 """Connect and read timeouts of Lease requests: a renewal must fail well within the deadline."""
 _APPLY = "application/apply-patch+yaml"
 _MERGE = "application/merge-patch+json"
+_JSON_PATCH = "application/json-patch+json"
 _STRATEGIC = "application/strategic-merge-patch+json"
 _METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 _METADATA_ONLY_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
@@ -287,6 +287,15 @@ class KubeAdapter:
                                      content_type=_APPLY, query=_FORCE_APPLY)  # fmt: skip
         except NotFound as err:
             raise NotFound(err.what, err.status, err.reason, f"{err.message}{_NO_FLUX}") from err
+
+    async def patch(
+        self, ref: ObjectRef, operations: Sequence[Mapping[str, Any]]
+    ) -> dict[str, Any]:
+        """A JSON patch of one of the module's objects (plan/ownership.py: removals, each after
+        a test of the value read). Returns the object as now stored."""
+        return await self._write(f"patch {ref}", "PATCH", _path(ref), body=list(operations),
+                                 content_type=_JSON_PATCH,
+                                 query=(("fieldManager", FIELD_MANAGER),))  # fmt: skip
 
     async def delete(self, ref: ObjectRef) -> dict[str, Any] | None:
         """Delete. Returns what the API answered (the object, now with its deletionTimestamp,

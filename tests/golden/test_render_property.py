@@ -692,3 +692,128 @@ def test_the_check_sees_what_the_module_refuses(leaf: Leaf, hostile: str) -> Non
 
     check(attempt, chart, baseline, [[leaf]], hostile, tally)
     assert len(tally.violations) == 1, tally
+
+
+# --- the listed texts render as the chart prints them ----------------------------------------
+
+TEXT_TEMPLATES = {
+    ValueType.DCGM_METRICS: "templates/dcgm_exporter_config.yaml",
+    ValueType.MIG_CONFIG: "templates/mig_config.yaml",
+}
+"""Where each chart prints the two texts of the allowlist (the same template in both charts)."""
+DCGM_LINES = ("", " ", "  ", "\t", "# clocks", "  # c", "DCGM_FI_DEV_SM_CLOCK, gauge, SM clock",
+              "  DCGM_FI_DEV_MEM_CLOCK , counter , memory", "\tDCGM_FI_X, label, x")  # fmt: skip
+MIG_LINES = ("", " ", "version: v1", "mig-configs:", "  all-disabled:", "  - devices: all",
+             "    mig-enabled: false", "# layouts", " # c", "hooks:", " hooks:",
+             "  apply-start: [sh]", " version: v1", "  mig-configs: {}")  # fmt: skip
+TEXT_CASES = {
+    ValueType.DCGM_METRICS: ("  DCGM_FI_DEV_SM_CLOCK, gauge, x\nDCGM_FI_B, gauge, y\n",
+                             " \nDCGM_FI_DEV_SM_CLOCK, gauge, x\n",
+                             "# clocks\nDCGM_FI_DEV_SM_CLOCK, gauge, x\n  DCGM_FI_B, gauge, y\n"),
+    ValueType.MIG_CONFIG: (" version: v1\n hooks:\n  apply-start: [sh, -c, evil]\n",
+                           "version: v1\nmig-configs:\n  all-disabled:\n  - devices: all\n"),
+}  # fmt: skip
+"""The review's cases (issue 49, finding 4: a DCGM text indented on its first line broke every
+render; a MIG text indented one column took any top-level key) and a text of each that
+renders."""
+
+
+def _text_values(value_type: ValueType, text: str) -> dict[str, Any]:
+    if value_type is ValueType.DCGM_METRICS:
+        config: dict[str, Any] = {"create": True, "name": "m", "data": text}
+        return {"dcgmExporter": {"enabled": True, "config": config}}
+    return {"migManager": {"enabled": True, "config": {"create": True, "name": "m",
+                                                       "data": {"config.yaml": text}}}}  # fmt: skip
+
+
+def _taken(value_type: ValueType, text: str) -> bool:
+    try:
+        GpuSpec.model_validate({"values": _text_values(value_type, text)})
+    except ValidationError:
+        return False
+    return True
+
+
+def _printed(value_type: ValueType, text: str) -> tuple[str | None, str]:
+    """The text as the chart's ConfigMap holds it after `helm template`, or None and why not."""
+    chart = unpacked(CHARTS / f"gpu-operator-{VERSIONS[-1]}.tgz")
+    with tempfile.NamedTemporaryFile("w", suffix=".json", encoding="utf-8") as handle:
+        json.dump(_text_values(value_type, text), handle)
+        handle.flush()
+        result = subprocess.run(
+            [str(HELM), "template", "gpu-operator", str(chart), "--namespace", "gpu-operator",
+             "--show-only", TEXT_TEMPLATES[value_type], "-f", handle.name],
+            capture_output=True, text=True, check=False, timeout=120,
+        )  # fmt: skip
+    if result.returncode != 0:
+        return None, result.stderr.strip()[-300:]
+    try:
+        data = (yaml.safe_load(result.stdout) or {}).get("data") or {}
+    except yaml.YAMLError as err:
+        return None, f"unreadable YAML: {err}"
+    key = "dcgm-metrics.csv" if value_type is ValueType.DCGM_METRICS else "config.yaml"
+    return data.get(key), result.stdout
+
+
+def _renders_as_written(value_type: ValueType, text: str) -> str | None:
+    """Why a text the model takes would not reach the operand as written; None: it does. A MIG
+    text must also name no top-level key but version and mig-configs."""
+    printed, said = _printed(value_type, text)
+    if printed is None:
+        return f"{text!r} does not render: {said}"
+    if printed.rstrip() != text.rstrip():
+        return f"{text!r} renders as {printed!r}"
+    if value_type is ValueType.MIG_CONFIG:
+        try:
+            parsed = yaml.safe_load(text)
+        except yaml.YAMLError:
+            return None  # mig-parted refuses it: the user's typo, no key of theirs runs
+        keys = set(parsed) if isinstance(parsed, dict) else set()
+        if keys - {"version", "mig-configs"}:
+            return f"{text!r} holds the top-level keys {sorted(keys)}"
+    return None
+
+
+def _texts(lines: Sequence[str]) -> Any:
+    from hypothesis import strategies as st
+
+    line = st.sampled_from(lines)
+    return st.builds(lambda ls, end: "\n".join(ls) + end, st.lists(line, max_size=6),
+                     st.sampled_from(("", "\n")))  # fmt: skip
+
+
+@pytest.mark.parametrize("value_type", list(TEXT_TEMPLATES))
+def test_every_text_the_module_takes_renders_as_written(value_type: ValueType) -> None:
+    """The review's cases, then random texts of the lines users write (with blanks, tabs and
+    indented comments and keys): what the model takes, the chart prints as written; what broke
+    the render, or put another key at the top of a MIG file, the model refuses."""
+    from hypothesis import HealthCheck, given, settings
+
+    _require_tools()
+    for version in VERSIONS[:-1]:  # one render stands for every chart: the template is shared
+        with (
+            tarfile.open(CHARTS / f"gpu-operator-{version}.tgz") as tar,
+            tarfile.open(CHARTS / f"gpu-operator-{VERSIONS[-1]}.tgz") as last,
+        ):
+            name = f"gpu-operator/{TEXT_TEMPLATES[value_type]}"
+            assert tar.extractfile(name).read() == last.extractfile(name).read()  # type: ignore[union-attr]
+    bad, good = TEXT_CASES[value_type][:-1], TEXT_CASES[value_type][-1]
+    for text in bad:
+        assert not _taken(value_type, text), text
+        assert _renders_as_written(value_type, text) is not None, f"{text!r}: the case holds"
+    assert _taken(value_type, good)
+    assert _renders_as_written(value_type, good) is None
+    seen: list[str] = []
+
+    checks = [HealthCheck.filter_too_much, HealthCheck.too_slow]
+
+    @settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=checks)
+    @given(_texts(DCGM_LINES if value_type is ValueType.DCGM_METRICS else MIG_LINES))
+    def holds(text: str) -> None:
+        if _taken(value_type, text):
+            seen.append(text)
+            problem = _renders_as_written(value_type, text)
+            assert problem is None, problem
+
+    holds()
+    assert len(seen) >= 5, f"too few texts taken to show anything: {seen}"

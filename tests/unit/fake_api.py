@@ -9,17 +9,34 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from kyma_gpu.adapter import ObjectRef, cordon_patch, node_condition_patch
 from kyma_gpu.api.node_marks import NodeWrite
+from kyma_gpu.api.resources import FIELD_MANAGER
 from kyma_gpu.errors import classify
 from kyma_gpu.reconcile.loop import now
 from kyma_gpu.status.events import GpuEvent, GpuRef
 
 _VERSIONS = itertools.count(100)
+
+
+def _held(fields: Mapping[str, Any], node: Any) -> dict[str, Any]:
+    """The part of a fieldsV1 set whose fields `node` still holds."""
+    kept: dict[str, Any] = {}
+    for key, child in fields.items():
+        name = key[2:]
+        if key.startswith("f:") and isinstance(node, Mapping) and name in node:
+            kept[key] = _held(child, node[name]) if child else {}
+    return kept
+
+
+def fields_v1(node: Mapping[str, Any]) -> dict[str, Any]:
+    """The fieldsV1 set of a map, as the API server records an apply of it (lists whole)."""
+    return {f"f:{k}": fields_v1(v) if isinstance(v, Mapping) and v else {}
+            for k, v in node.items()}  # fmt: skip
 
 
 @dataclass
@@ -57,8 +74,39 @@ class FakeApi:
         meta["generation"] = generation + 1 if changed else generation
         meta["resourceVersion"] = str(next(_VERSIONS))
         stored["status"] = (old or {}).get("status", {})
+        others = [e for e in (old or {}).get("metadata", {}).get("managedFields") or []
+                  if e.get("manager") != FIELD_MANAGER]  # fmt: skip
+        fields = {"f:spec": fields_v1(stored.get("spec") or {}),
+                  "f:metadata": {"f:labels": fields_v1(meta.get("labels") or {})}}  # fmt: skip
+        ours = {"manager": FIELD_MANAGER, "operation": "Apply", "fieldsV1": fields}
+        meta["managedFields"] = [ours, *others]
         self.objects[key] = stored
         return copy.deepcopy(stored)
+
+    async def patch(
+        self, ref: ObjectRef, operations: Sequence[Mapping[str, Any]]
+    ) -> dict[str, Any]:
+        """A JSON patch of `test` and `remove` operations, all or nothing, as the API server
+        applies one (a failed test is a 422)."""
+        self._maybe_fail(f"patch {ref.kind}")
+        obj = copy.deepcopy(self.objects[(ref.kind, ref.name)])
+        for op in operations:
+            *parents, last = [k.replace("~1", "/").replace("~0", "~")
+                              for k in str(op["path"]).split("/")[1:]]  # fmt: skip
+            node = obj
+            for key in parents:
+                node = node[key]
+            if op["op"] == "test" and node.get(last) != op["value"]:
+                raise classify("patch", 422, "Invalid", f"test failed at {op['path']}")
+            if op["op"] == "remove":
+                del node[last]
+        meta = obj["metadata"]
+        for entry in meta.get("managedFields") or []:  # a field gone is nobody's any more
+            entry["fieldsV1"] = _held(entry["fieldsV1"], obj)
+        meta["generation"] = meta.get("generation", 0) + 1
+        meta["resourceVersion"] = str(next(_VERSIONS))
+        self.objects[(ref.kind, ref.name)] = obj
+        return copy.deepcopy(obj)
 
     async def delete(self, ref: ObjectRef) -> dict[str, Any] | None:
         self._maybe_fail(f"delete {ref.kind}")

@@ -69,6 +69,7 @@ from kyma_gpu.reconcile.machine import (
     Inputs,
     Machine,
     Phase,
+    Reclaim,
     RemoveFinalizer,
     Situation,
     Step,
@@ -141,14 +142,38 @@ def gpu(
     return gpu_object({"metadata": meta, "spec": dict(spec or {})})
 
 
-def live(plan: Plan, deleting: bool = False, ready: bool = True) -> dict[str, Any]:
+WRITTEN = [
+    {
+        "manager": "intruder",
+        "operation": "Update",
+        "fieldsV1": {
+            "f:spec": {
+                "f:valuesFrom": {},
+                "f:suspend": {},
+                "f:values": {"f:validator": {"f:image": {}}},
+            }
+        },
+    }
+]
+"""A writer in kyma-system that added valuesFrom and a validator image (and suspended the
+release: that stays the user's)."""
+
+
+def live(
+    plan: Plan, deleting: bool = False, ready: bool = True, written: bool = False
+) -> dict[str, Any]:
     """The plan's Flux objects as the API holds them once applied (and Flux reconciled them):
-    the `flux` and `flux_status` of a Snapshot."""
+    the `flux` and `flux_status` of a Snapshot. `written`: someone else wrote to the
+    HelmRelease too (WRITTEN)."""
     objects: list[LiveObject] = []
     status: list[FluxObjectFacts] = []
     for planned in plan.objects:
         body = dict(planned)
         meta = {**body["metadata"], "generation": 1}
+        if written and planned["kind"] == "HelmRelease":
+            meta["managedFields"] = WRITTEN
+            values = {**body["spec"]["values"], "validator": {"image": "evil"}}
+            body["spec"] = {**body["spec"], "valuesFrom": [], "suspend": True, "values": values}
         if deleting:
             meta["deletionTimestamp"] = DELETED_AT
         body["metadata"] = meta
@@ -202,7 +227,7 @@ def _deletes(objects: tuple[LiveObject, ...]) -> list[str]:
     return [f"delete {o.kind}/{o.namespace}/{o.name}" for o in objects]
 
 
-def said(action: Action | None) -> list[str]:
+def said(action: Action | None) -> list[str]:  # noqa: PLR0911 (one case an action)
     """An action in words: what a row's 'action' column says."""
     match action:
         case None:
@@ -213,6 +238,9 @@ def said(action: Action | None) -> list[str]:
             return [f"apply {o['kind']}/{o['metadata']['name']}" for o in objects] + _deletes(stale)
         case Delete(objects):
             return _deletes(objects)
+        case Reclaim(objects):
+            return [f"remove {o.kind}/{o.name} {f.dotted} ({f.manager})"
+                    for o in objects for f in o.foreign]  # fmt: skip
         case RemoveFlux(_, _, hand_over, announce):
             crds = "hand its CRDs over" if hand_over else "delete its CRDs"
             return [f"remove the module's Flux, {crds}"] + ([announce.reason] if announce else [])
@@ -441,6 +469,10 @@ CASES = [
          check=_applying),
     Case(S.OBJECTS_DIFFER, _failed_lately,  # ... and its last attempt failed
          Phase.FAILED, (), state="Error", reason="Error", check=_failed_lately_check),
+    Case(S.FOREIGN_FIELDS,
+         lambda w: w.inputs(gpu(), **live(w.plan(gpu()), written=True), **ready_components()),
+         Phase.APPLYING, ("remove HelmRelease/gpu-operator spec.values.validator.image (intruder)",
+                          "remove HelmRelease/gpu-operator spec.valuesFrom (intruder)")),
     Case(S.IN_SYNC, lambda w: _applied(w, ready=False),
          Phase.FAILED, (), state="Error", reason="Error"),
     Case(S.IN_SYNC, lambda w: _applied(w, components=False),

@@ -54,6 +54,9 @@ FLUX_CRD_KINDS = (
 )
 """Every kind of the CRDs of the module's own Flux: what may still use them."""
 
+FIELD_MANAGER = "kyma-gpu"
+"""The module's field manager: every write of the manager names it."""
+
 MODULE_LABEL = "kyma-project.io/module"
 NAME_LABEL = "app.kubernetes.io/name"
 PART_OF_LABEL = "app.kubernetes.io/part-of"

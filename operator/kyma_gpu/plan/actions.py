@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kyma_gpu.plan.flux_objects import SPEC_HASH
+from kyma_gpu.plan.ownership import ForeignField, foreign_fields, present
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,10 +31,19 @@ class LiveObject:
     applied_hash: str | None = None
     """The module's spec-hash annotation: what it last applied."""
     generation: int = 0
+    foreign: tuple[ForeignField, ...] = ()
+    """Its spec's fields (but suspend) and labels that another field manager wrote and the
+    module does not set (plan/ownership.py): they go."""
+
+    @property
+    def guarded(self) -> dict[str, Any]:
+        """What `foreign` is read from: the spec and the labels, as in the object."""
+        return {"spec": self.spec, "metadata": {"labels": self.labels}}
 
 
 def live_object(body: Mapping[str, Any]) -> LiveObject:
     meta = body.get("metadata") or {}
+    foreign = foreign_fields(meta.get("managedFields"))
     return LiveObject(
         api_version=str(body.get("apiVersion", "")),
         kind=str(body.get("kind", "")),
@@ -46,6 +56,7 @@ def live_object(body: Mapping[str, Any]) -> LiveObject:
         deleted_at=str(meta.get("deletionTimestamp") or ""),
         applied_hash=(meta.get("annotations") or {}).get(SPEC_HASH),
         generation=_int(meta.get("generation")),
+        foreign=present(body, foreign) if foreign else (),
     )
 
 

@@ -16,7 +16,7 @@ import datetime
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -58,6 +58,10 @@ class ClusterApi(Protocol):
     objects again in the periodic safety pass."""
 
     async def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    async def patch(
+        self, ref: ObjectRef, operations: Sequence[Mapping[str, Any]]
+    ) -> dict[str, Any]: ...
 
     async def delete(self, ref: ObjectRef) -> dict[str, Any] | None: ...
 

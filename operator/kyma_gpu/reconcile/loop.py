@@ -44,6 +44,7 @@ from kyma_gpu.observe.watches import (
 )
 from kyma_gpu.plan import AllowedSources
 from kyma_gpu.plan.actions import LiveObject, object_key
+from kyma_gpu.plan.ownership import removals
 from kyma_gpu.plan.plan import PlanMemo
 from kyma_gpu.plan.provision import REQUIRED_APIS, Api, FluxApi
 from kyma_gpu.reconcile.effects import (
@@ -67,11 +68,13 @@ from kyma_gpu.reconcile.machine import (
     Inputs,
     Machine,
     Planner,
+    Reclaim,
     RemoveFinalizer,
     Step,
 )
 from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.rules.catalog import Catalog
+from kyma_gpu.status.events import foreign_removed
 from kyma_gpu.status.snapshot import Snapshot
 
 __all__ = ("GPUS", "ClusterApi", "Done", "Loop", "flux_api", "now", "snapshot")
@@ -356,6 +359,8 @@ class Loop:
                 for live in stale:
                     await self._delete(live)
                 return len(objects) + len(stale)
+            case Reclaim(objects):
+                return await self._reclaim(gpu, objects)
             case Delete(objects):
                 for live in objects:
                     await self._delete(live)
@@ -372,6 +377,17 @@ class Loop:
 
     def _context(self, gpu: GpuObject) -> Context:
         return Context(gpu, self.writer, self.write_back, self.recorder)
+
+    async def _reclaim(self, gpu: GpuObject, objects: tuple[LiveObject, ...]) -> int:
+        """Remove what others wrote to the module's Flux objects; a Warning names it."""
+        for live in objects:
+            ref = ObjectRef(live.api_version, live.kind, live.namespace, live.name)
+            log.warning("removing from %s what others wrote: %s", ref,
+                        ", ".join(f"{f.dotted} ({f.manager})" for f in live.foreign))  # fmt: skip
+            answer = await self.writer.patch(ref, removals(live.guarded, live.foreign))
+            self.write_back.flux(live.kind, answer)
+        await self.recorder.announce(gpu, foreign_removed(objects))
+        return len(objects)
 
     async def _delete(self, live: LiveObject) -> None:
         log.info("deleting %s/%s/%s", live.kind, live.namespace, live.name)

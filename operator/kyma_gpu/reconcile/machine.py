@@ -130,6 +130,14 @@ class Delete:
 
 
 @dataclass(frozen=True, slots=True)
+class Reclaim:
+    """Remove what other field managers wrote to the module's Flux objects (their `foreign`
+    fields), and say so in a Warning Event."""
+
+    objects: tuple[LiveObject, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class RemoveFinalizer:
     """Release the Gpu: nothing of the module is left."""
 
@@ -147,7 +155,7 @@ class ExtensionRead:
     snapshot's `reads`."""
 
 
-Action = AddFinalizer | Apply | Delete | RemoveFinalizer | ExtensionAction
+Action = AddFinalizer | Apply | Reclaim | Delete | RemoveFinalizer | ExtensionAction
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +231,7 @@ class Situation(StrEnum):
     FLUX_INCOMPATIBLE = "FluxIncompatible"
     FLUX_NOT_SERVED = "FluxNotServed"
     OBJECTS_DIFFER = "ObjectsDiffer"
+    FOREIGN_FIELDS = "ForeignFields"
     IN_SYNC = "InSync"
 
 
@@ -238,7 +247,8 @@ class Seen:
     actions: Actions | None = None
     """The plan's objects against the live ones (OBJECTS_DIFFER)."""
     doomed: tuple[LiveObject, ...] = ()
-    """The module's Flux objects to delete, HelmRelease first (FLUX_OBJECTS_LEFT)."""
+    """The module's Flux objects to delete, HelmRelease first (FLUX_OBJECTS_LEFT); those that
+    others wrote to (FOREIGN_FIELDS)."""
     status: GpuStatus | None = None
 
 
@@ -313,6 +323,9 @@ def _classify_served(machine: Machine, inputs: Inputs, plan: Plan) -> Seen:
     actions = plan_actions(objects, inputs.snap.flux, inputs.snap.as_applied)
     if actions.apply or actions.delete:
         return Seen(Situation.OBJECTS_DIFFER, plan, actions=actions)
+    written = tuple(o for o in inputs.snap.flux if o.foreign and not o.deleting)
+    if written:
+        return Seen(Situation.FOREIGN_FIELDS, plan, doomed=written)
     seen = machine.ask(Point.APPLIED, inputs, plan)
     if seen is not None:
         return seen
@@ -439,6 +452,22 @@ def _applying(seen: Seen, inputs: Inputs) -> Step:
                 status_if_failed=loud_status(inputs, seen.plan, key))  # fmt: skip
 
 
+def _reclaiming(seen: Seen, inputs: Inputs) -> Step:
+    assert seen.plan is not None
+    said = [f"{o.kind}/{o.namespace}/{o.name} {f.dotted}={_value(o, f.path)}"
+            for o in seen.doomed for f in o.foreign]  # fmt: skip
+    key = "reclaim-" + hashlib.sha256("\n".join(said).encode()).hexdigest()[:16]
+    return Step(Phase.APPLYING, Reclaim(seen.doomed), key=key,
+                status_if_failed=loud_status(inputs, seen.plan, key))  # fmt: skip
+
+
+def _value(live: LiveObject, path: tuple[str, ...]) -> str:
+    node: Any = live.guarded
+    for part in path:
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return json.dumps(node, sort_keys=True, default=str)
+
+
 S = Situation
 ROWS: Mapping[Situation, Row] = MappingProxyType({
     S.NOT_THE_SINGLETON: Row(
@@ -478,6 +507,11 @@ ROWS: Mapping[Situation, Row] = MappingProxyType({
     S.OBJECTS_DIFFER: Row(
         "the Flux objects differ from the plan", Phase.APPLYING,
         "server-side apply (and delete stale ones)", True, _applying),
+    S.FOREIGN_FIELDS: Row(
+        "another field manager wrote fields of the module's Flux objects that the plan does "
+        "not set (their spec but `suspend`, their labels)", Phase.APPLYING,
+        "remove them (a JSON patch that tests each value first); a Warning Event "
+        "(`ForeignChangesRemoved`) names each field and its manager", True, _reclaiming),
     S.IN_SYNC: Row(
         "applied", (Phase.FAILED, Phase.PROGRESSING, Phase.READY),
         "status; the phase follows it: Failed when it says `Error`, Ready when its Ready "

@@ -27,6 +27,7 @@ from typing import Any
 from kyma_gpu.api.conditions import ReadyReason, ReleaseReason
 from kyma_gpu.api.models import GpuState
 from kyma_gpu.facts.echo import cut, echoed_reason
+from kyma_gpu.plan.actions import LiveObject
 from kyma_gpu.status.aggregate import ConditionType, flux_failed
 
 MESSAGE_LIMIT = 1024
@@ -85,6 +86,27 @@ def _ready(status: Mapping[str, Any]) -> Mapping[str, Any]:
 def event_message(message: str) -> str:
     """An Event's message: cut to MESSAGE_LIMIT."""
     return cut(message, MESSAGE_LIMIT)
+
+
+def _fields(live: LiveObject) -> str:
+    return ", ".join(
+        f"{f.dotted} (by {echoed_reason(f.manager) or 'a nameless manager'})" for f in live.foreign
+    )
+
+
+FOREIGN_REMOVED = "ForeignChangesRemoved"
+"""The reason of the Warning that the module removed what others wrote to its Flux objects."""
+
+
+def foreign_removed(objects: Sequence[LiveObject]) -> GpuEvent:
+    """The Warning that names what others wrote to the module's Flux objects, and who."""
+    said = "; ".join(f"{o.kind} {o.namespace}/{o.name}: {_fields(o)}" for o in objects)
+    message = (
+        f"removed what other field managers wrote to the module's Flux objects: {said}. Only "
+        "the Gpu sets what Flux installs on GPU nodes: change the Gpu's spec instead "
+        "(docs/security.md#the-gpu-alone-steers-the-release)"
+    )
+    return GpuEvent(EventType.WARNING, FOREIGN_REMOVED, event_message(message))
 
 
 def _message(status: Mapping[str, Any], parts: Sequence[EventPart]) -> str:
