@@ -35,7 +35,7 @@ from kyma_gpu.api.chart_sources import (
 )
 from kyma_gpu.api.resources import module_labels
 from kyma_gpu.plan.flux_objects import CHART_SOURCE_LABEL, CHART_SOURCE_VALUE
-from kyma_gpu.plan.provision import SHARD, SHARD_LABEL
+from kyma_gpu.plan.provision import SHARD, SHARD_LABEL, bundle
 from kyma_gpu.yamlio import dump
 
 NAME = "kyma-gpu-flux-objects"
@@ -242,6 +242,57 @@ def _listed_rules() -> list[dict[str, str]]:
     ]
 
 
+MANAGER = f"system:serviceaccount:{NAMESPACE}:gpu-manager"
+"""The manager's account: the one writer of the module's Flux objects."""
+ADMINS = "system:masters"
+"""Cluster administrators past RBAC, who may remove the policy anyway: never refused."""
+CEL_RESERVED = frozenset({
+    "as", "break", "const", "continue", "else", "false", "for", "function", "if", "import", "in",
+    "let", "loop", "package", "namespace", "null", "return", "true", "var", "void", "while",
+})  # fmt: skip
+"""Property names CEL reaches as __name__ (Kubernetes' escaping)."""
+
+
+def spec_fields(plural: str) -> tuple[str, ...]:
+    """Every spec property of a Flux kind, in every version its CRD (the module's Flux bundle,
+    flux/crds) serves: what a writer other than the manager may not change."""
+    crd = next(o for o in bundle() if o["kind"] == "CustomResourceDefinition"
+               and o["spec"]["names"]["plural"] == plural)  # fmt: skip
+    return tuple(sorted({
+        name
+        for version in crd["spec"]["versions"] if version.get("served")
+        for name in version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    }))  # fmt: skip
+
+
+def _unchanged(plural: str) -> str:
+    def field(name: str) -> str:
+        return f"__{name}__" if name in CEL_RESERVED else name
+
+    return " && ".join(f"object.spec.?{field(n)} == oldObject.spec.?{field(n)}"
+                       for n in spec_fields(plural) if n not in USERS_FIELDS)  # fmt: skip
+
+
+USERS_FIELDS = frozenset({"suspend"})
+"""What others may change: `flux suspend` and `flux resume` (plan/ownership.py USERS)."""
+
+
+def _writer_rule() -> dict[str, str]:
+    """Only the manager (and system:masters) writes the module's Flux objects; others suspend,
+    resume and annotate them. The manager removes whatever else another field manager wrote (plan/ownership.py):
+    this holds the same line at admission, before Flux can install it."""
+    sources = f"(variables.oci ? ({_unchanged('ocirepositories')}) : " \
+        f"({_unchanged('helmrepositories')}))"  # fmt: skip
+    return _rule(
+        f"request.userInfo.username == {_cel(MANAGER)} || {_cel(ADMINS)} in "
+        "request.userInfo.groups || (request.operation == 'UPDATE' && "
+        "object.metadata.?labels == oldObject.metadata.?labels && (variables.release ? "
+        f"({_unchanged('helmreleases')}) : {sources}))",
+        "are written by the module's manager only: others may suspend and resume them "
+        "(spec.suspend) and annotate them; the Gpu sets the rest",
+    )
+
+
 def _policy(name: str, labelled: bool) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "failurePolicy": "Fail",
@@ -254,7 +305,7 @@ def _policy(name: str, labelled: bool) -> dict[str, Any]:
         spec["validations"] = _listed_rules()
     else:
         spec["variables"] = _variables()
-        spec["validations"] = _release_rules() + _source_rules()
+        spec["validations"] = [_writer_rule(), *_release_rules(), *_source_rules()]
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",

@@ -1,18 +1,22 @@
-"""The allowed chart sources hold at admission, whoever writes the Flux objects (issue 32,
-finding 4), on the real API server.
+"""The module's Flux objects at admission, on the real API server.
 
-A namespace owner of kyma-system (a RoleBinding there to `*`) stands for a compromised manager
-or anyone who may write HelmReleases and sources there: each attack is refused by the
-ValidatingAdmissionPolicies kyma-gpu-flux-objects and kyma-gpu-flux-sources, and what the plan
-renders (plan/flux.flux_objects) is accepted, for NVIDIA's repository and for a mirror the
-administrator lists. Every write is `--dry-run=server`; a user's own Flux objects in
-kyma-system stay untouched by the policies.
+- Only the manager writes them (issue 49, finding 2): a namespace owner of kyma-system (a
+  RoleBinding there to `*`, as stock `edit` or more) may suspend, resume and annotate the
+  module's HelmRelease and source, and change nothing else of them, nor create them.
+- The allowed chart sources hold whoever writes them (a cluster administrator past RBAC, who
+  stands for a compromised manager here): each attack is refused by the
+  ValidatingAdmissionPolicies kyma-gpu-flux-objects and kyma-gpu-flux-sources, and what the plan
+  renders (plan/flux.flux_objects) is accepted, for NVIDIA's repository and for a mirror the
+  administrator lists. These writes are `--dry-run=server`.
+
+A user's own Flux objects in kyma-system stay untouched by the policies.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -77,8 +81,14 @@ def _planned(repository: str, **more: Any) -> tuple[dict[str, Any], dict[str, An
                         secret_ref=more.get("secret_ref"), values={}, owner=None)  # fmt: skip
 
 
+ADMIN = ("--as=gpu-test-admin", "--as-group=system:masters")
+"""A cluster administrator past RBAC: held to the allowed chart sources like everyone; only the
+manager and such an administrator write the module's Flux objects at all."""
+MANAGER = "system:serviceaccount:kyma-system:gpu-manager"
+
+
 def _write(cluster: LocalCluster, body: dict[str, Any]) -> tuple[bool, str]:
-    said = cluster.kubectl("create", "-f", "-", f"--as={OWNER}", "--dry-run=server",
+    said = cluster.kubectl("create", "-f", "-", *ADMIN, "--dry-run=server",
                            input=json.dumps(body), check=False)  # fmt: skip
     # Admission runs before storage: "already exists" (an object an earlier test left) means
     # every policy let the request through.
@@ -197,4 +207,97 @@ def test_a_users_own_flux_objects_are_not_the_modules(cluster: LocalCluster) -> 
               "metadata": {"name": "theirs", "namespace": MODULE_NAMESPACE},
               "spec": {"url": "https://charts.example/theirs", "interval": "10m"}}  # fmt: skip
     ok, said = _write(cluster, theirs)
+    assert ok, said
+
+
+# --- only the manager writes the module's Flux objects (issue 49, finding 2) ---------------
+
+
+def _as(cluster: LocalCluster, who: str, *args: str, body: Any = None) -> tuple[bool, str]:
+    said = cluster.kubectl(*args, f"--as={who}", check=False,
+                           input=json.dumps(body) if body is not None else None)  # fmt: skip
+    return said.returncode == 0, said.stdout + said.stderr
+
+
+@pytest.fixture
+def applied(cluster: LocalCluster) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """The plan's source and HelmRelease, created by the manager's account."""
+    source, release = _planned(NVIDIA["url"])
+    for obj in (source, release):
+        ok, said = _as(cluster, MANAGER, "create", "-f", "-", body=obj)
+        assert ok, said
+    yield source, release
+    for obj in (release, source):
+        cluster.kubectl("delete", obj["kind"].lower(), obj["metadata"]["name"], "-n",
+                        MODULE_NAMESPACE, "--ignore-not-found")  # fmt: skip
+
+
+WRITES = {
+    "values": {"spec": {"values": {"validator": {"image": "evil.example/validator"}}}},
+    "valuesFrom": {"spec": {"valuesFrom": [{"kind": "Secret", "name": "theirs"}]}},
+    "postRenderers": {"spec": {"postRenderers": [{"kustomize": {"images": [
+        {"name": "nvcr.io/nvidia/cloud-native/gpu-operator-validator",
+         "newName": "evil.example/validator"}]}}]}},
+    "chart": {"spec": {"chart": {"spec": {"version": "v26.3.3"}}}},
+    "label": {"metadata": {"labels": {"sharding.fluxcd.io/key": "theirs"}}},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("change", list(WRITES))
+def test_a_kyma_system_editor_cannot_change_the_modules_release(
+    cluster: LocalCluster, applied: tuple[dict[str, Any], dict[str, Any]], change: str
+) -> None:
+    ok, said = _as(cluster, OWNER, "patch", "helmrelease", "gpu-operator", "-n",
+                   MODULE_NAMESPACE, "--type=merge", "-p", json.dumps(WRITES[change]))  # fmt: skip
+    assert not ok, said
+    assert f"{OBJECTS_WORDS} are written by the module's manager only" in said, said
+    assert "UPDATE helmreleases gpu-operator" in said, said
+
+
+def test_a_kyma_system_editor_cannot_change_the_modules_source(
+    cluster: LocalCluster, applied: tuple[dict[str, Any], dict[str, Any]]
+) -> None:
+    patch = {"spec": {"url": "https://evil.example/charts"}}
+    ok, said = _as(cluster, OWNER, "patch", "helmrepository", "gpu-operator", "-n",
+                   MODULE_NAMESPACE, "--type=merge", "-p", json.dumps(patch))  # fmt: skip
+    assert not ok, said
+    assert "are written by the module's manager only" in said, said
+
+
+def test_a_kyma_system_editor_cannot_create_the_modules_release(cluster: LocalCluster) -> None:
+    _, release = _planned(NVIDIA["url"])
+    ok, said = _as(cluster, OWNER, "create", "-f", "-", "--dry-run=server", body=release)
+    assert not ok, said
+    assert "are written by the module's manager only" in said, said
+
+
+def test_suspend_resume_and_annotations_stay_the_users(
+    cluster: LocalCluster, applied: tuple[dict[str, Any], dict[str, Any]]
+) -> None:
+    """What `flux suspend`, `flux resume` and `flux reconcile` write (the real flux CLI)."""
+    from tests.harness.binaries import FLUX_CLI, binary
+
+    flux = str(binary(FLUX_CLI))
+    kube = ("--kubeconfig", str(cluster.kubeconfig), "-n", MODULE_NAMESPACE, f"--as={OWNER}")
+    for argv in (("suspend", "helmrelease", "gpu-operator"),
+                 ("suspend", "source", "helm", "gpu-operator")):  # fmt: skip
+        said = subprocess.run([flux, *argv, *kube], capture_output=True, text=True, check=False)
+        assert said.returncode == 0, said.stdout + said.stderr
+    release = cluster.get_object("helmrelease", "gpu-operator", MODULE_NAMESPACE) or {}
+    assert release["spec"]["suspend"] is True
+    ok, said = _as(cluster, OWNER, "annotate", "helmrelease", "gpu-operator", "-n",
+                   MODULE_NAMESPACE, "reconcile.fluxcd.io/requestedAt=now")  # fmt: skip
+    assert ok, said
+    resume = '{"spec":{"suspend":false}}'
+    ok, said = _as(cluster, OWNER, "patch", "helmrelease", "gpu-operator", "-n",
+                   MODULE_NAMESPACE, "--type=merge", "-p", resume)  # fmt: skip
+    assert ok, said
+
+
+def test_the_manager_writes_them(
+    cluster: LocalCluster, applied: tuple[dict[str, Any], dict[str, Any]]
+) -> None:
+    patch = {"spec": {"values": {"driver": {"version": "595"}}}}
+    ok, said = _as(cluster, MANAGER, "patch", "helmrelease", "gpu-operator", "-n",
+                   MODULE_NAMESPACE, "--type=merge", "-p", json.dumps(patch))  # fmt: skip
     assert ok, said
