@@ -264,13 +264,39 @@ def test_a_node_it_may_not_mark_takes_no_place_in_the_share(
     assert writes(registry, MARK, fake, gpu("b", "0"), gpu("c")) == [("b", True, None)]
 
 
-def test_a_gpu_machine_type_is_marked_before_its_device_plugin_reports(
+def test_a_label_alone_never_marks_a_node(registry: MachineTypeRegistry) -> None:
+    """The upgrade controller's upgrade-failed and GPU feature discovery's count are labels:
+    a NodeFeature object in any namespace NFD reads can write them (issue 49, finding 3). A
+    g6.xlarge whose device plugin has not reported yet, or that reports its GPU, is reported
+    DriverFailed / GpusMissing, and never marked."""
+    bare = node("a", pool="gpu", labels=FAILED_UPGRADE)
+    forged = node("b", pool="gpu", labels={"nvidia.com/gpu.count": "0"},
+                  capacity={"nvidia.com/gpu": "1"})  # fmt: skip
+    facts = [observe_node(b, registry) for b in (bare, forged)]
+    health = gpu_health(facts)
+    assert {(n.name, n.reason, n.grounded) for n in health.unhealthy} == {
+        ("a", HealthReason.DRIVER_FAILED, False),
+        ("b", HealthReason.GPUS_MISSING, False),
+    }
+    assert writes(registry, CORDON, bare, forged) == []
+
+
+def test_a_failed_driver_the_kubelet_shows_is_marked(registry: MachineTypeRegistry) -> None:
+    """upgrade-failed, and the device plugin withdrew the GPU (allocatable 0): the kubelet's
+    own facts show it."""
+    failed = _node("a", pool="gpu", labels=FAILED_UPGRADE, capacity={"nvidia.com/gpu": "1"},
+                   sections={"status": {"allocatable": {"nvidia.com/gpu": "0"}}})  # fmt: skip
+    assert writes(registry, CORDON, failed) == [("a", True, True)]
+
+
+def test_fewer_gpu_resources_than_the_machine_type_has_is_marked(
     registry: MachineTypeRegistry,
 ) -> None:
-    """A g6.xlarge whose driver upgrade failed reports no GPU resource: its machine type is
-    enough (the kubelet and the cloud provider set it)."""
-    bare = node("a", pool="gpu", labels=FAILED_UPGRADE)
-    assert writes(registry, CORDON, bare) == [("a", True, True)]
+    """A g6.12xlarge (4 GPUs) whose kubelet advertises 3: GpusMissing on the kubelet's facts
+    and the registry's, whatever GPU feature discovery's label says."""
+    short = node("a", pool="gpu", instance_type="g6.12xlarge", capacity={"nvidia.com/gpu": "3"},
+                 labels={"nvidia.com/gpu.count": "4"})  # fmt: skip
+    assert writes(registry, CORDON, short) == [("a", True, True)]
 
 
 def test_a_marked_node_that_lost_its_gpus_keeps_its_mark_and_is_cleared(

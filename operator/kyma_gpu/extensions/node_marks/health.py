@@ -11,7 +11,9 @@ request and no watch is added and a heartbeat changes nothing:
 - the NVIDIA upgrade controller's upgrade-failed label (DriverFailed).
 
 Each GPU node gets a NodeHealth; `gpu_health` sums them per worker pool. Health never changes
-Ready: Ready says the module installed the stack, GpusHealthy what the hardware does.
+Ready: Ready says the module installed the stack, GpusHealthy what the hardware does. A finding
+is `grounded` (it may lead to a mark) only where the kubelet's resources show it too: labels
+(GFD's, the upgrade controller's) can be written through NFD, the kubelet's status cannot.
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ from kyma_gpu.plan.plan import Plan
 from kyma_gpu.plan.pools import pool_of
 
 __all__ = (
-    "Health", "NodeHealth", "gpu_health", "health_condition", "node_health", "plan_health",
-    "pools_shown", "same_model", "unhealthy_nodes",
+    "Health", "NodeHealth", "gpu_health", "health_condition", "kubelet_short", "node_health",
+    "plan_health", "pools_shown", "same_model", "unhealthy_nodes",
 )  # fmt: skip
 
 NAMES_SHOWN = 5
@@ -59,6 +61,11 @@ class NodeHealth:
     """The kubelet reports GPU resources for it (a device plugin registered)."""
     marked: bool = False
     """It carries the manager's condition KymaGpuUnhealthy=True."""
+    grounded: bool = False
+    """Its finding rests on what no tenant writes: the kubelet's GPU resources (capacity,
+    allocatable) against the registry's machine type (`kubelet_short`). Only such a finding
+    may mark a node; one that only labels say (GPU feature discovery's count, the NVIDIA upgrade
+    controller's state: labels NFD can be made to write) is reported, never marked."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +171,24 @@ def node_health(node: ObservedNode, pool: str, *, shared: bool, device_plugin: b
         healthy = max(min(present, seen.total) - seen.withdrawn, 0)
     marked = node.mark is not None and node.mark.unhealthy
     reason, message = found if found is not None else (None, "")
-    return NodeHealth(node.name, pool, seen.total, healthy, reason, message, advertised, marked)
+    grounded = found is not None and kubelet_short(node)
+    return NodeHealth(node.name, pool, seen.total, healthy, reason, message, advertised, marked,
+                      grounded)  # fmt: skip
+
+
+def kubelet_short(node: ObservedNode) -> bool:
+    """The kubelet shows the node short of GPUs, on facts no tenant writes: its device plugin
+    withdrew some (allocatable below capacity), or it advertises fewer GPU resources than its
+    machine type has GPUs (the registry's count; sharing only multiplies them). A node in MIG
+    mode is judged by the first only (its resources are MIG instances)."""
+    devices = node.devices
+    if devices is None or devices.capacity is None:
+        return False
+    allocatable = devices.allocatable
+    if allocatable is not None and allocatable < devices.capacity:
+        return True
+    machine = node.facts.machine
+    return machine is not None and not node.facts.mig_mode and devices.capacity < machine.count
 
 
 def _plain(node: ObservedNode, plain_flags: bool) -> int | None:

@@ -2,7 +2,11 @@
 marks with the Node condition KymaGpuUnhealthy, cordons, clears and uncordons. Pure.
 
 - Only a GPU node with a finding a new machine cures (REMEDIABLE: DriverFailed, GpusMissing,
-  GpusUnhealthy) is marked; WrongGpuModel is reported only.
+  GpusUnhealthy) is marked; WrongGpuModel is reported only. And only when the finding is
+  grounded (health.py `kubelet_short`): the kubelet shows the node short of GPUs. A finding
+  that labels alone say (GPU feature discovery's count, the upgrade controller's
+  upgrade-failed, which a NodeFeature object can forge where NFD takes them) is reported only;
+  a node marked on a grounded finding keeps its mark while a finding stays.
 - Only on facts no tenant writes (MarkGround, api/node_marks.py): the kubelet reports GPUs on
   it, its machine type is a GPU type of the registry, or it carries the mark already. A node
   that is a GPU node by NFD's or GFD's labels alone is reported, never marked, and takes no
@@ -48,7 +52,7 @@ def chosen(health: Health, spec: HealthSpec, eligible: Container[str]) -> dict[s
     picked: dict[str, NodeHealth] = {}
     by_pool: dict[str, list[NodeHealth]] = {}
     for node in health.unhealthy:
-        if node.reason in REMEDIABLE and node.name in eligible:
+        if node.reason in REMEDIABLE and (node.grounded or node.marked) and node.name in eligible:
             by_pool.setdefault(node.pool, []).append(node)
     for pool, nodes in by_pool.items():
         ranked = sorted(nodes, key=lambda n: (not n.marked, n.name))
