@@ -28,6 +28,7 @@ from kyma_gpu.extensions.own_flux.machine import shard
 from kyma_gpu.plan.flux_objects import CHART_SOURCE_LABEL, FluxSettings, flux_objects
 from kyma_gpu.plan.provision import SHARD, SHARD_LABEL
 from kyma_gpu.rules.catalog import Catalog
+from tests.harness.binaries import FLUX_CLI, binary
 from tests.harness.chart_sources import NVIDIA, chart_sources_config_map
 from tests.harness.cluster import LocalCluster
 from tests.harness.module import (
@@ -274,15 +275,15 @@ def test_a_kyma_system_editor_cannot_create_the_modules_release(cluster: LocalCl
 def test_suspend_resume_and_annotations_stay_the_users(
     cluster: LocalCluster, applied: tuple[dict[str, Any], dict[str, Any]]
 ) -> None:
-    """What `flux suspend`, `flux resume` and `flux reconcile` write (the real flux CLI)."""
-    from tests.harness.binaries import FLUX_CLI, binary
+    """What `flux suspend` writes (the real flux CLI), an annotation as `flux reconcile` sets,
+    and the resume."""
 
     flux = str(binary(FLUX_CLI))
     kube = ("--kubeconfig", str(cluster.kubeconfig), "-n", MODULE_NAMESPACE, f"--as={OWNER}")
     for argv in (("suspend", "helmrelease", "gpu-operator"),
                  ("suspend", "source", "helm", "gpu-operator")):  # fmt: skip
-        said = subprocess.run([flux, *argv, *kube], capture_output=True, text=True, check=False)
-        assert said.returncode == 0, said.stdout + said.stderr
+        run = subprocess.run([flux, *argv, *kube], capture_output=True, text=True, check=False)
+        assert run.returncode == 0, run.stdout + run.stderr
     release = cluster.get_object("helmrelease", "gpu-operator", MODULE_NAMESPACE) or {}
     assert release["spec"]["suspend"] is True
     ok, said = _as(cluster, OWNER, "annotate", "helmrelease", "gpu-operator", "-n",
