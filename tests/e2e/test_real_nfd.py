@@ -40,7 +40,10 @@ log = logging.getLogger(__name__)
 
 CHART_VERSION = "v26.7.0"
 CHART = SHARED_DIR / "charts" / f"gpu-operator-{CHART_VERSION}.tgz"
-NFD_NAMESPACE = "node-feature-discovery"
+NFD_NAMESPACE = "gpu-operator"
+"""Where the chart runs NFD (the module's target namespace), and so where its workers and GPU
+feature discovery write their NodeFeature objects."""
+TENANT_NAMESPACE = "team-a"
 EMULATED = tuple(f"{nfd.PREFIX}{family}" for family in ("system-os_release.", "kernel-version.",
                                                          "pci-"))  # fmt: skip
 """The label families the emulation computes (and the module and the NVIDIA controller read)."""
@@ -56,19 +59,34 @@ class Labelled:
     after: dict[str, Any]
 
 
-def _worker_config(work: Path) -> dict[str, Any]:
-    """nfd-worker.conf as the chart renders it with the module's values for the demo fleet."""
-    argv = [sys.executable, "-m", "kyma_gpu_tools.cli", "plan", "--nodes", str(DEMO_FLEET)]
-    plan = subprocess.run(argv, capture_output=True, text=True, check=True, cwd=ROOT)
+def _rendered(work: Path, template: str) -> dict[str, Any]:
+    """A ConfigMap of NFD's as the chart renders it with the module's values for the demo
+    fleet."""
     values = work / "values.yaml"
-    values.write_text(yaml.safe_dump(yaml.safe_load(plan.stdout)["values"]), encoding="utf-8")
+    if not values.exists():
+        argv = [sys.executable, "-m", "kyma_gpu_tools.cli", "plan", "--nodes", str(DEMO_FLEET)]
+        plan = subprocess.run(argv, capture_output=True, text=True, check=True, cwd=ROOT)
+        values.write_text(yaml.safe_dump(yaml.safe_load(plan.stdout)["values"]), encoding="utf-8")
     rendered = subprocess.run(
         [str(require("helm")["helm"]), "template", "gpu-operator", str(CHART), "-n",
-         "gpu-operator", "-f", str(values), "--show-only",
-         "charts/node-feature-discovery/templates/nfd-worker-conf.yaml"],
+         NFD_NAMESPACE, "-f", str(values), "--show-only",
+         f"charts/node-feature-discovery/templates/{template}"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
-    return nfd.worker_config(yaml.safe_load(rendered.stdout)["data"])
+    data: dict[str, Any] = yaml.safe_load(rendered.stdout)["data"]
+    return data
+
+
+def _worker_config(work: Path) -> dict[str, Any]:
+    """nfd-worker.conf as the chart renders it with the module's values."""
+    return nfd.worker_config(_rendered(work, "nfd-worker-conf.yaml"))
+
+
+def _master_config(work: Path) -> Path:
+    """nfd-master.conf as the chart renders it with the module's values."""
+    path = work / "nfd-master.conf"
+    path.write_text(_rendered(work, "nfd-master-conf.yaml")["nfd-master.conf"], encoding="utf-8")
+    return path
 
 
 def _crds(work: Path) -> Path:
@@ -101,13 +119,15 @@ def labelled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Labelled]:
         (work / "nfd-worker.conf").write_text(yaml.safe_dump(config), encoding="utf-8")
         cluster.kubectl("apply", "--server-side", "-f", str(_crds(work)))
         cluster.wait_crds_established("nodefeatures.nfd.k8s-sigs.io")
-        cluster.create_namespace(NFD_NAMESPACE)
+        for namespace in (NFD_NAMESPACE, TENANT_NAMESPACE):
+            cluster.create_namespace(namespace)
         before = cluster.get_object("node", node.name) or {}
         bins = require("nfd-master", "nfd-worker")
         env = {"KUBECONFIG": str(cluster.kubeconfig), "NODE_NAME": node.name,
                "KUBERNETES_NAMESPACE": NFD_NAMESPACE}  # fmt: skip
         master = _nfd(cluster, "nfd-master", [
             str(bins["nfd-master"]), f"-port={free_port()}", f"-kubeconfig={cluster.kubeconfig}",
+            f"-config={_master_config(work)}",
         ], env)  # fmt: skip
         worker = _nfd(cluster, "nfd-worker", [
             str(bins["nfd-worker"]), f"-config={work / 'nfd-worker.conf'}", "-no-owner-refs",
@@ -157,3 +177,38 @@ def test_the_emulation_labels_what_the_real_nfd_labels(labelled: Labelled) -> No
                 if k.startswith(EMULATED)}  # fmt: skip
     print(f"real NFD: {real}\nemulation: {emulated}")
     assert emulated == real
+
+
+def _node_feature(name: str, namespace: str, node: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "nfd.k8s-sigs.io/v1alpha1", "kind": "NodeFeature",
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": {"nfd.node.kubernetes.io/node-name": node}},
+            "spec": {"labels": labels}}  # fmt: skip
+
+
+FORGED = {"nvidia.com/gpu.count": "0", "feature.node.kubernetes.io/pci-10de.present": "true",
+          "nvidia.com/gpu-driver-upgrade-state": "upgrade-failed"}  # fmt: skip
+"""What a tenant's NodeFeature said of another team's node in the review: no GPUs, an NVIDIA
+device, a failed driver upgrade (issue 49, finding 3)."""
+CONTROL = "feature.node.kubernetes.io/kyma-gpu-control"
+
+
+def test_a_tenants_node_feature_labels_no_node(labelled: Labelled) -> None:
+    """The module's values restrict NFD's master to NodeFeature objects of the chart's
+    namespace: a tenant's in its own namespace labels nothing. NFD merges every NodeFeature of
+    a node into one update, so once a control label written afterwards in the chart's
+    namespace shows, the tenant's would show too, had the master taken it."""
+    cluster, name = labelled.cluster, labelled.node.name
+    assert labelled.config, "the chart rendered the worker's configuration"
+    cluster.apply(_node_feature("forged", TENANT_NAMESPACE, name, FORGED))
+    cluster.apply(_node_feature("control", NFD_NAMESPACE, name, {CONTROL: "true"}))
+    node = wait_until(lambda: _with_label(cluster, name, CONTROL), 120,
+                      "the control label from the chart's namespace")  # fmt: skip
+    labels = node["metadata"]["labels"]
+    assert not set(FORGED) & set(labels), {k: labels[k] for k in set(FORGED) & set(labels)}
+    assert f"{nfd.PREFIX}kernel-version.full" in labels  # the worker's own still come through
+
+
+def _with_label(cluster: LocalCluster, name: str, label: str) -> dict[str, Any] | None:
+    node = cluster.get_object("node", name) or {}
+    return node if label in ((node.get("metadata") or {}).get("labels") or {}) else None

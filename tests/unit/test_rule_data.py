@@ -167,6 +167,7 @@ FLAT: dict[str, Any] = {
     "vgpu.repository": None,
     "vgpu.image": None,
     "vgpu.version": None,
+    "nfd.namespace": "gpu-operator",
     "nfd.workerAffinity": {"nodeAffinity": {}},
 }
 

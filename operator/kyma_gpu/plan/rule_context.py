@@ -79,6 +79,7 @@ def _cluster_context(r: Resolved) -> dict[str, Any]:
         "mig.strategy": str(spec.components.mig_strategy).lower(),
         **_sandbox(spec.components.sandbox_workloads),
         **_vgpu(spec.components.vgpu_manager_image),
+        "nfd.namespace": r.catalog.defaults.target_namespace,
         "nfd.workerAffinity": worker_affinity(r.catalog.machine_types),
     }
 

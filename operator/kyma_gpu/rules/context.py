@@ -176,7 +176,11 @@ class VgpuContext(_Section):
 
 
 class NfdContext(_Section):
-    """node-feature-discovery's worker (plan/nfd.py)."""
+    """node-feature-discovery's master and worker (plan/nfd.py)."""
+
+    namespace: str
+    """Where the chart runs NFD, its workers and GPU feature discovery (defaults.yaml
+    targetNamespace): the only namespace whose NodeFeature objects NFD's master reads."""
 
     worker_affinity: dict[str, Any]
     """The worker's affinity for components.nodeFeatureDiscovery GpuNodes: the nodes where a
