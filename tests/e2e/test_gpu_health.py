@@ -386,6 +386,28 @@ def test_the_mark_follows_the_finding_and_comes_off_on_recovery(
            "/metrics: kyma_gpu_gpus unhealthy 0")  # fmt: skip
 
 
+def test_a_label_alone_is_reported_and_never_marks(
+    local_cluster: LocalCluster, stack: tuple[OperatorProcess, int], healthy_after: None
+) -> None:
+    """GPU feature discovery's count is a label: a NodeFeature object can write it where NFD
+    takes them from a tenant's namespace (issue 49, finding 3). Said to be 0 while the kubelet
+    still advertises the GPU, the node is reported GpusMissing and is neither marked nor
+    cordoned."""
+    writes_before = len(_node_writes(local_cluster, FIRST))
+    local_cluster.kubectl("label", "node", FIRST, f"{GFD_COUNT}=0", "--overwrite")
+    try:
+        status, _ = _timed(lambda: _showing_unmarked(local_cluster, FIRST),
+                           "the node reported, not marked")  # fmt: skip
+        assert _unhealthy(status)[FIRST]["reason"] == "GpusMissing", status
+        # The status is written after the marks of the same pass: none came.
+        assert len(_node_writes(local_cluster, FIRST)) == writes_before
+        node = _node(local_cluster, FIRST)
+        assert _mark(node) != "True", node  # False: a mark an earlier test cleared
+        assert _cordoned(node) == (False, None), node
+    finally:
+        local_cluster.kubectl("label", "node", FIRST, f"{GFD_COUNT}-")
+
+
 def test_at_most_max_marked_percent_of_a_pool_is_marked(
     local_cluster: LocalCluster, stack: tuple[OperatorProcess, int], healthy_after: None
 ) -> None:
