@@ -11,8 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 pytest_plugins = ["tests.harness.pytest_plugin"]
+
+# Property tests hold the code to its properties, never to a clock: on a machine busy with the
+# cluster tests of five workers an example may take seconds. Time bounds are the benchmarks'.
+settings.register_profile("kyma-gpu", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("kyma-gpu")
 
 
 @pytest.hookimpl(optionalhook=True)
