@@ -279,8 +279,8 @@ USERS_FIELDS = frozenset({"suspend"})
 
 def _writer_rule() -> dict[str, str]:
     """Only the manager (and system:masters) writes the module's Flux objects; others suspend,
-    resume and annotate them. The manager removes whatever else another field manager wrote (plan/ownership.py):
-    this holds the same line at admission, before Flux can install it."""
+    resume and annotate them. The manager removes whatever else another field manager wrote
+    (plan/ownership.py): this holds the same line at admission, before Flux can install it."""
     sources = f"(variables.oci ? ({_unchanged('ocirepositories')}) : " \
         f"({_unchanged('helmrepositories')}))"  # fmt: skip
     return _rule(

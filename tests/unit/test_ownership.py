@@ -145,3 +145,36 @@ def test_a_value_changed_since_the_read_fails_the_patch_and_removes_nothing() ->
     with pytest.raises(ApiError):
         asyncio.run(api.patch(ref, removals(live.guarded, live.foreign)))
     assert api.objects[("HelmRelease", "gpu-operator")]["spec"]["valuesFrom"]
+
+
+def test_a_patch_under_the_modules_name_is_someone_elses() -> None:
+    """`kubectl patch --field-manager=kyma-gpu`: an Update, which the module never makes."""
+    spoofed = entry(FIELD_MANAGER, {"f:spec": {"f:valuesFrom": {}}})
+    assert [f.dotted for f in foreign_fields([OURS, spoofed])] == ["spec.valuesFrom"]
+
+
+def test_an_apply_under_the_modules_name_that_adds_a_field_is_applied_over() -> None:
+    """`kubectl apply --server-side --field-manager=kyma-gpu` of the module's object plus a
+    field: the module's next apply (the same manager) drops what it does not set, so the object
+    is not up to date while the module's applied fields hold more than the plan's."""
+    from kyma_gpu.plan.actions import up_to_date
+    from kyma_gpu.plan.ownership import applied_fields, planned_fields
+
+    desired: dict[str, Any] = {"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+               "metadata": {"name": "gpu-operator", "namespace": "kyma-system",
+                            "labels": {"app.kubernetes.io/part-of": "kyma-gpu"}},
+               "spec": {"interval": "10m", "values": {"driver": {"version": "590"}}}}  # fmt: skip
+    planned = planned_fields(desired)
+    assert ("spec", "values", "driver", "version") in planned
+    body = copy.deepcopy(desired)
+    labels: dict[str, Any] = {"f:labels": {"f:app.kubernetes.io/part-of": {}}}
+    spec: dict[str, Any] = {"f:interval": {}, "f:values": {"f:driver": {"f:version": {}}}}
+    honest: dict[str, Any] = {"f:metadata": labels, "f:spec": spec}
+    body["metadata"]["managedFields"] = [entry(FIELD_MANAGER, honest, operation="Apply")]
+    assert applied_fields(body["metadata"]["managedFields"]) == planned
+    assert up_to_date(desired, live_object(body))
+    spoofed = copy.deepcopy(honest)
+    spoofed["f:spec"]["f:valuesFrom"] = {}
+    body["spec"]["valuesFrom"] = [{"kind": "Secret", "name": "theirs"}]
+    body["metadata"]["managedFields"] = [entry(FIELD_MANAGER, spoofed, operation="Apply")]
+    assert not up_to_date(desired, live_object(body))

@@ -11,7 +11,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from kyma_gpu.plan.flux_objects import SPEC_HASH
-from kyma_gpu.plan.ownership import ForeignField, foreign_fields, present
+from kyma_gpu.plan.ownership import (
+    ForeignField,
+    Path,
+    applied_fields,
+    foreign_fields,
+    planned_fields,
+    present,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +41,9 @@ class LiveObject:
     foreign: tuple[ForeignField, ...] = ()
     """Its spec's fields (but suspend) and labels that another field manager wrote and the
     module does not set (plan/ownership.py): they go."""
+    applied: frozenset[Path] | None = None
+    """The spec's fields and labels the module's apply holds; None: not known (no
+    managedFields read). More than the plan's: someone applied under the module's name."""
 
     @property
     def guarded(self) -> dict[str, Any]:
@@ -57,6 +67,7 @@ def live_object(body: Mapping[str, Any]) -> LiveObject:
         applied_hash=(meta.get("annotations") or {}).get(SPEC_HASH),
         generation=_int(meta.get("generation")),
         foreign=present(body, foreign) if foreign else (),
+        applied=applied_fields(meta["managedFields"]) if meta.get("managedFields") else None,
     )
 
 
@@ -109,12 +120,14 @@ def up_to_date(
         return False
     meta = desired["metadata"]
     uids = tuple(o["uid"] for o in meta.get("ownerReferences") or [])
-    # The hash catches fields the plan dropped; contains() catches others changing ours.
+    # The hash catches fields the plan dropped; contains() catches others changing ours; the
+    # applied fields catch an apply under the module's name that added some.
     return (
         live.applied_hash == (meta.get("annotations") or {}).get(SPEC_HASH)
         and contains(live.labels, meta.get("labels") or {})
         and all(uid in live.owner_uids for uid in uids)
         and (as_applied or contains(live.spec, desired.get("spec") or {}))
+        and (live.applied is None or live.applied <= planned_fields(desired))
     )
 
 

@@ -70,18 +70,49 @@ def _guarded(path: Path) -> bool:
     )
 
 
+def _ours(entry: Mapping[str, Any], ours: str) -> bool:
+    """The module's apply: its field manager, operation Apply. Another write under its name
+    (a patch, `--field-manager=kyma-gpu`) is someone else's: the module only applies (its
+    removals own no field)."""
+    return entry.get("manager") == ours and entry.get("operation") == "Apply"
+
+
+def applied_fields(
+    managed_fields: Sequence[Mapping[str, Any]] | None, ours: str = FIELD_MANAGER
+) -> frozenset[Path]:
+    """The guarded fields the module's apply holds (`planned_fields` says which it should)."""
+    entries = [e for e in managed_fields or () if not e.get("subresource") and _ours(e, ours)]
+    return frozenset(leaf for e in entries for leaf in _leaves(_fields(e)) if _guarded(leaf))
+
+
+def planned_fields(obj: Mapping[str, Any]) -> frozenset[Path]:
+    """The guarded fields an apply of `obj` holds, as the API server records them (a list
+    whole, an empty map as a field)."""
+    meta = obj.get("metadata") or {}
+    body = {"spec": obj.get("spec") or {}, "metadata": {"labels": meta.get("labels") or {}}}
+    return frozenset(p for p in _paths(body) if _guarded(p))
+
+
+def _paths(node: Any, path: Path = ()) -> Iterator[Path]:
+    if isinstance(node, Mapping) and node:
+        for key, child in node.items():
+            yield from _paths(child, (*path, str(key)))
+    else:
+        yield path
+
+
 def foreign_fields(
     managed_fields: Sequence[Mapping[str, Any]] | None, ours: str = FIELD_MANAGER
 ) -> tuple[ForeignField, ...]:
     """The guarded fields that managers other than `ours` hold and `ours` does not: neither
     the field, nor a field below it, nor a field above it (an atomic list) is ours."""
     entries = [e for e in managed_fields or () if not e.get("subresource")]
-    mine = {leaf for e in entries if e.get("manager") == ours for leaf in _leaves(_fields(e))}
+    mine = {leaf for e in entries if _ours(e, ours) for leaf in _leaves(_fields(e))}
     above = {leaf[:i] for leaf in mine for i in range(1, len(leaf))}
     found: dict[Path, str] = {}
     for entry in entries:
         manager = str(entry.get("manager") or "")
-        if manager == ours:
+        if _ours(entry, ours):
             continue
         for leaf in _leaves(_fields(entry)):
             if not _guarded(leaf) or leaf in mine or leaf in above:
