@@ -302,3 +302,26 @@ def test_the_manager_writes_them(
     ok, said = _as(cluster, MANAGER, "patch", "helmrelease", "gpu-operator", "-n",
                    MODULE_NAMESPACE, "--type=merge", "-p", json.dumps(patch))  # fmt: skip
     assert ok, said
+
+
+def test_only_the_module_deletes_its_release(
+    cluster: LocalCluster, applied: tuple[dict[str, Any], dict[str, Any]]
+) -> None:
+    """A delete uninstalls the GPU stack (Flux's finalizer) and the manager installs it again:
+    a kyma-system writer deletes the Gpu instead."""
+    for kind in ("helmrelease", "helmrepository"):
+        delete = ("delete", kind, "gpu-operator", "-n", MODULE_NAMESPACE, "--dry-run=server")
+        ok, said = _as(cluster, OWNER, *delete)
+        assert not ok, said
+        assert f"{OBJECTS_WORDS} are deleted by the module's manager only" in said, said
+        for who in (MANAGER, "system:serviceaccount:kube-system:generic-garbage-collector"):
+            ok, said = _as(cluster, who, *delete)
+            assert ok, said
+    theirs = {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "HelmRepository",
+              "metadata": {"name": "theirs-too", "namespace": MODULE_NAMESPACE},
+              "spec": {"url": "https://charts.example/theirs", "interval": "10m"}}  # fmt: skip
+    ok, said = _as(cluster, OWNER, "create", "-f", "-", body=theirs)
+    assert ok, said
+    ok, said = _as(cluster, OWNER, "delete", "helmrepository", "theirs-too", "-n",
+                   MODULE_NAMESPACE)  # fmt: skip
+    assert ok, said  # a user's own Flux objects are theirs
