@@ -58,7 +58,16 @@ class Labelled:
 
 def _worker_config(work: Path) -> dict[str, Any]:
     """nfd-worker.conf as the chart renders it with the module's values for the demo fleet."""
-    argv = [sys.executable, "-m", "kyma_gpu_tools.cli", "plan", "--nodes", str(DEMO_FLEET)]
+    argv = [
+        sys.executable,
+        "-m",
+        "kyma_gpu_tools.cli",
+        "plan",
+        "--nodes",
+        str(DEMO_FLEET),
+        "-o",
+        "yaml",
+    ]
     plan = subprocess.run(argv, capture_output=True, text=True, check=True, cwd=ROOT)
     values = work / "values.yaml"
     values.write_text(yaml.safe_dump(yaml.safe_load(plan.stdout)["values"]), encoding="utf-8")
