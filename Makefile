@@ -15,11 +15,9 @@ CHARTS := ../shared/charts
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml requirements-dev.lock
-	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ needed, got " + sys.version'
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check --require-hashes -r requirements-dev.lock
-	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
+# hack/setup-venv.sh says what it does every few seconds (pip's own output: .venv/setup.log).
+$(STAMP): pyproject.toml requirements-dev.lock hack/setup-venv.sh
+	@bash hack/setup-venv.sh $(VENV) $(PYTHON)
 	@touch $@
 
 .PHONY: setup
