@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tarfile
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -301,7 +302,8 @@ def _exits(command: str) -> str:
 
 
 def _all_exits() -> str:
-    lines = [f"  {command}: {EXIT_CODES[command]}" for command in EXIT_CODES]
+    lines = [textwrap.fill(f"{command}: {EXIT_CODES[command]}", 78, initial_indent="  ",
+                           subsequent_indent="    ") for command in EXIT_CODES]  # fmt: skip
     return "Exit codes (2 is always bad input, one line on stderr):\n" + "\n".join(lines)
 
 
