@@ -40,7 +40,14 @@ from kyma_gpu_tools.chart_facts import chart_facts
 from kyma_gpu_tools.crd import crd_yaml
 from kyma_gpu_tools.flux_policy import flux_policy_yaml
 from kyma_gpu_tools.image_policy import images_policy_yaml
-from kyma_gpu_tools.inputs import Fleet, fold_nodes, load_allowed_sources, load_gpu, load_nodes
+from kyma_gpu_tools.inputs import (
+    Fleet,
+    fold_nodes,
+    load_allowed_sources,
+    load_gpu,
+    load_nodes,
+    load_release,
+)
 from kyma_gpu_tools.inventory import Image, plan_images, release_images
 from kyma_gpu_tools.manager_policy import manager_policy_yaml
 from kyma_gpu_tools.plan_summary import Given, notes, summary
@@ -73,13 +80,23 @@ EXIT_CODES = MappingProxyType({
 """Each command's exit codes besides 2 (bad input), as every --help says them."""
 
 
-def _inputs(args: argparse.Namespace, stdin: TextIO) -> tuple[GpuSpec, Owner | None,
-                                                               AllowedSources]:  # fmt: skip
-    """-f and --sources, read and checked before the rule data loads: bad input fails fast."""
-    if [args.file, args.nodes, args.sources].count("-") > 1:
-        raise UsageError("only one of -f, --nodes and --sources can read standard input")
+@dataclass(frozen=True)
+class _Given:
+    spec: GpuSpec
+    owner: Owner | None
+    allowed: AllowedSources
+    release: dict[str, Any] | None
+
+
+def _inputs(args: argparse.Namespace, stdin: TextIO) -> _Given:
+    """-f, --sources and --release, read and checked before the rule data loads: bad input
+    fails fast."""
+    release_path = getattr(args, "release", None)
+    if [args.file, args.nodes, args.sources, release_path].count("-") > 1:
+        raise UsageError("only one of -f, --nodes, --sources and --release can read standard input")
     spec, owner = load_gpu(args.file, stdin)
-    return spec, owner, load_allowed_sources(args.sources, stdin)
+    allowed = load_allowed_sources(args.sources, stdin)
+    return _Given(spec, owner, allowed, load_release(release_path, stdin))
 
 
 def _reading(progress: Progress) -> Callable[[Input], None]:
@@ -102,13 +119,15 @@ class _Planned:
 def _plan(args: argparse.Namespace, stdin: TextIO, catalog: Catalog,
           progress: Progress) -> _Planned:  # fmt: skip
     """The plan of -f, --nodes and --sources (plan and images share them)."""
-    spec, owner, allowed = _inputs(args, stdin)
+    inputs = _inputs(args, stdin)
     fleet = Fleet()
     if args.nodes:
         fleet = fold_nodes(args.nodes, stdin, catalog.machine_types, _reading(progress))
         progress.note(lambda: f"read {len(fleet.facts):,} nodes; planning")
-    plan = make_plan(spec, cluster_facts(fleet.facts), catalog, owner, allowed)
-    given = Given(args.file, args.nodes, args.sources, len(fleet.facts), fleet.observed)
+    plan = make_plan(inputs.spec, cluster_facts(fleet.facts), catalog, inputs.owner,
+                     inputs.allowed)  # fmt: skip
+    given = Given(args.file, args.nodes, args.sources, len(fleet.facts), fleet.observed,
+                  inputs.release, getattr(args, "release", None))  # fmt: skip
     return _Planned(plan, given)
 
 
@@ -328,6 +347,11 @@ def _plan_parser(sub: Sub) -> None:
         "--sources",
         help=f"the ConfigMap {CONFIG_MAP_NAME} of allowed chart sources (default: NVIDIA's "
         "repository only, as on a cluster without it); - for stdin",
+    )
+    p.add_argument(
+        "--release",
+        help="the running HelmRelease (`kubectl get helmrelease -n kyma-system gpu-operator -o "
+        "yaml`): the summary says which values change and whether the driver is replaced",
     )
     p.add_argument(
         "-o", "--output", choices=("summary", "yaml"), default="summary",

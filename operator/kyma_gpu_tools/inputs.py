@@ -22,6 +22,7 @@ from kyma_gpu_tools.crd import SINGLETON_MESSAGE
 from kyma_gpu_tools.reading import (
     GPU_ROLE,
     NODES_ROLE,
+    RELEASE_ROLE,
     SOURCES_ROLE,
     Input,
     Item,
@@ -190,6 +191,20 @@ def load_allowed_sources(path: str | None, stdin: TextIO) -> AllowedSources:
         found = _kind(data) or type(data).__name__
         raise UsageError(f"{path}: {found}, not a ConfigMap; expected {SOURCES_ROLE.expected}")
     return allowed_sources_of(data)
+
+
+# -- --release ----------------------------------------------------------------------------
+
+
+def load_release(path: str | None, stdin: TextIO) -> dict[str, Any] | None:
+    """The running HelmRelease, to compare the plan's with; None: not given."""
+    if path is None:
+        return None
+    data = _one(path, read_whole(path, stdin, RELEASE_ROLE), "--release", RELEASE_ROLE.expected)
+    if not isinstance(data, dict) or data.get("kind") != "HelmRelease":
+        found = _kind(data) or type(data).__name__
+        raise UsageError(f"{path}: {found}, not a HelmRelease; expected {RELEASE_ROLE.expected}")
+    return data
 
 
 # -- --nodes ------------------------------------------------------------------------------

@@ -6,9 +6,10 @@ behind each, and the objects in full, are the YAML document of `kyma-gpu plan -o
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 from kyma_gpu.api.models import GpuNodeStatus, HealthSpec, Remediation
 from kyma_gpu.api.node_marks import NodeWrite
@@ -18,6 +19,7 @@ from kyma_gpu.facts import ObservedNode
 from kyma_gpu.plan import Plan, Severity, Verdict
 from kyma_gpu.plan.driver import DriverPool, VersionSource
 from kyma_gpu.plan.preflight import Finding
+from kyma_gpu_tools.release_diff import ReleaseDiff, release_diff
 
 WIDTH = 100
 SHOWN = 10
@@ -41,6 +43,9 @@ class Given:
     node_count: int
     observed: Sequence[ObservedNode]
     """The GPU nodes (and any marked node) as the manager observes them."""
+    release: Mapping[str, Any] | None = None
+    """The running HelmRelease (--release): the summary says what changes against it."""
+    release_path: str | None = None
 
 
 def _wrap(text: str, indent: str = "  ", first: str | None = None) -> list[str]:
@@ -205,7 +210,7 @@ def _health(plan: Plan, given: Given) -> tuple[list[str], tuple[NodeWrite, ...]]
     return lines, writes
 
 
-def _writes(plan: Plan, node_marks: tuple[NodeWrite, ...]) -> list[str]:
+def _writes(plan: Plan, node_marks: tuple[NodeWrite, ...], given: Given) -> list[str]:
     health_spec = plan.health
     if plan.preflight.verdict is Verdict.ERROR:
         return ["On the cluster: nothing is written (verdict error); the Gpu's state is Error"]
@@ -226,7 +231,36 @@ def _writes(plan: Plan, node_marks: tuple[NodeWrite, ...]) -> list[str]:
         lines.append("  no Node: node marks are off (spec.health.remediation Off)")
     else:
         lines.append("  no Node: no GPU node needs its mark set or cleared")
-    return [*lines, "", *textwrap.wrap(ROLLOUT, WIDTH)]
+    if given.release is None:
+        return [*lines, "", *textwrap.wrap(ROLLOUT, WIDTH)]
+    return [*lines, "", *_against(release_diff(given.release, release), given)]
+
+
+def _against(diff: ReleaseDiff, given: Given) -> list[str]:
+    """What changes against the running HelmRelease of --release."""
+    if diff.chart is None and not diff.changes:
+        return [f"Against the running HelmRelease ({given.release_path}): no change; Flux has "
+                "nothing to upgrade"]  # fmt: skip
+    lines = [f"Against the running HelmRelease ({given.release_path}):"]
+    if diff.chart is not None:
+        lines.append(f"  chart version {diff.chart[0]} -> {diff.chart[1]}")
+    lines += [f"  {c.text()}" for c in diff.changes[:SHOWN]]
+    if len(diff.changes) > SHOWN:
+        lines.append(f"  and {len(diff.changes) - SHOWN} more values")
+    if diff.rolls_driver:
+        return [*lines, *textwrap.wrap(DRIVER_ROLLS, WIDTH)]
+    quiet = (
+        "Flux upgrades the release; no value reaches the driver DaemonSets: no node is cordoned."
+    )
+    return [*lines, *textwrap.wrap(quiet, WIDTH)]
+
+
+DRIVER_ROLLS = (
+    "These reach the driver DaemonSets: Flux upgrades the release, then the NVIDIA upgrade "
+    "controller replaces the driver node by node, cordoning each node and moving its GPU pods "
+    "away while its driver is replaced (spec.driver.upgradePolicy); the Gpu is Processing "
+    "(DriverUpgrading) until the last node is done."
+)
 
 
 def _name(obj: dict[str, object]) -> str:
@@ -249,6 +283,10 @@ def _steps(plan: Plan, given: Given) -> list[str]:
             "kubectl get configmap -n kyma-system kyma-gpu-chart-sources -o yaml > "
             "sources.yaml, then add --sources sources.yaml"
         )
+    if given.release is None and plan.preflight.verdict is not Verdict.ERROR:
+        steps.append("What changes against a cluster's running release: kubectl get helmrelease "
+                     "-n kyma-system gpu-operator -o yaml > release.yaml, then add --release "
+                     "release.yaml")  # fmt: skip
     return steps
 
 
@@ -261,7 +299,7 @@ def summary(plan: Plan, given: Given) -> str:
     steps = [line for step in [*_steps(plan, given), FULL] for line in _wrap(step, "  ", "- ")]
     sections = [
         _headline(plan, given), _pools(plan), _findings(plan), health,
-        _writes(plan, node_marks), ["Next", *steps],
+        _writes(plan, node_marks, given), ["Next", *steps],
     ]  # fmt: skip
     return "\n\n".join("\n".join(section) for section in sections) + "\n"
 
@@ -269,4 +307,4 @@ def summary(plan: Plan, given: Given) -> str:
 def notes(plan: Plan, given: Given) -> list[str]:
     """The steps that make an offline plan the cluster's (no --nodes, no --sources where they
     matter): stderr's, next to the document of -o yaml."""
-    return _steps(plan, given)
+    return [s for s in _steps(plan, given) if not s.startswith("What changes against")]

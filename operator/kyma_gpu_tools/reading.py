@@ -68,6 +68,11 @@ SOURCES_ROLE = Role(
     "kyma-gpu-chart-sources -o yaml`)",
     3 * MIB, "the API server takes no object larger than 3 MiB",
 )  # fmt: skip
+RELEASE_ROLE = Role(
+    "--release",
+    "the running HelmRelease (`kubectl get helmrelease -n kyma-system gpu-operator -o yaml`)",
+    3 * MIB, "the API server takes no object larger than 3 MiB",
+)  # fmt: skip
 
 HEAD = 64 * 1024
 """Characters read to judge a file before it is parsed."""

@@ -220,7 +220,7 @@ def test_bad_input(tmp_path: Path, gpu: str | None, nodes: str | None, message: 
     [
         (
             ["plan", "-f", "-", "--nodes", "-"],
-            "only one of -f, --nodes and --sources can read standard input",
+            "only one of -f, --nodes, --sources and --release can read standard input",
         ),
         (["plan", "-f", "/nonexistent/gpu.yaml"], "/nonexistent/gpu.yaml: cannot read"),
         (["plan", "--nodes", "/nonexistent/nodes.yaml"], "cannot read"),

@@ -112,3 +112,60 @@ def test_yaml_is_the_whole_plan_and_the_golden_one() -> None:
     args = ["-f", str(scenario / "gpu.yaml"), "--nodes", str(scenario / "nodes.yaml")]
     _, out = plan(*args, "-o", "yaml")
     assert out == (scenario / "plan.yaml").read_text(encoding="utf-8")
+
+
+def _release(tmp_path: Path, change: dict[str, object]) -> str:
+    """The demo plan's own HelmRelease, as a cluster runs it, with `change` in its values."""
+    _, out = plan("--nodes", str(DEMO_FLEET), "-o", "yaml")
+    release = yaml.safe_load(out)["objects"][1]
+    release["spec"]["values"].update(change)
+    release["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
+    path = tmp_path / "release.yaml"
+    path.write_text(yaml.safe_dump(release), encoding="utf-8")
+    return str(path)
+
+
+def test_against_the_running_release_nothing_changes(tmp_path: Path) -> None:
+    code, out = plan("--nodes", str(DEMO_FLEET), "--release", _release(tmp_path, {}))
+    assert code == 0
+    assert "no change; Flux has nothing to upgrade" in out
+    assert "--release release.yaml" not in out
+
+
+def test_a_toleration_change_says_the_driver_rolls(tmp_path: Path) -> None:
+    """A spec.values change that reaches the driver DaemonSets: the summary says the driver is
+    replaced node by node, with a cordon each (what a newcomer met without a word)."""
+    spec = "{values: {daemonsets: {tolerations: [{key: dedicated, operator: Exists}]}}}"
+    code, out = plan("-f", _gpu(tmp_path, spec), "--nodes", str(DEMO_FLEET),
+                     "--release", _release(tmp_path, {}))  # fmt: skip
+    assert code == 0
+    assert '  daemonsets.tolerations: added ([{"key":"dedicated","operator":"Exists"}])' in out
+    words = " ".join(out.split())
+    rolls = (
+        "These reach the driver DaemonSets: Flux upgrades the release, then the NVIDIA "
+        "upgrade controller replaces the driver node by node, cordoning each node"
+    )
+    assert rolls in words
+
+
+def test_a_change_beside_the_driver_cordons_nothing(tmp_path: Path) -> None:
+    spec = "{values: {operator: {logging: {level: debug}}}}"
+    code, out = plan("-f", _gpu(tmp_path, spec), "--nodes", str(DEMO_FLEET),
+                     "--release", _release(tmp_path, {}))  # fmt: skip
+    assert code == 0
+    assert "  operator.logging.level: added (debug)" in out
+    assert "no value reaches the driver DaemonSets: no node is cordoned." in " ".join(out.split())
+
+
+def test_a_release_file_that_is_no_helm_release_is_named(tmp_path: Path) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["plan", "--release", str(DEMO_FLEET)], stdin=io.StringIO(), stdout=out,
+                stderr=err)  # fmt: skip
+    assert code == 2
+    assert "a node list (3 Nodes), not what --release takes: did you mean --nodes" in err.getvalue()
+
+
+def test_without_release_the_summary_says_how_to_compare() -> None:
+    _, out = plan("--nodes", str(DEMO_FLEET))
+    assert "kubectl get helmrelease -n kyma-system gpu-operator -o yaml > release.yaml, then " \
+        "add --release release.yaml" in " ".join(out.split())  # fmt: skip
