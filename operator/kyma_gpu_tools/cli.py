@@ -99,11 +99,11 @@ def _inputs(args: argparse.Namespace, stdin: TextIO) -> _Given:
     return _Given(spec, owner, allowed, load_release(release_path, stdin))
 
 
-def _reading(progress: Progress) -> Callable[[Input], None]:
-    def tick(source: Input) -> None:
+def _reading(progress: Progress) -> Callable[[Input, int], None]:
+    def tick(source: Input, count: int) -> None:
         def words() -> str:
             of = f" of {source.size / 1e6:,.0f}" if source.size else ""
-            return f"reading {source.path}: {source.consumed / 1e6:,.0f}{of} MB read"
+            return f"reading {source.path}: {count:,} Nodes, {source.consumed / 1e6:,.0f}{of} MB"
 
         progress.note(words)
 

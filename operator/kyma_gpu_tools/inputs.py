@@ -266,13 +266,17 @@ def _item_error(path: str, index: int, body: Any, err: NodeError) -> UsageError:
 
 
 def fold_nodes(
-    path: str, stdin: TextIO, registry: MachineTypeRegistry, progress: Callable[[Input], None]
+    path: str,
+    stdin: TextIO,
+    registry: MachineTypeRegistry,
+    progress: Callable[[Input, int], None],
 ) -> Fleet:
-    """The facts of every Node in `path`, one at a time: no Node body is kept."""
+    """The facts of every Node in `path`, one at a time: no Node body is kept. `progress` hears
+    of each Node (the input, how many so far)."""
     source = Input(path, stdin, NODES_ROLE)
     fleet = Fleet()
     try:
-        for index, body in enumerate(node_bodies(source, lambda: progress(source))):
+        for index, body in enumerate(node_bodies(source)):
             try:
                 observed = observe_node(body, registry)
             except NodeError as err:
@@ -280,6 +284,7 @@ def fold_nodes(
             fleet.facts.append(observed.facts)
             if observed.is_gpu or observed.mark is not None:
                 fleet.observed.append(observed)
+            progress(source, index + 1)
     finally:
         source.close()
     return fleet

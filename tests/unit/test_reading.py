@@ -152,7 +152,7 @@ def _peak(tmp_path: Path, form: str, count: int) -> tuple[int, int]:
     del data, text
     tracemalloc.start()
     try:
-        fleet = fold_nodes(str(path), io.StringIO(), registry, lambda source: None)
+        fleet = fold_nodes(str(path), io.StringIO(), registry, lambda source, count: None)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
