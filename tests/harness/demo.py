@@ -247,9 +247,11 @@ def _print_guide(stack: DemoStack) -> None:
     print(f"Logs (operator, Flux, control plane): {cluster.log_dir} (they stay after the stop)")
 
 
-def new_stack(progress: Progress) -> DemoStack:
-    """The demo's cluster (not started) in a workdir of its own, whose logs outlive it."""
-    workdir = Path(tempfile.mkdtemp(prefix="kyma-gpu-demo-"))
+def new_stack(progress: Progress, workdir: Path | None = None) -> DemoStack:
+    """The demo's cluster (not started) in a workdir of its own (a new temp dir unless given),
+    whose logs outlive it."""
+    workdir = workdir or Path(tempfile.mkdtemp(prefix="kyma-gpu-demo-"))
+    workdir.mkdir(parents=True, exist_ok=True)
     cluster = LocalCluster(workdir, node_files=[DEMO_FLEET], progress=progress)
     return DemoStack(cluster, metrics_port=free_port())
 
