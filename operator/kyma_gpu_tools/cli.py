@@ -306,7 +306,7 @@ def cmd_run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: Tex
 
 
 BAD = MappingProxyType({
-    "plan": "a file that is no Gpu, node list or ConfigMap, or a spec the API server refuses",
+    "plan": "a file that is not what its flag takes, or a spec the API server refuses",
     "crd": "an unknown flag",
     "chart-facts": "the file is no packaged chart",
     "images": "as for plan, or a chart version or installer release without facts",
