@@ -92,8 +92,12 @@ class Input:
         self.size: int | None = None
         self._handle = stdin if path == "-" else self._open(path, role)
         self.consumed = 0
-        self._pending = self._raw(HEAD)
-        self._judge(self._pending)
+        try:
+            self._pending = self._raw(HEAD)
+            self._judge(self._pending)
+        except UsageError:
+            self.close()
+            raise
 
     def _open(self, path: str, role: Role) -> TextIO:
         try:
