@@ -15,11 +15,9 @@ CHARTS := ../shared/charts
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml requirements-dev.lock
-	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ needed, got " + sys.version'
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check --require-hashes -r requirements-dev.lock
-	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
+# hack/setup-venv.sh says what it does every few seconds (pip's own output: .venv/setup.log).
+$(STAMP): pyproject.toml requirements-dev.lock hack/setup-venv.sh
+	@bash hack/setup-venv.sh $(VENV) $(PYTHON)
 	@touch $@
 
 .PHONY: setup
@@ -69,7 +67,8 @@ lint: setup ## ruff, ruff format, mypy --strict, import layering
 
 .PHONY: check
 check: lint tools ## lint + docs against the code + locks + generated files up to date + manifests (kubeconform, policy tests) + Dockerfile
-	$(BIN)/pytest -q -p no:cacheprovider tests/unit/test_docs.py tests/unit/test_docs_facts.py
+	$(BIN)/pytest -q -p no:cacheprovider tests/unit/test_docs.py tests/unit/test_docs_facts.py \
+	  tests/unit/test_docs_captured.py
 	bash hack/write-locks.sh --check
 	bash hack/validate-manifests.sh
 	$(BIN)/pytest -q tests/unit/test_manifests.py
@@ -114,6 +113,10 @@ golden: setup ## regenerate the golden plans on purpose (review the diff!)
 .PHONY: demo
 demo: setup tools-demo ## local cluster + Flux + operator + sample Gpu; Ctrl-C stops everything
 	$(BIN)/python -m tests.harness demo
+
+.PHONY: docs-capture
+docs-capture: setup tools-demo ## run the demo, capture what the docs show into docs/captured/ and the docs' marked blocks
+	$(BIN)/python -m tests.harness docs-capture
 
 .PHONY: demo-klm
 demo-klm: setup host tools ## the module as a Kyma admin gets it: released to a local registry, installed by the real KLM

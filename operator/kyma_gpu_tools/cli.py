@@ -1,7 +1,8 @@
 """`kyma-gpu`: run the operator, or plan offline.
 
-kyma-gpu plan -f gpu.yaml --nodes nodes.yaml   print the plan for a Gpu and a node list;
-         [--sources chart-sources.yaml]        exit 0: ok or warning, 1: error, 2: bad input
+kyma-gpu plan -f gpu.yaml --nodes nodes.json   print the plan for a Gpu and a node list: a
+         [--sources chart-sources.yaml]        summary, or with -o yaml the whole plan; exit
+         [-o yaml]                             0: ok or warning, 1: error, 2: bad input
 kyma-gpu crd [--reference|--images-policy|--manager-policy|--flux-policy]
                                               print the generated CRD (reference, policies)
 kyma-gpu chart-facts CHART.tgz                 print the facts values-rules/charts/ keeps
@@ -14,217 +15,120 @@ kyma-gpu run                                   run the manager (kopf), as kyma-g
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tarfile
-from collections.abc import Sequence
+import textwrap
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, TextIO
 
 import yaml
-from pydantic import ValidationError
 
 from kyma_gpu import __version__
 from kyma_gpu import main as manager
 from kyma_gpu.api.chart_sources import CONFIG_MAP_NAME
-from kyma_gpu.api.models import SINGLETON_NAME, Gpu, GpuSpec
-from kyma_gpu.facts import NodeError, cluster_facts, node_facts
-from kyma_gpu.plan import (
-    AllowedSources,
-    Owner,
-    Plan,
-    Severity,
-    Verdict,
-    allowed_sources_of,
-    make_plan,
-)
+from kyma_gpu.api.models import GpuSpec
+from kyma_gpu.facts import cluster_facts
+from kyma_gpu.plan import AllowedSources, Owner, Plan, Severity, Verdict, make_plan
 from kyma_gpu.plan.mirror import replace_registry
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.rules.engine import RuleError
 from kyma_gpu.yamlio import dump
 from kyma_gpu_tools.chart_facts import chart_facts
-from kyma_gpu_tools.crd import SINGLETON_MESSAGE, crd_yaml
+from kyma_gpu_tools.crd import crd_yaml
 from kyma_gpu_tools.flux_policy import flux_policy_yaml
 from kyma_gpu_tools.image_policy import images_policy_yaml
+from kyma_gpu_tools.inputs import (
+    Fleet,
+    fold_nodes,
+    load_allowed_sources,
+    load_gpu,
+    load_nodes,
+    load_release,
+)
 from kyma_gpu_tools.inventory import Image, plan_images, release_images
 from kyma_gpu_tools.manager_policy import manager_policy_yaml
+from kyma_gpu_tools.plan_summary import Given, notes, summary
+from kyma_gpu_tools.progress import Progress
+from kyma_gpu_tools.reading import Input, UsageError
 from kyma_gpu_tools.reference import reference_markdown
 from kyma_gpu_tools.registry import Presence, presence
 from kyma_gpu_tools.rules_schema import header, stale, write
-from kyma_gpu_tools.spec_errors import unknown_fields_message
+
+__all__ = ("UsageError", "load_gpu", "load_nodes", "main", "parser")  # tests and tools use them
 
 EXIT_ERROR_VERDICT = 1
 """`kyma-gpu plan`: the plan's verdict is error (nothing would be written). 0: ok or warning."""
 EXIT_BAD_INPUT = 2
-BAD_INPUT = "2: bad input (a one-line error, no traceback)"
+BAD_INPUT = "2: bad input, said in one line on stderr (no traceback)"
 JSON_HINT = (
     "Files may be YAML (one document or several, a List) or JSON: `kubectl get nodes -o json` "
     "reads fastest."
 )
-
-
-class UsageError(Exception):
-    """Bad input: printed as one line, exit code 2."""
-
-
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-"""libyaml's loader where PyYAML has it (its scanner and parser are C: several times faster on a
-big node list, docs/performance.md 'The CLI on a big node list'), else PyYAML's."""
-
-
-def _text(path: str, stdin: TextIO) -> str:
-    if path == "-":
-        return stdin.read()
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as err:
-        raise UsageError(f"{path}: cannot read: {err.strerror}") from err
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise UsageError(f"{path}: not UTF-8 text (a binary file?)") from err
-
-
-def _documents(path: str, stdin: TextIO) -> list[Any]:
-    """The documents of a YAML or JSON file (JSON needs no YAML parser: the fastest way to hand
-    over a big node list, `kubectl get nodes -o json`); empty documents (a trailing ---) are
-    dropped."""
-    text = _text(path, stdin)
-    try:
-        if text.lstrip()[:1] in ("{", "["):
-            try:
-                return [json.loads(text)]
-            except ValueError:
-                pass  # YAML's flow style, or not JSON after all: the YAML parser says
-        return [d for d in yaml.load_all(text, Loader=_LOADER) if d is not None]
-    except RecursionError as err:  # both parsers read nested nodes recursively
-        raise UsageError(
-            f"{path}: nests too deep to read; a Gpu's spec.values holds only the chart "
-            "values of values-rules/values-allowlist.yaml, a few levels deep"
-        ) from err
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise UsageError(f"{path}: not valid YAML{where}") from err
-    except (ValueError, TypeError, OverflowError) as err:  # a scalar YAML cannot construct
-        raise UsageError(f"{path}: not valid YAML: {err}") from err
-
-
-def _objects(path: str, stdin: TextIO) -> list[Any]:
-    """The objects of a file: each document, a List's (or NodeList's, GpuList's) items."""
-    found: list[Any] = []
-    for doc in _documents(path, stdin):
-        kind = doc.get("kind") if isinstance(doc, dict) else None
-        items = doc.get("items") if isinstance(doc, dict) else None
-        if isinstance(kind, str) and kind.endswith("List") and isinstance(items, list):
-            found += items
-        else:
-            found.append(doc)
-    return found
-
-
-def _one(path: str, stdin: TextIO, what: str) -> Any:
-    objects = _objects(path, stdin)
-    if len(objects) != 1:
-        said = "is empty" if not objects else f"holds {len(objects)} objects"
-        raise UsageError(f"{path}: {said}; expected one {what}")
-    return objects[0]
-
-
-def _quote_hint(err: ValidationError) -> str:
-    """An unquoted number or boolean where a string belongs: say to quote it."""
-    for error in err.errors():
-        value = error.get("input")
-        if error["type"] == "string_type" and isinstance(value, int | float | bool):
-            field = ".".join(str(part) for part in error["loc"])
-            return (f"; {field}: YAML read {value!r} as a {type(value).__name__}: quote it "
-                    f'("{value}", as you mean it)')  # fmt: skip
-    return ""
-
-
-def _validation_message(source: str, err: ValidationError) -> str:
-    """The API server's words for the same error (spec_errors.py); every unknown field, each
-    with the closest valid name."""
-    return f"{source}: {unknown_fields_message(err, Gpu, root='')}{_quote_hint(err)}"
-
-
-def load_gpu(path: str | None, stdin: TextIO) -> tuple[GpuSpec, Owner | None]:
-    if path is None:
-        return GpuSpec(), None
-    data = _one(path, stdin, "Gpu manifest (`kubectl get gpu gpu -o yaml` gives one)")
-    if not isinstance(data, dict):
-        raise UsageError(f"{path}: expected a Gpu manifest (a mapping), got {type(data).__name__}")
-    try:
-        gpu = Gpu.model_validate(data)
-    except ValidationError as err:
-        raise UsageError(_validation_message(path, err)) from err
-    if gpu.metadata.name != SINGLETON_NAME:
-        raise UsageError(f"{path}: metadata.name {gpu.metadata.name!r}: {SINGLETON_MESSAGE}")
-    uid = gpu.metadata.uid
-    return gpu.spec, Owner(uid=uid, name=gpu.metadata.name) if uid else None
-
-
-def load_nodes(path: str, stdin: TextIO) -> list[dict[str, Any]]:
-    documents = _documents(path, stdin)
-    if not documents:
-        raise UsageError(
-            f"{path}: empty; expected the output of `kubectl get nodes -o yaml` (did it fail?)"
-        )
-    nodes: list[Any] = []
-    for doc in documents:
-        items = doc.get("items") if isinstance(doc, dict) else None
-        if isinstance(doc, dict) and doc.get("kind") == "Node":
-            nodes.append(doc)
-        elif isinstance(items, list):
-            nodes += items
-        else:
-            raise UsageError(
-                f"{path}: expected the output of `kubectl get nodes -o yaml` (a List with items) "
-                "or Nodes"
-            )
-    return nodes
-
-
-def load_allowed_sources(path: str | None, stdin: TextIO) -> AllowedSources:
-    """The ConfigMap of allowed chart sources (`kubectl get configmap -n kyma-system
-    kyma-gpu-chart-sources -o yaml`); none: the default, NVIDIA's repository only."""
-    if path is None:
-        return AllowedSources()
-    data = _one(path, stdin, f"ConfigMap {CONFIG_MAP_NAME}")
-    if not isinstance(data, dict) or data.get("kind") != "ConfigMap":
-        raise UsageError(f"{path}: expected the ConfigMap {CONFIG_MAP_NAME} (kind ConfigMap)")
-    return allowed_sources_of(data)
+EXIT_CODES = MappingProxyType({
+    "plan": "0: the verdict is ok or warning (the plan is written, a blocked worker pool next "
+    "to served ones included); 1: the verdict is error (nothing would be written)",
+    "crd": "0: printed",
+    "chart-facts": "0: printed",
+    "images": "0: listed, or with --check every image is there; 1: with --check, an image is "
+    "missing or its registry unreachable",
+    "rules-schema": "0: written, or with --check up to date; 1: with --check, a file is stale",
+    "run": "0: the manager stopped",
+})  # fmt: skip
+"""Each command's exit codes besides 2 (bad input), as every --help says them."""
 
 
 @dataclass(frozen=True)
-class _Inputs:
-    """What -f, --nodes and --sources hold, read and checked before the rule data loads: bad
-    input fails fast."""
-
+class _Given:
     spec: GpuSpec
     owner: Owner | None
-    nodes: list[dict[str, Any]]
-    allowed_sources: AllowedSources
+    allowed: AllowedSources
+    release: dict[str, Any] | None
 
 
-def _inputs(args: argparse.Namespace, stdin: TextIO) -> _Inputs:
-    if [args.file, args.nodes, args.sources].count("-") > 1:
-        raise UsageError("only one of -f, --nodes and --sources can read standard input")
+def _inputs(args: argparse.Namespace, stdin: TextIO) -> _Given:
+    """-f, --sources and --release, read and checked before the rule data loads: bad input
+    fails fast."""
+    release_path = getattr(args, "release", None)
+    if [args.file, args.nodes, args.sources, release_path].count("-") > 1:
+        raise UsageError("only one of -f, --nodes, --sources and --release can read standard input")
     spec, owner = load_gpu(args.file, stdin)
-    nodes = load_nodes(args.nodes, stdin) if args.nodes else []
-    return _Inputs(spec, owner, nodes, load_allowed_sources(args.sources, stdin))
+    allowed = load_allowed_sources(args.sources, stdin)
+    return _Given(spec, owner, allowed, load_release(release_path, stdin))
 
 
-def _plan(args: argparse.Namespace, given: _Inputs, catalog: Catalog) -> Plan:
+def _reading(progress: Progress) -> Callable[[Input, int], None]:
+    def tick(source: Input, count: int) -> None:
+        def words() -> str:
+            of = f" of {source.size / 1e6:,.0f}" if source.size else ""
+            return f"reading {source.path}: {count:,} Nodes, {source.consumed / 1e6:,.0f}{of} MB"
+
+        progress.note(words)
+
+    return tick
+
+
+@dataclass(frozen=True)
+class _Planned:
+    plan: Plan
+    given: Given
+
+
+def _plan(args: argparse.Namespace, stdin: TextIO, catalog: Catalog,
+          progress: Progress) -> _Planned:  # fmt: skip
     """The plan of -f, --nodes and --sources (plan and images share them)."""
-    facts = []
-    for index, node in enumerate(given.nodes):
-        try:
-            facts.append(node_facts(node, catalog.machine_types))
-        except NodeError as err:
-            raise UsageError(f"{args.nodes}: item {index}: {err}") from err
-    return make_plan(given.spec, cluster_facts(facts), catalog, given.owner, given.allowed_sources)
+    inputs = _inputs(args, stdin)
+    fleet = Fleet()
+    if args.nodes:
+        fleet = fold_nodes(args.nodes, stdin, catalog.machine_types, _reading(progress))
+        progress.note(lambda: f"read {len(fleet.facts):,} nodes; planning")
+    plan = make_plan(inputs.spec, cluster_facts(fleet.facts), catalog, inputs.owner,
+                     inputs.allowed)  # fmt: skip
+    given = Given(args.file, args.nodes, args.sources, len(fleet.facts), fleet.observed,
+                  inputs.release, getattr(args, "release", None))  # fmt: skip
+    return _Planned(plan, given)
 
 
 def _catalog(args: argparse.Namespace) -> Catalog:
@@ -233,14 +137,24 @@ def _catalog(args: argparse.Namespace) -> Catalog:
     return catalog
 
 
-def cmd_plan(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
-    given = _inputs(args, stdin)
-    plan = _plan(args, given, _catalog(args))
-    stdout.write(dump(plan.document()))
+def cmd_plan(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
+    progress = Progress(stderr, "kyma-gpu plan", enabled=not args.quiet)
+    planned = _plan(args, stdin, _catalog(args), progress)
+    plan = planned.plan
+    if args.output == "yaml":
+        stdout.write(dump(plan.document()))
+        if not args.quiet:
+            for note in notes(plan, planned.given):
+                stderr.write(f"kyma-gpu plan: note: {note}\n")
+    else:
+        stdout.write(summary(plan, planned.given))
+    progress.done(
+        f"done: {planned.given.node_count:,} nodes read, {len(plan.nodes):,} GPU nodes planned"
+    )
     return EXIT_ERROR_VERDICT if plan.preflight.verdict is Verdict.ERROR else 0
 
 
-def cmd_crd(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+def cmd_crd(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
     if args.images_policy:
         stdout.write(images_policy_yaml())
         return 0
@@ -268,7 +182,10 @@ def read_chart(
                     if handle is not None:
                         files[member.name] = yaml.safe_load(handle.read())
     except (OSError, tarfile.TarError) as err:
-        raise UsageError(f"{path}: not a packaged chart: {err}") from err
+        raise UsageError(
+            f"{path}: not a packaged chart ({err}); expected gpu-operator-<version>.tgz as "
+            "`helm pull nvidia/gpu-operator --version <version>` downloads it"
+        ) from err
     except yaml.YAMLError as err:
         raise UsageError(f"{path}: a Chart.yaml or values.yaml is not valid YAML") from err
     top = [n for n in files if n.count("/") == 1]
@@ -294,7 +211,7 @@ def read_chart(
     return str(meta["version"]), values, subcharts, app_versions
 
 
-def cmd_chart_facts(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+def cmd_chart_facts(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
     version, values, subcharts, app_versions = read_chart(args.chart)
     stdout.write(
         f"{header('charts/' + version + '.yaml', 'chart-facts')}\n"
@@ -305,11 +222,13 @@ def cmd_chart_facts(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> 
     return 0
 
 
-def cmd_images(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
-    given = _inputs(args, stdin) if args.file or args.nodes else None
+def cmd_images(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
+    if (args.file or args.nodes) and (args.chart_version or args.installer_release):
+        raise UsageError("with -f or --nodes the Gpu names the chart and the installer release")
     catalog = _catalog(args)
-    images = _plan_images(args, given, catalog) if given is not None else None
-    if images is None:
+    if args.file or args.nodes or args.sources:
+        images = _plan_images(args, stdin, catalog, Progress(stderr, "kyma-gpu images"))
+    else:
         images = _release_images(args, catalog)
     if args.mirror:
         images = [_mirrored(i, args.mirror) for i in images]
@@ -333,10 +252,10 @@ def _release_images(args: argparse.Namespace, catalog: Catalog) -> list[Image]:
     return release_images(catalog, chart, release)
 
 
-def _plan_images(args: argparse.Namespace, given: _Inputs, catalog: Catalog) -> list[Image]:
-    if args.chart_version or args.installer_release:
-        raise UsageError("with -f or --nodes the Gpu names the chart and the installer release")
-    plan = _plan(args, given, catalog)
+def _plan_images(
+    args: argparse.Namespace, stdin: TextIO, catalog: Catalog, progress: Progress
+) -> list[Image]:
+    plan = _plan(args, stdin, catalog, progress).plan
     if plan.preflight.verdict is Verdict.ERROR:
         reasons = ", ".join(sorted({str(f.reason) for f in plan.preflight.findings
                                     if f.severity is Severity.ERROR}))  # fmt: skip
@@ -361,7 +280,9 @@ def _check(images: list[Image], insecure: bool, stdout: TextIO) -> int:
     return 1 if bad else 0
 
 
-def cmd_rules_schema(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+def cmd_rules_schema(
+    args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO
+) -> int:
     root = Catalog(Path(args.rules) if args.rules else None).root
     if args.check:
         problems = stale(root)
@@ -375,7 +296,7 @@ def cmd_rules_schema(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) ->
     return 0
 
 
-def cmd_run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+def cmd_run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
     """The manager, as kyma-gpu-manager runs it (kyma_gpu/main.py): a developer's alias."""
     problem = manager.flag_error(args)
     if problem is not None:
@@ -384,31 +305,66 @@ def cmd_run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     return 0
 
 
-def parser() -> argparse.ArgumentParser:
-    epilog = f"Exit code 2 always means bad input. {JSON_HINT}"
-    top = argparse.ArgumentParser(prog="kyma-gpu", description=__doc__.splitlines()[0],
-                                  epilog=epilog)  # fmt: skip
-    top.add_argument("--version", action="version", version=f"kyma-gpu {__version__}")
-    sub = top.add_subparsers(dest="command", required=True)
+BAD = MappingProxyType({
+    "plan": "a file that is not what its flag takes, or a spec the API server refuses",
+    "crd": "an unknown flag",
+    "chart-facts": "the file is no packaged chart",
+    "images": "as for plan, or a chart version or installer release without facts",
+    "rules-schema": "broken rule data",
+    "run": "a flag",
+})  # fmt: skip
+"""What exit code 2 means per command."""
+
+
+def _exits(command: str) -> str:
+    return f"Exit codes: {EXIT_CODES[command]}; 2: bad input ({BAD[command]}), one line on stderr."
+
+
+def _all_exits() -> str:
+    lines = [textwrap.fill(f"{command}: {EXIT_CODES[command]}", 78, initial_indent="  ",
+                           subsequent_indent="    ") for command in EXIT_CODES]  # fmt: skip
+    return "Exit codes (2 is always bad input, one line on stderr):\n" + "\n".join(lines)
+
+
+Sub = Any  # argparse's _SubParsersAction
+
+
+def _plan_parser(sub: Sub) -> None:
     p = sub.add_parser(
         "plan",
         help="print the plan for a Gpu and a node list (offline)",
-        description="Print the plan. Exit code 0: verdict ok or warning (a blocked worker pool "
-        "included); 1: verdict error (nothing would be written); 2: bad input.",
-        epilog=JSON_HINT,
+        description="Print what the manager would do with a Gpu on a cluster's nodes: a "
+        "summary (worker pools and their driver, findings, GPU health and node marks, what "
+        "would be written); -o yaml: the whole plan (chart values with the rule behind each, "
+        f"the Flux objects). {_exits('plan')}",
+        epilog=f"{JSON_HINT} A long read says how far it got on stderr every few seconds.",
     )
     p.add_argument("-f", "--file", help="Gpu manifest (default: the empty spec); - for stdin")
-    p.add_argument("--nodes", help="`kubectl get nodes -o yaml` output; - for stdin")
+    p.add_argument("--nodes", help="`kubectl get nodes -o json` (or -o yaml) output; - for "
+                   "stdin (default: no nodes)")  # fmt: skip
     p.add_argument("--rules", help="values-rules directory (default: the module's)")
     p.add_argument(
         "--sources",
         help=f"the ConfigMap {CONFIG_MAP_NAME} of allowed chart sources (default: NVIDIA's "
         "repository only, as on a cluster without it); - for stdin",
     )
+    p.add_argument(
+        "--release",
+        help="the running HelmRelease (`kubectl get helmrelease -n kyma-system gpu-operator -o "
+        "yaml`): the summary says which values change and whether the driver is replaced",
+    )
+    p.add_argument(
+        "-o", "--output", choices=("summary", "yaml"), default="summary",
+        help="summary (default), or yaml: the whole plan, one YAML document",
+    )  # fmt: skip
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines or notes")
     p.set_defaults(func=cmd_plan)
+
+
+def _crd_parser(sub: Sub) -> None:
     c = sub.add_parser("crd", help="print the generated Gpu CRD",
-                       description="Print the generated Gpu CRD (or its reference, or a policy). "
-                       f"Exit code 0; {BAD_INPUT}.")  # fmt: skip
+                       description="Print the generated Gpu CRD (or its reference, or a "
+                       f"policy). {_exits('crd')}")  # fmt: skip
     c.add_argument("--reference", action="store_true", help="the Markdown reference instead")
     c.add_argument("--images-policy", action="store_true",
                    help="the ValidatingAdmissionPolicy for image registries instead")  # fmt: skip
@@ -419,44 +375,58 @@ def parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_crd)
     cf = sub.add_parser("chart-facts", help="print the facts of a packaged chart",
                         description="Print the facts values-rules/charts/ keeps of a packaged "
-                        f"chart. Exit code 0; {BAD_INPUT} (not a chart).")  # fmt: skip
+                        f"chart. {_exits('chart-facts')}")  # fmt: skip
     cf.add_argument("chart", help="path to gpu-operator-<version>.tgz")
     cf.set_defaults(func=cmd_chart_facts)
+
+
+def _images_parser(sub: Sub) -> None:
     im = sub.add_parser(
         "images",
         help="list the images a mirror must hold, or check a registry for them",
         description="Every image the module's release can run (default), or that one Gpu's "
         "plan runs on a fleet (-f, --nodes, --sources). With --check, ask each image's "
-        "registry for its manifest (no pull). Exit code 0: listed, or all present; 1: with "
-        f"--check, an image is missing or its registry unreachable; {BAD_INPUT}.",
+        f"registry for its manifest (no pull). {_exits('images')}",
         epilog=JSON_HINT,
     )
     im.add_argument("--chart-version", help="chart version (default: the pinned one)")
     im.add_argument("--installer-release", help="installer release (default: the pinned one)")
     im.add_argument("--rules", help="values-rules directory (default: the module's)")
     im.add_argument("-f", "--file", help="a Gpu manifest: the images of its plan; - for stdin")
-    im.add_argument("--nodes", help="`kubectl get nodes -o yaml` output, for the plan")
+    im.add_argument("--nodes", help="`kubectl get nodes -o json` output, for the plan")
     im.add_argument("--sources", help=f"the ConfigMap {CONFIG_MAP_NAME}, for the plan")
     im.add_argument("--mirror", help="HOST[:PORT][/PATH]: name each image in this registry")
     im.add_argument("--check", action="store_true", help="ask the registries (no pull)")
     im.add_argument("--insecure", action="store_true", help="plain http:// registries")
     im.add_argument("--wide", action="store_true", help="also print what runs each image")
     im.set_defaults(func=cmd_images)
+
+
+def _other_parsers(sub: Sub) -> None:
     rs = sub.add_parser(
         "rules-schema",
         help="write the JSON Schemas and the rule context docs into values-rules/",
-        description="Write the JSON Schemas and the rule context docs into values-rules/. Exit "
-        f"code 0; 1: with --check, a file is stale; {BAD_INPUT}.",
+        description="Write the JSON Schemas and the rule context docs into values-rules/. "
+        f"{_exits('rules-schema')}",
     )
     rs.add_argument("--check", action="store_true", help="only say what is stale (exit code 1)")
     rs.add_argument("--rules", help="values-rules directory (default: the module's)")
     rs.set_defaults(func=cmd_rules_schema)
     r = sub.add_parser("run", help="run the manager (what kyma-gpu-manager runs)",
                        description="Run the manager (kopf) until stopped, as the image's "
-                       "kyma-gpu-manager does. Exit code 0: stopped; "
-                       f"{BAD_INPUT} (a flag).")  # fmt: skip
+                       f"kyma-gpu-manager does. {_exits('run')}")  # fmt: skip
     manager.add_arguments(r)
     r.set_defaults(func=cmd_run)
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="kyma-gpu", description=__doc__.splitlines()[0],
+                                  epilog=f"{_all_exits()}\n\n{JSON_HINT}",
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    top.add_argument("--version", action="version", version=f"kyma-gpu {__version__}")
+    sub = top.add_subparsers(dest="command", required=True)
+    for add in (_plan_parser, _crd_parser, _images_parser, _other_parsers):
+        add(sub)
     return top
 
 
@@ -468,7 +438,7 @@ def main(
 ) -> int:
     args = parser().parse_args(argv)
     try:
-        code: int = args.func(args, stdin, stdout)
+        code: int = args.func(args, stdin, stdout, stderr)
     except (UsageError, RuleError) as err:
         stderr.write(f"kyma-gpu {args.command}: error: {err}\n")
         return EXIT_BAD_INPUT

@@ -114,14 +114,14 @@ def test_deletion_waits_only_for_users_gpu_pods_and_says_so(
         lambda: _waiting_on(local_cluster, "WorkloadsProtected", "GpuWorkloadsRunning"),
         60, "the deletion waiting for GPU pods",
     )  # fmt: skip
-    assert "1 pods" in held["message"]
+    assert "1 pod that uses GPUs" in held["message"]
     assert f"{USERS}/train" in held["message"]
     assert "stuck-validator" not in held["message"]  # the stack's own pod does not count
     assert f"{USERS}/web" not in held["message"]  # no GPU, no wait
     assert _state(local_cluster) == "Warning"
     assert helm_release(local_cluster) is not None  # nothing uninstalled yet
 
-    waits = "deletion waits for 1 pods"
+    waits = "deletion waits for 1 pod that uses GPUs"
     events = wait_until(
         lambda: [e for e in _gpu_events(local_cluster) if waits in e["message"]],
         30, "an Event on the wait",

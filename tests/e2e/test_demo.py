@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -42,4 +45,18 @@ def test_demo_reaches_ready_and_stops_cleanly() -> None:
     assert [(r["NAME"], r["READY"]) for r in sources] == [("gpu-operator", "True")], output
     assert "export KUBECONFIG=" in output
     assert "tools/bin/flux get helmreleases -n kyma-system" in output
+    # The manager serves /metrics, and the demo shows its GPUs there.
+    metrics = re.search(r"^\$ curl -s (http://127\.0\.0\.1:\d+/metrics) \| grep", output, re.M)
+    assert metrics is not None, output
+    assert re.search(r'^kyma_gpu_gpus\{.*pool="gpu-l4".*\} 2\.0$', output, re.M), output
+    assert f"The manager's metrics: curl -s {metrics.group(1)}" in output
+    # The logs outlive the stop; the rest of the workdir goes.
+    kept = re.search(r"^The logs stay in (\S+) \(remove (\S+) when done\)\.$", output, re.M)
+    assert kept is not None, output
+    logs, workdir = Path(kept.group(1)), Path(kept.group(2))
+    try:
+        assert (logs / "operator.log").is_file()
+        assert [p.name for p in workdir.iterdir()] == ["logs"]
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
     assert output.rstrip().endswith("stopped.")

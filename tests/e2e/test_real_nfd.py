@@ -64,7 +64,8 @@ def _rendered(work: Path, template: str) -> dict[str, Any]:
     fleet."""
     values = work / "values.yaml"
     if not values.exists():
-        argv = [sys.executable, "-m", "kyma_gpu_tools.cli", "plan", "--nodes", str(DEMO_FLEET)]
+        argv = [sys.executable, "-m", "kyma_gpu_tools.cli", "plan", "--nodes", str(DEMO_FLEET),
+                "-o", "yaml"]  # fmt: skip
         plan = subprocess.run(argv, capture_output=True, text=True, check=True, cwd=ROOT)
         values.write_text(yaml.safe_dump(yaml.safe_load(plan.stdout)["values"]), encoding="utf-8")
     rendered = subprocess.run(

@@ -1,4 +1,4 @@
-"""Golden plans: for each scenario, `kyma-gpu plan -f gpu.yaml --nodes nodes.yaml` (with
+"""Golden plans: for each scenario, `kyma-gpu plan -f gpu.yaml --nodes nodes.yaml -o yaml` (with
 `--sources sources.yaml` where the scenario has one) must print exactly
 scenarios/<name>/plan.yaml. Regenerate on purpose with UPDATE_GOLDEN=1 (README.md).
 """
@@ -161,7 +161,16 @@ def _plan(scenario: Path) -> str:
     sources = scenario / "sources.yaml"  # the allowed chart sources' ConfigMap, if any
     extra = ["--sources", str(sources)] if sources.is_file() else []
     code = main(
-        ["plan", "-f", str(scenario / "gpu.yaml"), "--nodes", str(scenario / "nodes.yaml"), *extra],
+        [
+            "plan",
+            "-f",
+            str(scenario / "gpu.yaml"),
+            "--nodes",
+            str(scenario / "nodes.yaml"),
+            *extra,
+            "-o",
+            "yaml",
+        ],
         stdin=io.StringIO(),
         stdout=out,
         stderr=err,
@@ -231,7 +240,7 @@ def test_the_console_script_prints_the_same() -> None:
     scenario = SCENARIOS_DIR / "mixed-gardenlinux-ubuntu"
     script = Path(sys.executable).parent / "kyma-gpu"
     result = subprocess.run(
-        [str(script), "plan", "-f", "gpu.yaml", "--nodes", "nodes.yaml"],
+        [str(script), "plan", "-f", "gpu.yaml", "--nodes", "nodes.yaml", "-o", "yaml"],
         cwd=scenario,
         capture_output=True,
         text=True,

@@ -2,6 +2,7 @@
 
     python -m tests.harness up [--flux] [--real-node] [--nodes FILE ...] [--workdir DIR]
     python -m tests.harness demo [--exit-when-ready] [--klm]  (`make demo`, `make demo-klm`)
+    python -m tests.harness docs-capture                      (`make docs-capture`)
     python -m tests.harness clean-host                        (undo what dead real nodes left)
 
 Run from the repository root. Without --nodes the demo fleet
@@ -60,6 +61,10 @@ def _parser() -> argparse.ArgumentParser:
         "--klm", action="store_true",
         help="deliver the module as Kyma does: a release in a local registry, installed by KLM",
     )  # fmt: skip
+    commands.add_parser(
+        "docs-capture",
+        help="run the demo, capture what the docs show into docs/captured/ and the docs",
+    )
     commands.add_parser(
         "clean-host",
         help="undo what real nodes of dead test runs left on this host (tests/harness/host.py)",
@@ -147,6 +152,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .demo import run_demo
 
         return run_demo(exit_when_ready=args.exit_when_ready)
+    if args.command == "docs-capture":
+        from .docs_capture import capture
+
+        return capture()
     return 2
 
 

@@ -5,15 +5,21 @@ Garden Linux GPU nodes and one CPU node), Flux source- and helm-controller with 
 repository serving ../shared/charts, the operator, and applies the sample Gpu pointed at that
 repository. Shows progress until the status settles, prints what the real flux CLI
 (tools/bin/flux) says about the source and the release (`flux get sources helm`, `flux get
-helmreleases`) and the commands to look around, then waits for Ctrl-C and stops everything.
+helmreleases`), the Gpu, the manager's `/metrics` and the commands to look around, then waits
+for Ctrl-C and stops everything. The logs stay after the stop (the rest of the demo's workdir
+goes), and the last line says where.
 """
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -30,6 +36,7 @@ from .module import (
     install_crds,
 )
 from .nodes import DEMO_FLEET
+from .procs import free_port
 
 SAMPLE = ROOT / "config" / "samples" / "gpu.yaml"
 
@@ -112,12 +119,17 @@ def _show_new_operands(
 
 
 @dataclass
-class _Stack:
+class DemoStack:
     """What the demo started, so that whatever started is stopped again."""
 
     cluster: LocalCluster
+    metrics_port: int
     flux: FluxStack | None = None
     operator: OperatorProcess | None = None
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
     def check_operator(self) -> None:
         if self.operator is not None and not self.operator.alive():
@@ -129,9 +141,24 @@ class _Stack:
         if self.flux is not None:
             self.flux.stop()
         self.cluster.stop()
+        keep_logs_only(self.cluster.workdir)
+        print(f"The logs stay in {self.cluster.log_dir} (remove {self.cluster.workdir} when "
+              "done).", flush=True)  # fmt: skip
 
 
-def _start(stack: _Stack, progress: Progress) -> FluxStack:
+def keep_logs_only(workdir: Path) -> None:
+    """Remove all of a stopped demo's workdir but its logs/ (etcd's data, the PKI, Flux's
+    artifacts and the NVIDIA controller's files are of no use after the stop)."""
+    for path in workdir.iterdir():
+        if path.name == "logs":
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def start_stack(stack: DemoStack, progress: Progress) -> FluxStack:
     """Start the cluster, Flux and the operator, and apply the sample Gpu."""
     cluster = stack.cluster
     require(*CLUSTER_BINARIES, *FLUX_BINARIES, FLUX_CLI)  # all missing ones named at once
@@ -141,7 +168,8 @@ def _start(stack: _Stack, progress: Progress) -> FluxStack:
     flux = stack.flux = FluxStack(cluster, progress=progress).start()
     progress("installing the Gpu CRD and starting the operator (python -m kyma_gpu)")
     install_crds(cluster)
-    stack.operator = OperatorProcess(cluster).start()
+    metrics = ("--metrics-address", f"127.0.0.1:{stack.metrics_port}")
+    stack.operator = OperatorProcess(cluster, args=("--standalone", *metrics)).start()
     sample = yaml.safe_load(SAMPLE.read_text())
     sample["spec"] = {"source": {"chartRepository": flux.helm_repo_url, "insecure": True}}
     progress(f"applying the sample Gpu (config/samples/gpu.yaml, chart from {flux.helm_repo_url})")
@@ -149,7 +177,7 @@ def _start(stack: _Stack, progress: Progress) -> FluxStack:
     return flux
 
 
-def _wait_ready(stack: _Stack, flux: FluxStack, progress: Progress, timeout: float) -> None:
+def wait_ready(stack: DemoStack, flux: FluxStack, progress: Progress, timeout: float) -> None:
     """Show the Gpu's status and the operands as they come, until the Gpu is Ready."""
     last, deadline = "", time.monotonic() + timeout
     operands: set[str] = set()
@@ -168,8 +196,26 @@ def _wait_ready(stack: _Stack, flux: FluxStack, progress: Progress, timeout: flo
     raise RuntimeError(f"the Gpu did not become Ready within {timeout:.0f}s: {last}")
 
 
-def _print_guide(cluster: LocalCluster) -> None:
-    """What flux and kubectl say now, and the commands to look around."""
+def gpu_metrics(url: str) -> str:
+    """The manager's `kyma_gpu_gpus` lines of its /metrics (the GPUs per pool and health), or
+    why there are none."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text: str = response.read().decode()
+    except OSError as err:
+        return f"(the manager's /metrics did not answer: {err})"
+    return "\n".join(line for line in text.splitlines() if line.startswith("kyma_gpu_gpus{"))
+
+
+def dashboard_lines(stack: DemoStack) -> list[str]:
+    """How to open the Kyma dashboard on the demo cluster: the one place the demo's printout
+    says it (nothing while the demo runs no dashboard)."""
+    return []
+
+
+def _print_guide(stack: DemoStack) -> None:
+    """What flux, kubectl and the manager's /metrics say now, and the commands to look around."""
+    cluster = stack.cluster
     for args in FLUX_GETS:
         print()
         print(f"$ flux {' '.join(args)}")
@@ -178,10 +224,14 @@ def _print_guide(cluster: LocalCluster) -> None:
     print("$ kubectl get gpu")
     print(cluster.kubectl("get", "gpu").stdout.rstrip())
     print()
+    print(f"$ curl -s {stack.metrics_url} | grep '^kyma_gpu_gpus'")
+    print(gpu_metrics(stack.metrics_url))
+    print()
     print(f"export KUBECONFIG={cluster.kubeconfig}")
     print("Look around (in another terminal, with that KUBECONFIG):")
     for command in (
-        "get gpu", "describe gpu gpu", f"get helmrelease,helmrepository -n {MODULE_NAMESPACE}",
+        "get gpu", "describe gpu gpu", f"events -n {MODULE_NAMESPACE} --for gpu/gpu",
+        f"get helmrelease,helmrepository -n {MODULE_NAMESPACE}",
         f"get helmrelease gpu-operator -n {MODULE_NAMESPACE} -o yaml",
         "get daemonsets,pods -n gpu-operator", "get clusterpolicy",
         "get nodes -L node.kubernetes.io/instance-type",
@@ -189,24 +239,40 @@ def _print_guide(cluster: LocalCluster) -> None:
         print(f"  tools/bin/kubectl {command}")
     for args in FLUX_GETS:
         print(f"  tools/bin/flux {' '.join(args)}")
-    print(f"Logs (operator, Flux, control plane): {cluster.log_dir}")
+    print(f"The manager's metrics: curl -s {stack.metrics_url} | grep '^kyma_gpu_'")
+    for line in dashboard_lines(stack):
+        print(line)
+    print("Break a GPU and watch the Gpu say so: docs/user-guide.md, \"Break a GPU on the demo "
+          "cluster\".")  # fmt: skip
+    print(f"Logs (operator, Flux, control plane): {cluster.log_dir} (they stay after the stop)")
+
+
+def new_stack(progress: Progress, workdir: Path | None = None) -> DemoStack:
+    """The demo's cluster (not started) in a workdir of its own (a new temp dir unless given),
+    whose logs outlive it."""
+    workdir = workdir or Path(tempfile.mkdtemp(prefix="kyma-gpu-demo-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    cluster = LocalCluster(workdir, node_files=[DEMO_FLEET], progress=progress)
+    return DemoStack(cluster, metrics_port=free_port())
+
+
+def log_tails(stack: DemoStack) -> None:
+    if stack.cluster.log_dir.exists():
+        print(stack.cluster.log_tails(20), file=sys.stderr)
 
 
 def run_demo(exit_when_ready: bool = False, timeout: float = 300.0) -> int:
     progress = cli.ProgressPrinter()
-    stack = _Stack(LocalCluster(node_files=[DEMO_FLEET], progress=progress))
+    stack = new_stack(progress)
 
     def start() -> None:
-        flux = _start(stack, progress)
-        _wait_ready(stack, flux, progress, timeout)
-        _print_guide(stack.cluster)
+        flux = start_stack(stack, progress)
+        wait_ready(stack, flux, progress, timeout)
+        _print_guide(stack)
 
     def watch() -> None:
         stack.cluster.check_alive()
         stack.check_operator()
 
-    def log_tails() -> None:
-        if stack.cluster.log_dir.exists():
-            print(stack.cluster.log_tails(20), file=sys.stderr)
-
-    return cli.run(start, stack.stop, None if exit_when_ready else watch, on_error=log_tails)
+    return cli.run(start, stack.stop, None if exit_when_ready else watch,
+                   on_error=lambda: log_tails(stack))  # fmt: skip

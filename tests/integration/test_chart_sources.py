@@ -159,7 +159,8 @@ def test_the_same_words_offline(local_cluster: LocalCluster, manager: OperatorPr
     message = wait_until(lambda: _refusal(local_cluster, MIRROR), 60, "refused")
     stored = local_cluster.kubectl("get", "gpus.gpu.kyma-project.io", "gpu", "-o", "yaml").stdout
     out, err = io.StringIO(), io.StringIO()
-    assert main(["plan", "-f", "-"], stdin=io.StringIO(stored), stdout=out, stderr=err) == 1
+    plan = ["plan", "-f", "-", "-o", "yaml"]
+    assert main(plan, stdin=io.StringIO(stored), stdout=out, stderr=err) == 1
     findings = yaml.safe_load(out.getvalue())["preflight"]["findings"]
     assert {"severity": "error", "reason": "ChartSourceNotAllowed", "message": message} in findings
 

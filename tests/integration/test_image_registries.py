@@ -59,7 +59,7 @@ def _plan(tmp_path: Path, spec: dict[str, Any], registries: str | None) -> tuple
     gpu.write_text(json.dumps(_gpu(spec)), encoding="utf-8")
     sources.write_text(json.dumps(_config_map(registries)), encoding="utf-8")
     out = io.StringIO()
-    code = main(["plan", "-f", str(gpu), "--sources", str(sources)],
+    code = main(["plan", "-f", str(gpu), "--sources", str(sources), "-o", "yaml"],
                 stdin=io.StringIO(), stdout=out, stderr=io.StringIO())  # fmt: skip
     return code, yaml.safe_load(out.getvalue())
 
@@ -168,7 +168,7 @@ def test_without_the_config_map_the_plan_is_the_refusal(
         wait_until(lambda: _admission(cluster, spec)[0] == 0, 30, "the binding without params")
         gpu, out = tmp_path / "gpu.json", io.StringIO()
         gpu.write_text(json.dumps(_gpu(spec)), encoding="utf-8")
-        code = main(["plan", "-f", str(gpu)], stdin=io.StringIO(), stdout=out,
+        code = main(["plan", "-f", str(gpu), "-o", "yaml"], stdin=io.StringIO(), stdout=out,
                     stderr=io.StringIO())  # fmt: skip
         plan = yaml.safe_load(out.getvalue())
         assert code == 1, plan["preflight"]

@@ -628,7 +628,7 @@ PLANTED = [
     (test_every_metric_is_exported, "Alert on kyma_gpu_nodes_broken_total.", "nodes_broken"),
     (test_every_kyma_gpu_variable_is_read_somewhere, "Set KYMA_GPU_NO_SUCH_THING=1.",
      "KYMA_GPU_NO_SUCH_THING"),
-    (test_every_cli_flag_exists, "```\nkyma-gpu plan --output json\n```", "--output"),
+    (test_every_cli_flag_exists, "```\nkyma-gpu plan --format json\n```", "--format"),
     (test_every_gpu_field_exists, "Set `spec.health.remedy: Off`.", "spec.health.remedy"),
     (test_every_gpu_field_exists, "Set `spec.colour`.", "spec.colour"),
     (test_every_pinned_version_is_the_pin, "It runs source-controller v1.2.3.", "v1.2.3"),

@@ -44,7 +44,7 @@ def test_a_message_that_merely_moves_posts_nothing() -> None:
 
 def test_during_a_deletion_each_new_wait_posts() -> None:
     before = status("Warning", "Deleting", "deletion waits for 2 pods that use GPUs: ml/a, ml/b")
-    after = status("Warning", "Deleting", "deletion waits for 1 pods that use GPUs: ml/b")
+    after = status("Warning", "Deleting", "deletion waits for 1 pod that uses GPUs: ml/b")
     event = event_for(before, after)
     assert event is not None
     assert event.message.endswith("ml/b")

@@ -506,7 +506,7 @@ def test_messages_say_why(plans: dict[str, Plan]) -> None:
         world(daemonsets=(ds(DRIVER_DS, 3, 1, strategy="OnDelete"), *OPERANDS)),
         generation=1,
     )
-    assert driver.message == f"DriverReady: not ready: {DRIVER_DS} (1/3)"
+    assert driver.message == f"DriverReady: not ready: {DRIVER_DS} (1/3 available)"
     policy = aggregate(
         plans["gl"], world(cluster_policy=OperatorStateFacts("notReady", "no driver")), 1
     )
@@ -806,7 +806,38 @@ def test_a_rollout_names_the_driver_daemonsets_not_ready(plans: dict[str, Plan])
     observed = world(daemonsets=(restarting, *OPERANDS),
                      driver_upgrades=(("gl-1", UP.POD_RESTART_REQUIRED),))  # fmt: skip
     message = _driver(aggregate(plans["gl"], observed, generation=1)).message
-    assert message.endswith(f"; not ready: {DRIVER_DS} (1/2)")
+    assert message.endswith(f"; not ready: {DRIVER_DS} (1/2 available)")
+
+
+def _components(status: GpuStatus) -> Condition:
+    return next(c for c in status.conditions if c.type == "ComponentsReady")
+
+
+@pytest.mark.parametrize(
+    ("daemonset", "said"),
+    [
+        (
+            ds("nvidia-device-plugin-daemonset", 2, updated=1),
+            "nvidia-device-plugin-daemonset (2/2 available, 1/2 on its new template: rolling out)",
+        ),
+        (
+            ds("nvidia-device-plugin-daemonset", 2, generation=2, observed=1),
+            "nvidia-device-plugin-daemonset (2/2 available; the DaemonSet controller has not yet "
+            "seen its new template)",
+        ),
+        (
+            ds("nvidia-device-plugin-daemonset", 2, 1),
+            "nvidia-device-plugin-daemonset (1/2 available)",
+        ),
+    ],
+    ids=["rolling-out", "not-yet-observed", "unavailable"],
+)
+def test_a_daemonset_not_ready_says_why(
+    plans: dict[str, Plan], daemonset: DaemonSetFacts, said: str
+) -> None:
+    """All pods available and still not ready reads as a contradiction ("(2/2)"): say why."""
+    status = aggregate(plans["gl"], world(daemonsets=(DRIVER_READY, daemonset)), generation=1)
+    assert _components(status).message.endswith(f"not ready: {said}")
 
 
 def test_a_failed_driver_upgrade_is_an_error(plans: dict[str, Plan]) -> None:

@@ -79,6 +79,14 @@ def test_deletion_names_the_pods(plans: dict[str, Plan]) -> None:
     assert status.message.endswith("skip-workload-protection=true to go ahead")
 
 
+def test_one_pod_is_said_in_the_singular(plans: dict[str, Plan]) -> None:
+    status = aggregate(plans["gl"], world(deleting=True, observed={PODS: ("ml/train",)}), 1)
+    assert status.message == (
+        "deletion waits for 1 pod that uses GPUs: ml/train. Delete it, or annotate the Gpu "
+        "with gpu.kyma-project.io/skip-workload-protection=true to go ahead"
+    )
+
+
 @pytest.mark.parametrize(
     ("pod", "uses"),
     [
@@ -177,7 +185,7 @@ def test_deletion_waits_for_gpu_pods_then_uninstalls_then_releases(catalog: Cata
     assert world.run() is Phase.UNINSTALLING
     assert world.api.calls == ["delete HelmRelease", "delete HelmRepository", "status"]
     waits = [e.message for e in world.api.events if e.reason == "Deleting"]
-    assert "deletion waits for 1 pods" in waits[0]  # the wait began ...
+    assert "deletion waits for 1 pod that uses GPUs" in waits[0]  # the wait began ...
     assert "ml/train" not in waits[0]  # (the status names users' pods, an Event does not)
     assert waits[1].startswith("Flux is uninstalling the GPU stack")  # ... and changed
     for plural in FLUX:
@@ -270,7 +278,10 @@ def test_the_workloads_message_loses_the_pod_names_and_keeps_the_count() -> None
         assert "ml/trainer" in message  # the status keeps naming them
         said = without_pod_names(message)
         assert not any(pod in said for pod in NAMED), said
-        assert said.startswith(f"deletion waits for {count} pods that use GPUs (the Gpu's ")
+        pods = "1 pod that uses GPUs" if count == 1 else f"{count} pods that use GPUs"
+        them = "it" if count == 1 else "them"
+        assert said.startswith(f"deletion waits for {pods} (the Gpu's condition "
+                               f"WorkloadsProtected names {them}). Delete {them}, or ")  # fmt: skip
         assert said.endswith("skip-workload-protection=true to go ahead")
     other = "Flux is uninstalling the GPU stack: waiting for HelmRelease/kyma-system/x"
     assert without_pod_names(other) == other
@@ -288,4 +299,4 @@ def test_a_deletion_event_says_how_many_pods_and_not_which() -> None:
     assert event_for(two, other, (EVENTS,)) is None
     one = event_for(two, _deleting(workloads_wait(NAMED[:1], skipped=False).message), (EVENTS,))
     assert one is not None
-    assert "deletion waits for 1 pods" in one.message
+    assert "deletion waits for 1 pod that uses GPUs" in one.message

@@ -287,6 +287,24 @@ def daemonset_summary(sets: Sequence[DaemonSetFacts]) -> str:
     return _some([f"{d.name} ({d.available}/{d.desired})" for d in sets])
 
 
+def _not_ready(d: DaemonSetFacts) -> str:
+    """Why a DaemonSet is not ready, in its own numbers: pods not available, or all of them
+    available but not yet on its current template (a rollout: `2/2` alone reads as ready)."""
+    counts = f"{d.available}/{d.desired} available"
+    if d.available < d.desired:
+        return f"{d.name} ({counts})"
+    if d.unavailable > 0:
+        return f"{d.name} ({counts}, {d.unavailable} unavailable)"
+    if not d.current:
+        return f"{d.name} ({counts}; the DaemonSet controller has not yet seen its new template)"
+    return f"{d.name} ({counts}, {d.updated}/{d.desired} on its new template: rolling out)"
+
+
+def not_ready_summary(sets: Sequence[DaemonSetFacts]) -> str:
+    """The DaemonSets that are not ready, each with why (at most FINDINGS_SHOWN)."""
+    return _some([_not_ready(d) for d in sets])
+
+
 def driver_ready(
     plan: Plan,
     sets: Sequence[DaemonSetFacts],
@@ -315,7 +333,7 @@ def driver_ready(
     if all(d.ready for d in driver_sets):
         return Judgement(cond(kind, "True", DriverReason.DAEMONSETS_READY,
                             daemonset_summary(driver_sets), generation))  # fmt: skip
-    message = "not ready: " + daemonset_summary([d for d in driver_sets if not d.ready])
+    message = "not ready: " + not_ready_summary([d for d in driver_sets if not d.ready])
     return Judgement(cond(kind, "False", DriverReason.NOT_READY, message, generation))
 
 
@@ -333,7 +351,7 @@ def _upgrade_judgement(
     message = progress_message(r)
     not_ready = [d for d in driver_sets if not d.ready]
     if not_ready:
-        message += "; not ready: " + daemonset_summary(not_ready)
+        message += "; not ready: " + not_ready_summary(not_ready)
     return Judgement(cond(kind, "False", DriverReason.UPGRADING, message, generation))
 
 
@@ -440,5 +458,5 @@ def components_ready(
         detail = f" ({policy.message})" if policy and policy.message else ""
         parts.append(f"{name} is {state}{detail}")
     if not_ready:
-        parts.append("not ready: " + daemonset_summary(not_ready))
+        parts.append("not ready: " + not_ready_summary(not_ready))
     return Judgement(cond(kind, "False", ComponentsReason.NOT_READY, "; ".join(parts), generation))

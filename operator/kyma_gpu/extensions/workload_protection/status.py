@@ -18,11 +18,16 @@ from kyma_gpu.status.events import EventPart
 
 PODS_SHOWN = 10
 _PODS_NAMED = re.compile(
-    r"^(deletion waits for \d+ pods that use GPUs): [^ ,]+(?:, [^ ,]+)*(?: and \d+ more)?"
-    r"(\. Delete them)"
+    r"^(deletion waits for \d+ (?:pod that uses|pods that use) GPUs): [^ ,]+(?:, [^ ,]+)*"
+    r"(?: and \d+ more)?(\. Delete (it|them))"
 )
 """The pod names in workloads_wait's message: "namespace/name, ..." (DNS names: no spaces or
 commas)."""
+
+
+def _pods(count: int) -> tuple[str, str]:
+    """("N pods that use GPUs", "them"), in the singular for one pod."""
+    return ("1 pod that uses GPUs", "it") if count == 1 else (f"{count} pods that use GPUs", "them")
 
 
 def protection(plan: Plan, observed: Evidence, generation: int | None) -> StatusPart:
@@ -44,10 +49,11 @@ def workloads_wait(pods: tuple[str, ...], skipped: bool) -> Wait:
     if not pods:
         return Wait(ConditionType.WORKLOADS_PROTECTED, "True", WorkloadsReason.NO_GPU_WORKLOADS,
                     "no user pod uses a GPU", GpuState.DELETING)  # fmt: skip
+    waits, them = _pods(len(pods))
     return Wait(
         ConditionType.WORKLOADS_PROTECTED, "False", WorkloadsReason.GPU_WORKLOADS_RUNNING,
-        f"deletion waits for {len(pods)} pods that use GPUs: {listed(pods, PODS_SHOWN)}. Delete "
-        f"them, or annotate the Gpu with {SKIP_PROTECTION_ANNOTATION}=true to go ahead",
+        f"deletion waits for {waits}: {listed(pods, PODS_SHOWN)}. Delete {them}, or annotate "
+        f"the Gpu with {SKIP_PROTECTION_ANNOTATION}=true to go ahead",
         GpuState.WARNING,
     )  # fmt: skip
 
@@ -56,7 +62,9 @@ def without_pod_names(message: str) -> str:
     """`message` without the names of users' pods that workloads_wait puts in it: what an Event
     in the module's namespace may say (docs/security.md, "Smaller rights"). Whoever reads the
     Gpu can list pods in every namespace anyway; a reader of kyma-system's Events need not."""
-    return _PODS_NAMED.sub(r"\1 (the Gpu's condition WorkloadsProtected names them)\2", message)
+    return _PODS_NAMED.sub(
+        lambda m: f"{m[1]} (the Gpu's condition WorkloadsProtected names {m[3]}){m[2]}", message
+    )
 
 
 EVENTS = EventPart(redact=without_pod_names)
