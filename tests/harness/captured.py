@@ -119,8 +119,8 @@ def run_offline(text: str) -> str:
     out, err = io.StringIO(), io.StringIO()
     main([str(ROOT / a) if (ROOT / a).is_file() else a for a in args],
          stdin=io.StringIO(), stdout=out, stderr=err)  # fmt: skip
-    shown = out.getvalue().replace(f"{ROOT}/", "")
-    return f"{text.splitlines()[0]}\n{shown}{err.getvalue()}"
+    shown = (out.getvalue() + err.getvalue()).replace(f"{ROOT}/", "")
+    return f"{text.splitlines()[0]}\n{shown}"
 
 
 def write_offline() -> list[Path]:
