@@ -136,12 +136,17 @@ _FORMATS: Mapping[str, Callable[[str, ErrorDetails], str]] = MappingProxyType(
 )
 
 
+SHOWN = 5
+"""A status names this many errors of a spec, then counts the rest."""
+
+
 def admission_message(err: ValidationError, root: str = "spec") -> str:
-    """The first error in the API server's words (pydantic's own words for the rest)."""
-    first = err.errors()[0]
-    text = error_text(first, field_path(first["loc"], root))
-    more = err.error_count() - 1
-    return f"{text} (and {more} more)" if more else text
+    """Each error in the API server's words (pydantic's own words where none), up to SHOWN,
+    then how many more."""
+    errors = err.errors()
+    shown = [error_text(e, field_path(e["loc"], root)) for e in errors[:SHOWN]]
+    more = len(errors) - len(shown)
+    return "; ".join(shown) + (f" (and {more} more)" if more else "")
 
 
 def error_text(err: ErrorDetails, path: str) -> str:
