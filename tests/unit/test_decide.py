@@ -61,7 +61,6 @@ from kyma_gpu.reconcile import machine
 from kyma_gpu.reconcile.machine import (
     FINALIZER,
     Action,
-    AddFinalizer,
     Apply,
     Delete,
     ExtensionAction,
@@ -70,7 +69,6 @@ from kyma_gpu.reconcile.machine import (
     Machine,
     Phase,
     Reclaim,
-    RemoveFinalizer,
     Situation,
     Step,
 )
@@ -227,13 +225,11 @@ def _deletes(objects: tuple[LiveObject, ...]) -> list[str]:
     return [f"delete {o.kind}/{o.namespace}/{o.name}" for o in objects]
 
 
-def said(action: Action | None) -> list[str]:  # noqa: PLR0911 (one case an action)
+def said(action: Action | None) -> list[str]:
     """An action in words: what a row's 'action' column says."""
     match action:
         case None:
             return []
-        case AddFinalizer() | RemoveFinalizer():
-            return ["add finalizer" if isinstance(action, AddFinalizer) else "remove finalizer"]
         case Apply(objects, stale):
             return [f"apply {o['kind']}/{o['metadata']['name']}" for o in objects] + _deletes(stale)
         case Delete(objects):
@@ -433,19 +429,18 @@ CASES = [
          OwnFluxPhase.REMOVING_FLUX, ("watch pods",), check=_removal_waits),
     Case(S.NOTHING_LEFT,
          lambda w: w.inputs(gpu(deleting=True), gpu_workloads=()),
-         Phase.RELEASED, ("remove finalizer", "watch pods")),
+         Phase.RELEASED, ("watch pods",)),  # the daemon ends: kopf removes its finalizer
     Case(S.NOTHING_LEFT,  # the module's own Flux already on its way out
          lambda w: w.inputs(gpu(deleting=True, skip_protection=True),
                             flux_api=own_flux(True, deleting=True)),
-         Phase.RELEASED, ("remove finalizer",)),
+         Phase.RELEASED, ()),
     Case(S.SPEC_INVALID,
          lambda w: w.inputs(gpu(spec={"driver": {"mode": "Foo"}})),
          Phase.INVALID, (), state="Error", reason="InvalidSpec"),
     Case(S.SPEC_INVALID, _unplannable,  # the model takes it, planning fails
          Phase.INVALID, (), state="Error", reason="PlanFailed"),
-    Case(S.NO_FINALIZER, lambda w: w.inputs(gpu(finalizer=False)),
-         Phase.INITIALIZING, ("add finalizer",),
-         check=lambda _w, s: None if s.key == "finalizer" else pytest.fail(s.key)),
+    Case(S.NO_FINALIZER, lambda w: w.inputs(gpu(finalizer=False)),  # kopf adds it
+         Phase.INITIALIZING, ()),
     Case(S.PLAN_BLOCKED,
          lambda w: w.inputs(gpu(spec={"driver": {"installerRelease": "9.9.9"}})),
          Phase.BLOCKED, (), state="Error"),

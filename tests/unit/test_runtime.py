@@ -1,6 +1,6 @@
 """kopf's memo holds one typed Runtime (kyma_gpu.handlers.runtime): what `run` knows, then what
-`start` started, for `stop`. kopf has no resource handler (the Gpu is observed like every other
-kind: tests/unit/test_gpu_watch.py)."""
+`start` started, for the Gpu's handlers and `stop`; and kopf serves the Gpu and nothing else
+(its events: tests/unit/test_gpu_watch.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def _memo() -> kopf.Memo:
 
 def _start(memo: kopf.Memo, store: Store) -> None:
     """What `start` leaves behind, without a cluster: the store is real, the rest stand-ins."""
-    runtime(memo).started = Started(store, asyncio.Event(), Mock(), Mock(), Mock(), None, None,
+    runtime(memo).started = Started(store, Mock(), asyncio.Event(), Mock(), Mock(), None, None,
                                     None)  # fmt: skip
 
 
@@ -41,13 +41,19 @@ def test_stop_finds_nothing_before_start() -> None:
     assert runtime(_memo()).started is None
 
 
-def test_kopf_serves_no_resource() -> None:
-    """handlers registers the startup and cleanup handlers only: kopf watches nothing."""
+def test_kopf_serves_the_gpu_and_nothing_else() -> None:
+    """kopf watches the Gpu (an event handler and a daemon per Gpu, with the module's
+    finalizer) and answers the liveness probe; no change handler (which would write its
+    progress and diff base on the Gpu), no index, no webhook: the fleet is the informers'."""
     registry = kopf.get_default_registry()
     ids = {str(h.id) for h in registry._activities.get_all_handlers()}
-    assert {"start", "stop"} <= ids
-    for resource_handlers in (registry._watching, registry._changing, registry._spawning,
-                              registry._indexing, registry._webhooks):  # fmt: skip
+    assert {"start", "stop", "reconcile"} <= ids
+    assert [str(h.id) for h in registry._watching.get_all_handlers()] == ["gpu_event"]
+    daemons = list(registry._spawning.get_all_handlers())
+    assert [str(h.id) for h in daemons] == ["gpu_daemon"]
+    assert {h.selector.any_name for h in (*daemons, *registry._watching.get_all_handlers())
+            if h.selector is not None} == {"gpus"}  # fmt: skip
+    for resource_handlers in (registry._changing, registry._indexing, registry._webhooks):
         assert list(resource_handlers.get_all_handlers()) == []
 
 

@@ -8,7 +8,7 @@ actionForState:
    ...), checked in a fixed order;
 2. `Machine.rows[situation]`: the row of the table, with its phase, what it does in words,
    whether its writes are retried, and the function that makes its `Step` (one action at
-   most: add the finalizer, apply, delete, remove the finalizer, or an extension's; the status
+   most: apply, remove what others wrote, delete, or an extension's; the status
    the Gpu should show; when to look again).
 
 The core table (`Situation`, `ROWS`) is the card's: detect, hand the Gpu to Flux, mirror
@@ -59,6 +59,9 @@ from kyma_gpu.status.snapshot import (
 )
 
 FINALIZER = "gpu.kyma-project.io/finalizer"
+"""kopf's finalizer on the Gpu (handlers.py sets it as kopf's persistence.finalizer): kopf adds
+it before the Gpu's daemon writes anything, and removes it when the daemon ends, after the
+uninstall (the Released step)."""
 
 
 class Phase(StrEnum):
@@ -110,11 +113,6 @@ class Failure:
 
 
 @dataclass(frozen=True, slots=True)
-class AddFinalizer:
-    """Add gpu.kyma-project.io/finalizer, before anything is applied."""
-
-
-@dataclass(frozen=True, slots=True)
 class Apply:
     """Server-side apply `objects` in order; delete `stale`, the objects the plan no longer has."""
 
@@ -138,11 +136,6 @@ class Reclaim:
 
 
 @dataclass(frozen=True, slots=True)
-class RemoveFinalizer:
-    """Release the Gpu: nothing of the module is left."""
-
-
-@dataclass(frozen=True, slots=True)
 class ExtensionAction:
     """An extension's writes: the extension carries them out (extensions/base.py,
     `Extension.actions`)."""
@@ -155,7 +148,7 @@ class ExtensionRead:
     snapshot's `reads`."""
 
 
-Action = AddFinalizer | Apply | Reclaim | Delete | RemoveFinalizer | ExtensionAction
+Action = Apply | Reclaim | Delete | ExtensionAction
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,14 +352,6 @@ def _classify_uninstalled(machine: Machine, inputs: Inputs) -> Seen:
 # -- the table: each Situation's row, and the step it makes --
 
 
-class StepKey(StrEnum):
-    """The keys of the core's steps whose writes are always the same; the others are a hash
-    of their objects (`_key`; an extension's own, as `marks_key`)."""
-
-    FINALIZER = "finalizer"
-    RELEASE = "release"
-
-
 Build = Callable[[Seen, Inputs], Step]
 
 
@@ -401,10 +386,6 @@ def _uninstalling(seen: Seen, inputs: Inputs) -> Step:
                 key=_key((), seen.doomed), requeue_after=uninstall.next_stall_in)  # fmt: skip
 
 
-def _release(seen: Seen, inputs: Inputs) -> Step:
-    return Step(Phase.RELEASED, RemoveFinalizer(), key=StepKey.RELEASE)
-
-
 def _invalid(seen: Seen, inputs: Inputs) -> Step:
     if isinstance(seen.error, ValidationError):
         return Step(Phase.INVALID, status=invalid_status(inputs.gpu, seen.error, inputs.now))
@@ -414,7 +395,7 @@ def _invalid(seen: Seen, inputs: Inputs) -> Step:
 
 
 def _initializing(seen: Seen, inputs: Inputs) -> Step:
-    return Step(Phase.INITIALIZING, AddFinalizer(), key=StepKey.FINALIZER)
+    return Step(Phase.INITIALIZING)
 
 
 def _status_only(phase: Phase) -> Build:
@@ -484,14 +465,15 @@ ROWS: Mapping[Situation, Row] = MappingProxyType({
         "status; look again when the uninstall timeout + 60 s passes", False, _uninstalling),
     S.NOTHING_LEFT: Row(
         "being deleted, nothing of the module's left", Phase.RELEASED,
-        "remove the finalizer", True, _release),
+        "nothing: the Gpu's daemon ends, and kopf removes its finalizer", False, _released),
     S.SPEC_INVALID: Row(
         "the model rejects the spec, or (with the finalizer) planning it fails", Phase.INVALID,
         "status `Error` (`InvalidSpec`; `PlanFailed`): nothing is applied (a deletion still "
         "goes on)", False, _invalid),
     S.NO_FINALIZER: Row(
-        "our finalizer is missing", Phase.INITIALIZING,
-        "add `gpu.kyma-project.io/finalizer`", True, _initializing),
+        "kopf's finalizer is missing", Phase.INITIALIZING,
+        "nothing: kopf adds `gpu.kyma-project.io/finalizer` (nothing is applied before it), "
+        "and its answer wakes the daemon", False, _initializing),
     S.PLAN_BLOCKED: Row(
         "the plan has errors", Phase.BLOCKED, "status only: nothing is applied", False,
         _status_only(Phase.BLOCKED)),
