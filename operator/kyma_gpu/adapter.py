@@ -366,6 +366,14 @@ class KubeAdapter:
         return await self._write(f"apply status of Gpu {name}", "PATCH", f"{_GPUS}/{name}/status",
                                  body=body, content_type=_APPLY, query=_FORCE_APPLY)  # fmt: skip
 
+    async def set_finalizers(
+        self, name: str, finalizers: list[str], resource_version: str
+    ) -> dict[str, Any]:
+        """Replace the Gpu's finalizers, if it is still at resource_version (else 409)."""
+        patch = {"metadata": {"finalizers": finalizers, "resourceVersion": resource_version}}
+        return await self._write(f"patch finalizers of Gpu {name}", "PATCH", f"{_GPUS}/{name}",
+                                 body=patch, content_type=_MERGE)  # fmt: skip
+
     async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The Lease, or None when there is none yet."""
         path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"

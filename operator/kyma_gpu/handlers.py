@@ -9,9 +9,11 @@ kopf runs the process (the event loop, the signals, `start` and `stop`, the live
   `Loop.serve`): woken by any change of the store (the Gpu's own events and the informers' of
   Nodes, Flux objects, DaemonSets, ...), a retry or the safety pass, it decides (the state
   machine, pure) and carries one step out at a time;
-- kopf's finalizer, named `gpu.kyma-project.io/finalizer` (machine.FINALIZER), is added before
-  the daemon writes anything; on deletion the daemon keeps going until Flux has uninstalled
-  (the Released step), then ends, and kopf removes the finalizer;
+- kopf's finalizer, named `gpu.kyma-project.io/finalizer` (machine.FINALIZER), is added by
+  kopf before the daemon writes anything; on deletion the daemon keeps going until Flux has
+  uninstalled, removes the finalizer (the Released step) and ends. Not kopf: kopf notices a
+  daemon's end only when it next looks (DELETION_POLL_SECONDS, with a patch of its own), and
+  a follower's kopf, whose daemon must never end a deletion, would look too;
 - a pass that fails on a bug ends the daemon with kopf.TemporaryError: kopf starts it again
   after LoopSettings.failed_pass_seconds.
 
@@ -65,6 +67,11 @@ from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.rules.engine import RuleError
 
 ALLOWED_SOURCES: Resource[AllowedSources] = Resource("chartsources")
+DELETION_POLL_SECONDS = 600.0
+"""While a Gpu's deletion runs, kopf looks whether its daemon ended this often, with a patch
+of its own on the Gpu (its touch of the deletion's delay): the daemon removes the finalizer
+itself when Flux has uninstalled, so kopf's look decides nothing, and a follower's kopf,
+whose daemon never ends a deletion, writes at most this rarely."""
 """The allowed chart sources: the facts of the one ConfigMap (absent: NVIDIA's only)."""
 log = logging.getLogger(__name__)
 
@@ -244,7 +251,8 @@ def take_gpu_event(store: Store, event: Mapping[str, Any]) -> bool:
     return store.put(GPUS, name, Entry(version, gpu_object(body)))
 
 
-@kopf.daemon(API_GROUP, API_VERSION, PLURAL, cancellation_timeout=None)
+@kopf.daemon(API_GROUP, API_VERSION, PLURAL, cancellation_timeout=None,
+             cancellation_polling=DELETION_POLL_SECONDS)  # fmt: skip
 async def gpu_daemon(name: str | None, stopped: kopf.DaemonStopped, memo: kopf.Memo,
                      **_: Any) -> None:  # fmt: skip
     """The Gpu's reconcile loop, for as long as the Gpu lives (module docstring)."""

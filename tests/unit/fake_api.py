@@ -123,6 +123,16 @@ class FakeApi:
         self.gpu["metadata"]["resourceVersion"] = str(next(_VERSIONS))
         return copy.deepcopy(self.gpu)
 
+    async def set_finalizers(
+        self, name: str, finalizers: list[str], resource_version: str
+    ) -> dict[str, Any]:
+        self._maybe_fail("finalizers")
+        if resource_version != self.gpu["metadata"]["resourceVersion"]:
+            raise classify("finalizers", 409, "Conflict", "the object has been modified")
+        self.gpu["metadata"]["finalizers"] = list(finalizers)
+        self.gpu["metadata"]["resourceVersion"] = str(next(_VERSIONS))
+        return copy.deepcopy(self.gpu)
+
     async def post_event(self, namespace: str, gpu: GpuRef, event: GpuEvent) -> None:
         self.events.append(event)  # not a call: Events are told apart from the writes
 

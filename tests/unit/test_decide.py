@@ -69,6 +69,7 @@ from kyma_gpu.reconcile.machine import (
     Machine,
     Phase,
     Reclaim,
+    RemoveFinalizer,
     Situation,
     Step,
 )
@@ -225,7 +226,7 @@ def _deletes(objects: tuple[LiveObject, ...]) -> list[str]:
     return [f"delete {o.kind}/{o.namespace}/{o.name}" for o in objects]
 
 
-def said(action: Action | None) -> list[str]:
+def said(action: Action | None) -> list[str]:  # noqa: PLR0911 (one case an action)
     """An action in words: what a row's 'action' column says."""
     match action:
         case None:
@@ -234,6 +235,8 @@ def said(action: Action | None) -> list[str]:
             return [f"apply {o['kind']}/{o['metadata']['name']}" for o in objects] + _deletes(stale)
         case Delete(objects):
             return _deletes(objects)
+        case RemoveFinalizer():
+            return ["remove finalizer"]
         case Reclaim(objects):
             return [f"remove {o.kind}/{o.name} {f.dotted} ({f.manager})"
                     for o in objects for f in o.foreign]  # fmt: skip
@@ -429,11 +432,11 @@ CASES = [
          OwnFluxPhase.REMOVING_FLUX, ("watch pods",), check=_removal_waits),
     Case(S.NOTHING_LEFT,
          lambda w: w.inputs(gpu(deleting=True), gpu_workloads=()),
-         Phase.RELEASED, ("watch pods",)),  # the daemon ends: kopf removes its finalizer
+         Phase.RELEASED, ("remove finalizer", "watch pods")),
     Case(S.NOTHING_LEFT,  # the module's own Flux already on its way out
          lambda w: w.inputs(gpu(deleting=True, skip_protection=True),
                             flux_api=own_flux(True, deleting=True)),
-         Phase.RELEASED, ()),
+         Phase.RELEASED, ("remove finalizer",)),
     Case(S.SPEC_INVALID,
          lambda w: w.inputs(gpu(spec={"driver": {"mode": "Foo"}})),
          Phase.INVALID, (), state="Error", reason="InvalidSpec"),

@@ -224,9 +224,8 @@ def test_a_permanent_failure_shows_in_status_and_waits(world: World) -> None:
     assert world.api.calls == []  # nothing again until the retry is due
 
 
-def test_a_finished_deletion_ends_the_daemon_and_writes_nothing(world: World) -> None:
-    """Nothing of the module's left: the step releases the Gpu without a write of the
-    module's (kopf removes its finalizer when the daemon ends)."""
+def test_a_finished_deletion_removes_the_finalizer_and_ends_the_daemon(world: World) -> None:
+    """Nothing of the module's left: the daemon removes kopf's finalizer and ends."""
     installed(world)
     for plural in FLUX:
         world.store.replace(plural, {}, version_of(world.api.next_version()))
@@ -236,9 +235,34 @@ def test_a_finished_deletion_ends_the_daemon_and_writes_nothing(world: World) ->
     _, released = asyncio.run(world.loop.pass_for("gpu"))
     assert world.last_phase is Phase.RELEASED
     assert released
-    assert world.api.calls == []
-    world.store.put(GPUS, "gpu", None, version_of(world.api.next_version()))
-    assert asyncio.run(world.loop.pass_for("gpu")) == (None, True)  # gone: nothing to do
+    assert world.api.calls == ["finalizers"]
+    assert world.api.gpu["metadata"]["finalizers"] == []
+
+
+def test_a_gpu_deleted_before_the_finalizer_write_answers_is_not_written_again(
+    world: World,
+) -> None:
+    """The API server deletes the Gpu when its last finalizer goes; kopf's DELETED event can
+    reach the store before the PATCH's answer, which the store then refuses (older than the
+    deletion). The pass ends there, and the daemon with it: no second finalizer write on a
+    Gpu that is gone (404)."""
+    installed(world)
+    for plural in FLUX:
+        world.store.replace(plural, {}, version_of(world.api.next_version()))
+    world.edit(deletionTimestamp="2026-11-30T10:00:00Z")
+    world.nothing_on_demand()  # no users' GPU pods
+    set_finalizers = world.api.set_finalizers
+
+    async def deleted_meanwhile(name: str, finalizers: list[str], rv: str) -> dict[str, Any]:
+        answer = await set_finalizers(name, finalizers, rv)
+        world.store.put(GPUS, name, None, version_of(world.api.next_version()))
+        return answer
+
+    world.api.set_finalizers = deleted_meanwhile  # type: ignore[method-assign,assignment]
+    world.api.writes()
+    assert asyncio.run(world.loop.pass_for("gpu"))[1]
+    assert world.api.calls == ["finalizers"]
+    assert world.loop.retries.last("gpu") is None
 
 
 def _condition(world: World, type_: str) -> dict[str, Any]:

@@ -101,7 +101,7 @@ def test_removing_the_module_removes_its_own_flux_and_crds_nobody_uses(catalog: 
     assert calls.count("delete CustomResourceDefinition") == 7
     assert "delete Deployment" in calls
     assert not {"delete Role", "delete ServiceAccount"} & set(calls)  # KLM's (flux/access)
-    assert calls[-1] == "delete CustomResourceDefinition"  # then kopf removes its finalizer
+    assert calls[-1] == "finalizers"
     assert not [e for e in world.api.events if e.reason == "FluxHandedOver"]
 
 
@@ -159,7 +159,7 @@ def test_a_failed_removal_waits_for_its_retry_and_counts_its_attempts(catalog: C
         world.loop.retries.failures["gpu"], retry_at=0.0
     )
     assert world.run() is Phase.RELEASED
-    assert world.api.calls[-1] == "delete CustomResourceDefinition"
+    assert world.api.calls[-1] == "finalizers"
     assert "gpu" not in world.loop.retries.failures
 
 
@@ -195,4 +195,5 @@ def test_removing_flux_looks_again_while_a_helmchart_terminates(catalog: Catalog
         await _until(lambda: world.last_phase is Phase.RELEASED)
 
     running(world, scenario)  # the loop ends by itself: its deletion is through
+    assert FINALIZER not in world.api.gpu["metadata"]["finalizers"]
     assert "delete CustomResourceDefinition" in world.api.calls

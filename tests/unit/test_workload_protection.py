@@ -191,8 +191,9 @@ def test_deletion_waits_for_gpu_pods_then_uninstalls_then_releases(catalog: Cata
     for plural in FLUX:
         world.store.replace(plural, {}, version_of(world.api.next_version()))
     assert world.run() is Phase.RELEASED
-    assert world.api.calls == []  # kopf removes its finalizer when the daemon ends
-    assert asyncio.run(world.loop.pass_for("gpu"))[1]
+    assert world.api.calls == ["finalizers"]
+    assert world.api.gpu["metadata"]["finalizers"] == []
+    assert asyncio.run(world.loop.pass_for("gpu"))[1]  # the daemon ends
 
 
 def test_the_skip_annotation_lets_a_deletion_pass_gpu_pods(catalog: Catalog) -> None:

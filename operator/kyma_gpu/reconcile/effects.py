@@ -67,6 +67,10 @@ class ClusterApi(Protocol):
 
     async def apply_status(self, name: str, status: Mapping[str, Any]) -> dict[str, Any]: ...
 
+    async def set_finalizers(
+        self, name: str, finalizers: list[str], resource_version: str
+    ) -> dict[str, Any]: ...
+
     async def post_event(self, namespace: str, gpu: GpuRef, event: GpuEvent) -> None: ...
 
     async def unlabel(

@@ -58,6 +58,7 @@ from kyma_gpu.reconcile.effects import (
     now,
 )
 from kyma_gpu.reconcile.machine import (
+    FINALIZER,
     Action,
     Apply,
     Delete,
@@ -68,6 +69,7 @@ from kyma_gpu.reconcile.machine import (
     Phase,
     Planner,
     Reclaim,
+    RemoveFinalizer,
     Step,
 )
 from kyma_gpu.reconcile.settings import LoopSettings
@@ -80,6 +82,9 @@ __all__ = ("GPUS", "ClusterApi", "Done", "Loop", "Stop", "StopEvent", "flux_api"
 loop's words too."""
 
 log = logging.getLogger(__name__)
+
+_ENDS = (Phase.RELEASED, Phase.REFUSED)
+"""The phases of a deleted Gpu's last step: nothing is left to do for it."""
 
 
 def snapshot(
@@ -287,9 +292,9 @@ class Loop:
         requeues = [max(due - clock, 0.0) for due in self.status.due.values()]
         if step.requeue_after is not None:
             requeues.append(step.requeue_after)
-        return min(requeues, default=None), gpu.deleting and step.action is None and (
-            step.phase in (Phase.RELEASED, Phase.REFUSED)
-        )
+        gone = self.store.get(GPUS, name) is None
+        through = gpu.deleting and step.action is None and step.phase in _ENDS
+        return min(requeues, default=None), gone or through
 
     async def reread(self) -> int:
         """The safety pass's reads: each of the module's Flux objects the store holds, read
@@ -387,6 +392,11 @@ class Loop:
                 for live in stale:
                     await self._delete(live)
                 return len(objects) + len(stale)
+            case RemoveFinalizer():
+                others = [f for f in gpu.finalizers if f != FINALIZER]
+                self.write_back.gpu(await self.writer.set_finalizers(
+                    gpu.name, others, gpu.resource_version))  # fmt: skip
+                return 1
             case Reclaim(objects):
                 return await self._reclaim(gpu, objects)
             case Delete(objects):

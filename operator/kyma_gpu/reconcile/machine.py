@@ -8,7 +8,8 @@ actionForState:
    ...), checked in a fixed order;
 2. `Machine.rows[situation]`: the row of the table, with its phase, what it does in words,
    whether its writes are retried, and the function that makes its `Step` (one action at
-   most: apply, remove what others wrote, delete, or an extension's; the status
+   most: apply, remove what others wrote, delete, remove the finalizer, or an extension's; the
+   status
    the Gpu should show; when to look again).
 
 The core table (`Situation`, `ROWS`) is the card's: detect, hand the Gpu to Flux, mirror
@@ -60,8 +61,8 @@ from kyma_gpu.status.snapshot import (
 
 FINALIZER = "gpu.kyma-project.io/finalizer"
 """kopf's finalizer on the Gpu (handlers.py sets it as kopf's persistence.finalizer): kopf adds
-it before the Gpu's daemon writes anything, and removes it when the daemon ends, after the
-uninstall (the Released step)."""
+it before the Gpu's daemon writes anything; the daemon removes it when Flux has uninstalled
+(RemoveFinalizer), and ends (handlers.py says why not kopf)."""
 
 
 class Phase(StrEnum):
@@ -128,6 +129,11 @@ class Delete:
 
 
 @dataclass(frozen=True, slots=True)
+class RemoveFinalizer:
+    """Release the Gpu: nothing of the module is left (kopf added the finalizer)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Reclaim:
     """Remove what other field managers wrote to the module's Flux objects (their `foreign`
     fields), and say so in a Warning Event."""
@@ -148,7 +154,7 @@ class ExtensionRead:
     snapshot's `reads`."""
 
 
-Action = Apply | Reclaim | Delete | ExtensionAction
+Action = Apply | Reclaim | Delete | RemoveFinalizer | ExtensionAction
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,6 +392,14 @@ def _uninstalling(seen: Seen, inputs: Inputs) -> Step:
                 key=_key((), seen.doomed), requeue_after=uninstall.next_stall_in)  # fmt: skip
 
 
+def _release(seen: Seen, inputs: Inputs) -> Step:
+    return Step(Phase.RELEASED, RemoveFinalizer(), key=RELEASE_KEY)
+
+
+RELEASE_KEY = "release"
+"""The key of the finalizer's removal: its writes are always the same."""
+
+
 def _invalid(seen: Seen, inputs: Inputs) -> Step:
     if isinstance(seen.error, ValidationError):
         return Step(Phase.INVALID, status=invalid_status(inputs.gpu, seen.error, inputs.now))
@@ -465,7 +479,7 @@ ROWS: Mapping[Situation, Row] = MappingProxyType({
         "status; look again when the uninstall timeout + 60 s passes", False, _uninstalling),
     S.NOTHING_LEFT: Row(
         "being deleted, nothing of the module's left", Phase.RELEASED,
-        "nothing: the Gpu's daemon ends, and kopf removes its finalizer", False, _released),
+        "remove the finalizer; the Gpu's daemon ends", True, _release),
     S.SPEC_INVALID: Row(
         "the model rejects the spec, or (with the finalizer) planning it fails", Phase.INVALID,
         "status `Error` (`InvalidSpec`; `PlanFailed`): nothing is applied (a deletion still "
