@@ -41,6 +41,7 @@ import logging
 import os
 import socket
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -281,9 +282,15 @@ class DaemonStop:
     async def wait(self, wake: asyncio.Event, timeout: float | None) -> None:
         if not self.stopped.is_set():
             await first_of((wake.wait(), self.stopped.wait()), timeout)
-        elif not self.ended():  # deleting: only the exit can end it
-            bounded = self.recheck if timeout is None else min(timeout, self.recheck)
-            await first_of((wake.wait(),), bounded)
+            return
+        end = None if timeout is None else time.monotonic() + timeout
+        while not self.ended() and not wake.is_set():  # deleting: only the exit can end it
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                return
+            await first_of(
+                (wake.wait(),), self.recheck if left is None else min(left, self.recheck)
+            )
 
 
 @kopf.on.probe(id="reconcile")

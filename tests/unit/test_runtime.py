@@ -60,3 +60,30 @@ def test_kopf_serves_the_gpu_and_nothing_else() -> None:
 def test_a_memo_without_a_runtime_says_so() -> None:
     with pytest.raises(TypeError, match="no Runtime"):
         runtime(kopf.Memo(store=Store()))
+
+
+def test_a_deletion_goes_on_and_the_operators_exit_ends_the_gpus_loop() -> None:
+    """kopf's daemon flag fires once: for the Gpu's deletion the loop goes on (its uninstall
+    must finish) and waits for changes, not for the flag; the operator's exit ends it."""
+    from kopf._cogs.aiokits.aioenums import FlagSetter, FlagWaiter
+
+    from kyma_gpu.handlers import DaemonStop
+
+    async def main() -> None:
+        setter: FlagSetter[kopf.DaemonStoppingReason] = FlagSetter()
+        stop = DaemonStop(FlagWaiter(setter), recheck=0.01)
+        wake = asyncio.Event()
+        assert not stop.ended()
+        setter.set(kopf.DaemonStoppingReason.RESOURCE_DELETED)
+        assert not stop.ended()
+        began = asyncio.get_running_loop().time()
+        await stop.wait(wake, 0.1)  # no change: the whole timeout, rechecking the flag
+        assert asyncio.get_running_loop().time() - began >= 0.09
+        wake.set()
+        await asyncio.wait_for(stop.wait(wake, None), 1.0)  # a change ends the wait at once
+        wake.clear()
+        setter.set(kopf.DaemonStoppingReason.OPERATOR_EXITING)
+        assert stop.ended()
+        await asyncio.wait_for(stop.wait(wake, None), 1.0)
+
+    asyncio.run(main())
