@@ -35,7 +35,7 @@ def test_the_facts_are_what_gpu_object_makes_of_the_body_managed_fields_included
     held = store.get(GPUS, "gpu")
     assert held == gpu_object(changed)
     assert held is not None
-    assert held.pruned_values == ("spec.values.hostPaths",)
+    assert held.managed_values == ({"f:hostPaths": {}},)
     assert held.annotations == {"gpu.kyma-project.io/skip-workload-protection": "true"}
     assert held.finalizers == ("gpu.kyma-project.io/finalizer",)
     assert store.changed.is_set()

@@ -333,8 +333,8 @@ class Loop:
             snap = replace(snapshot(self.store, self.write_back.as_applied, self.allowed_sources(),
                                     self.on_demand), reads=tuple(answers.values()))  # fmt: skip
             step = self.machine.decide(Inputs(gpu, snap, self.plan, self.retries.last(gpu.name),
-                                 time.monotonic(), now(), self.module_namespace,
-                                 self.config))  # fmt: skip
+                                 time.monotonic(), now(), self.module_namespace, self.config,
+                                 allowlist=self.catalog.values_allowlist))  # fmt: skip
             done = await self.perform(gpu, step)
             writes, reads = writes + done.writes, reads + done.reads
             if done.answer is not None:

@@ -43,7 +43,13 @@ from kyma_gpu.api.models import (
     GpuState,
     GpuStatus,
 )
-from kyma_gpu.api.values import pruned_error
+from kyma_gpu.api.values import (
+    Allowlist,
+    ValuesContext,
+    default_allowlist,
+    pruned_error,
+    unlisted_values,
+)
 from kyma_gpu.facts import ClusterFacts, cluster_facts
 from kyma_gpu.facts.gpu import GpuObject
 from kyma_gpu.plan import AllowedSources, Owner, Plan
@@ -210,6 +216,9 @@ class Inputs:
     extension that has one: each finds its own by type."""
     status_hooks: tuple[StatusHook, ...] = ()
     """The extensions' status parts (`Machine.decide` fills them in from its parts)."""
+    allowlist: Allowlist = field(default_factory=default_allowlist)
+    """The chart values a Gpu may set: the Catalog's (the loop's); the default rules
+    directory's where none is given."""
 
 
 # -- classify: what the machine sees, one Situation per row of the table --
@@ -564,7 +573,7 @@ class Machine:
         gpu = inputs.gpu
         if gpu.name != SINGLETON_NAME:
             return Seen(Situation.NOT_THE_SINGLETON)
-        spec = _parse(gpu)
+        spec = _parse(gpu, inputs.allowlist)
         if gpu.deleting:
             return _classify_deleting(self, inputs, spec if isinstance(spec, GpuSpec) else None)
         if isinstance(spec, ValidationError):
@@ -612,13 +621,14 @@ def _table(rows: Mapping[Situation, Row] | Mapping[StrEnum, Row]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _parse(gpu: GpuObject) -> GpuSpec | ValidationError:
+def _parse(gpu: GpuObject, allowlist: Allowlist) -> GpuSpec | ValidationError:
     """The spec, or why it is invalid: also when the API server pruned a value the user wrote
     that the allowlist no longer holds (the running release then stays as it is)."""
-    if gpu.pruned_values:
-        return pruned_error(gpu.pruned_values)
+    pruned = unlisted_values(gpu.managed_values, allowlist)
+    if pruned:
+        return pruned_error(pruned)
     try:
-        return GpuSpec.model_validate(gpu.spec)
+        return GpuSpec.model_validate(gpu.spec, context=ValuesContext(allowlist))
     except ValidationError as err:
         return err
 

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 from cachetools import LRUCache, cachedmethod
 
+from kyma_gpu.api.values import ALLOWLIST_FILE, Allowlist, load_allowlist
 from kyma_gpu.datadir import ENV_RULES_DIR, default_rules_dir
 from kyma_gpu.facts.machines import MachineType, MachineTypeRegistry
 from kyma_gpu.rules.data_models import (
@@ -152,6 +153,11 @@ class Catalog:
         return parse(Defaults, _load(self.root / "defaults.yaml"), "defaults.yaml")
 
     @cached_property
+    def values_allowlist(self) -> Allowlist:
+        """The chart values a Gpu may set (values-allowlist.yaml)."""
+        return load_allowlist(self.root)
+
+    @cached_property
     def rules(self) -> RuleSet:
         return RuleSet.from_mapping(_load(self.root / "rules.yaml"))
 
@@ -200,6 +206,7 @@ class Catalog:
         file and the line) instead of failing the first reconcile."""
         steps: list[tuple[str, Callable[[], object]]] = [
             ("defaults.yaml", lambda: self.defaults),
+            (ALLOWLIST_FILE, lambda: self.values_allowlist),
             ("machine-types.yaml", lambda: self.machine_types),
             ("gpu-families.yaml", lambda: self.gpu_families),
             ("nvidia-drivers.yaml", lambda: self.nvidia_drivers),
