@@ -10,6 +10,7 @@ STAMP := $(VENV)/.installed
 CRD := config/crd/bases/gpu.kyma-project.io_gpus.yaml
 KUBECTL ?= tools/bin/kubectl
 CHARTS := ../shared/charts
+BUSOLA := ../shared/vendor/busola/busola-src.tar.gz
 
 .PHONY: help
 help: ## list the targets
@@ -68,12 +69,13 @@ lint: setup ## ruff, ruff format, mypy --strict, import layering
 	$(BIN)/lint-imports
 
 .PHONY: check
-check: lint tools ## lint + docs against the code + locks + generated files up to date + manifests (kubeconform, policy tests) + Dockerfile
+check: lint tools ## lint + docs against the code + locks + generated files up to date + manifests (kubeconform, policy tests) + Dockerfile + the dashboard extension against Busola's schemas
 	$(BIN)/pytest -q -p no:cacheprovider tests/unit/test_docs.py tests/unit/test_docs_facts.py
 	bash hack/write-locks.sh --check
 	bash hack/validate-manifests.sh
 	$(BIN)/pytest -q tests/unit/test_manifests.py
 	$(BIN)/kyma-gpu rules-schema --check
+	$(BIN)/kyma-gpu dashboard-extension --check --busola $(BUSOLA)
 	bash hack/flux-crds.sh --check
 	bash hack/flux-bundle.sh --check
 	$(BIN)/python hack/module.py render --check
@@ -89,12 +91,13 @@ release-rbac: setup tools ## regenerate the HelmRelease ServiceAccount's RBAC fr
 	$(BIN)/python hack/release_rbac.py
 
 .PHONY: manifests
-manifests: setup ## regenerate the Gpu CRD, its admission policies and docs/crd-reference.md from the pydantic models
+manifests: setup ## regenerate the Gpu CRD, its admission policies, docs/crd-reference.md and the dashboard extension from the pydantic models
 	$(BIN)/kyma-gpu crd > $(CRD)
 	$(BIN)/kyma-gpu crd --reference > docs/crd-reference.md
 	$(BIN)/kyma-gpu crd --images-policy > config/admission/gpu_images_policy.yaml
 	$(BIN)/kyma-gpu crd --manager-policy > config/admission/manager_policy.yaml
 	$(BIN)/kyma-gpu crd --flux-policy > config/admission/flux_policy.yaml
+	$(BIN)/kyma-gpu dashboard-extension
 
 .PHONY: rules-schema
 rules-schema: setup ## regenerate values-rules/schema/*.json, values-rules/context.md and the YAML files' schema lines

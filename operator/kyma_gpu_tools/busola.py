@@ -1,0 +1,99 @@
+"""The Gpu's dashboard extension against Busola's own schemas, read from Busola's sources.
+
+Busola describes what each part of a resource extension may hold in
+`public/schemas/schema-{general,list,details,form}.yaml` (JSON Schema draft 07) and says which
+`busola.io/extension-version`s it reads in `src/components/Extensibility/migration.js`. Both
+come from the source tarball of the version the tests run (../shared/vendor/busola), read at
+check time and never copied into the project. `make check` runs this
+(`kyma-gpu dashboard-extension --check --busola ...`), tests/unit/test_dashboard.py too.
+
+Busola writes each widget's own fields as `if: {properties: {widget: {const: X}}} then: ...`.
+JSON Schema's `if` also holds for an entry that names no widget (its `properties` check what is
+there), which would make every plain entry an Alert, a ResourceLink and a ResourceList at once;
+the check reads those rules as Busola's widgets do, for the entries that name the widget: each
+`if` gets `required: [widget]` (`_as_busola_reads`). Nothing else of the schemas changes.
+
+Busola's details schema validates `header` and `body`; its `status` section (a header and a body,
+where Busola also takes the ConditionList widget its schema does not list) each entry but a
+ConditionList is checked against the same component schema here.
+"""
+
+from __future__ import annotations
+
+import re
+import tarfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SCHEMA_PARTS = ("general", "list", "details", "form")
+"""The parts Busola has a schema for (translations and presets have none)."""
+ROOT = "busola"
+"""The one folder the tarball unpacks to."""
+_VERSIONS = re.compile(r"SUPPORTED_VERSIONS\s*=\s*\[([^\]]*)\]")
+
+
+def busola_file(tarball: Path, path: str) -> str:
+    """A text file of Busola's source tarball, without unpacking it."""
+    with tarfile.open(tarball) as archive:
+        member = archive.extractfile(f"{ROOT}/{path}")
+        if member is None:
+            raise FileNotFoundError(f"{tarball}: {ROOT}/{path} is not a file")
+        return member.read().decode("utf-8")
+
+
+def schemas(tarball: Path) -> dict[str, Any]:
+    """Busola's schema of each part, by part name, its widget rules as Busola applies them."""
+    return {part: _as_busola_reads(yaml.safe_load(
+                busola_file(tarball, f"public/schemas/schema-{part}.yaml")))
+            for part in SCHEMA_PARTS}  # fmt: skip
+
+
+def _as_busola_reads(schema: dict[str, Any]) -> dict[str, Any]:
+    """Each widget's `if` holds only for an entry that names a widget (see the module doc)."""
+    for rule in (schema.get("$widgets") or {}).values():
+        condition = rule.get("if")
+        if isinstance(condition, dict) and "widget" in (condition.get("properties") or {}):
+            condition.setdefault("required", ["widget"])
+    return schema
+
+
+def supported_versions(tarball: Path) -> list[str]:
+    """The extension versions Busola reads (its migration.js)."""
+    source = busola_file(tarball, "src/components/Extensibility/migration.js")
+    found = _VERSIONS.search(source)
+    if found is None:
+        raise ValueError("Busola's migration.js no longer says SUPPORTED_VERSIONS")
+    return re.findall(r"['\"]([^'\"]+)['\"]", found.group(1))
+
+
+def _status_entries(details: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+    status = details.get("status") or {}
+    for section in ("header", "body"):
+        for index, entry in enumerate(status.get(section) or []):
+            if entry.get("widget") != "ConditionList":
+                yield f"status.{section}[{index}]", entry
+
+
+def problems(parts: Mapping[str, Any], tarball: Path, version: str) -> list[str]:
+    """What Busola's schemas and its supported versions say against the parts; [] when none."""
+    from jsonschema import Draft7Validator  # a dev dependency: only `make check` needs it
+
+    found: list[str] = []
+    if version not in supported_versions(tarball):
+        found.append(f"extension version {version} is not one Busola reads "
+                     f"({', '.join(supported_versions(tarball))})")  # fmt: skip
+    for part, schema in schemas(tarball).items():
+        validator = Draft7Validator(schema)
+        for error in validator.iter_errors(parts[part]):
+            where = "/".join(str(step) for step in error.absolute_path)
+            found.append(f"{part}: {where}: {error.message}")
+    details_schema = schemas(tarball)["details"]
+    component = {**details_schema["$defs"]["component"], "$defs": details_schema["$defs"],
+                 "$widgets": details_schema["$widgets"]}  # fmt: skip
+    validator = Draft7Validator(component)
+    for where, entry in _status_entries(parts["details"]):
+        found.extend(f"details: {where}: {error.message}" for error in validator.iter_errors(entry))
+    return found
