@@ -58,14 +58,15 @@ class Fields:
         """The schema of ``path`` ("status.nodes[].name"; "[]" steps into an array's items).
         metadata is the API server's ObjectMeta, which the CRD does not spell out."""
         node: Mapping[str, Any] = self.schema
+        if path.split(".")[0] == "metadata" and "metadata" in self.schema["properties"]:
+            metadata: Mapping[str, Any] = self.schema["properties"]["metadata"]
+            return metadata
         for step in path.split("."):
             name, many = step.removesuffix("[]"), step.endswith("[]")
             properties = node.get("properties") or {}
             if name not in properties:
                 raise FieldError(f"{path}: the Gpu CRD has no field {name!r} there")
             node = properties[name]
-            if node is self.schema["properties"].get("metadata"):
-                return node
             if many:
                 if node.get("type") != "array":
                     raise FieldError(f"{path}: {name!r} is no list in the Gpu CRD")
