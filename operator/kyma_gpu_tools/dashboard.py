@@ -58,7 +58,7 @@ class Fields:
         """The schema of ``path`` ("status.nodes[].name"; "[]" steps into an array's items).
         metadata is the API server's ObjectMeta, which the CRD does not spell out."""
         node: Mapping[str, Any] = self.schema
-        if path.split(".")[0] == "metadata" and "metadata" in self.schema["properties"]:
+        if path.split(".", maxsplit=1)[0] == "metadata" and "metadata" in self.schema["properties"]:
             metadata: Mapping[str, Any] = self.schema["properties"]["metadata"]
             return metadata
         for step in path.split("."):
@@ -315,14 +315,24 @@ def form(f: Fields) -> Part:
     name = {"path": f.path("metadata.name"), "widget": "Name", "disableOnEdit": True,
             "inputInfo": SINGLETON_MESSAGE}  # fmt: skip
     spec = f.at("spec")
-    return [name, *(_form_field(f"spec.{key}", f"spec.{key}", field)
-                    for key, field in spec["properties"].items())]  # fmt: skip
+    return [name, *_form_fields("spec", "spec.", spec)]
 
 
-def _form_field(path: str, relative: str, schema: Mapping[str, Any]) -> dict[str, Any]:
-    """One form field at ``relative`` (a FormGroup's children name theirs relative to it)."""
+def _form_fields(path: str, prefix: str, parent: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The fields of an object's properties, named ``prefix + key`` (a FormGroup's children
+    relative to it, a GenericList's as ``[].key``), required as the CRD says."""
+    required = set(parent.get("required") or ())
+    return [_form_field(f"{path}.{key}", f"{prefix}{key}", field, key in required)
+            for key, field in (parent.get("properties") or {}).items()]  # fmt: skip
+
+
+def _form_field(
+    path: str, relative: str, schema: Mapping[str, Any], required: bool
+) -> dict[str, Any]:
+    """One form field at ``relative``. Busola would mark a field required when the CRD does
+    not say (every field of the spec), so each says it."""
     widget, children = _widget(path, schema)
-    item: dict[str, Any] = {"path": relative}
+    item: dict[str, Any] = {"path": relative, "required": required}
     if widget is not None:
         item["widget"] = widget
     if "description" in schema:
@@ -337,8 +347,7 @@ def _widget(path: str, schema: Mapping[str, Any]) -> tuple[str | None, list[dict
     (text, number, switch, a select for an enum); an int-or-string a text field."""
     properties: Mapping[str, Any] = schema.get("properties") or {}
     if properties and not any("." in key for key in properties):
-        return "FormGroup", [_form_field(f"{path}.{key}", key, field)
-                             for key, field in properties.items()]  # fmt: skip
+        return "FormGroup", _form_fields(path, "", schema)
     if schema.get("type") == "object":  # a map, or keys a form path cannot name ("config.yaml")
         values = schema.get("additionalProperties")
         string_map = isinstance(values, Mapping) and values.get("type") == "string"
@@ -346,8 +355,7 @@ def _widget(path: str, schema: Mapping[str, Any]) -> tuple[str | None, list[dict
     if schema.get("type") == "array":
         items: Mapping[str, Any] = schema["items"]
         if "properties" in items:
-            return "GenericList", [_form_field(f"{path}[].{key}", f"[].{key}", field)
-                                   for key, field in items["properties"].items()]  # fmt: skip
+            return "GenericList", _form_fields(f"{path}[]", "[].", items)
         return "SimpleList", [{"path": "[]"}]
     if "anyOf" in schema:
         return "Text", []
