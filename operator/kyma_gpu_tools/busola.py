@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import re
 import tarfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -35,17 +36,37 @@ ROOT = "busola"
 _VERSIONS = re.compile(r"SUPPORTED_VERSIONS\s*=\s*\[([^\]]*)\]")
 
 
+READ = (*(f"public/schemas/schema-{part}.yaml" for part in SCHEMA_PARTS),
+        "src/components/Extensibility/migration.js")  # fmt: skip
+"""The files of Busola's sources the check reads."""
+
+
 def busola_file(tarball: Path, path: str) -> str:
-    """A text file of Busola's source tarball, without unpacking it."""
-    with tarfile.open(tarball) as archive:
-        member = archive.extractfile(f"{ROOT}/{path}")
-        if member is None:
-            raise FileNotFoundError(f"{tarball}: {ROOT}/{path} is not a file")
-        return member.read().decode("utf-8")
+    """A text file of Busola's source tarball (one of READ), without unpacking it."""
+    files = _read(tarball.resolve(), tarball.stat().st_mtime_ns)
+    if path not in files:
+        raise FileNotFoundError(f"{tarball}: {ROOT}/{path} is not in it")
+    return files[path]
+
+
+@cache
+def _read(tarball: Path, mtime: int) -> dict[str, str]:
+    """READ's files, in one pass over the archive (a gzip stream is read from its start for
+    each member asked for); cached per tarball and modification time."""
+    wanted = {f"{ROOT}/{path}": path for path in READ}
+    found: dict[str, str] = {}
+    with tarfile.open(tarball, "r|gz") as archive:
+        for member in archive:
+            if member.name in wanted and member.isfile():
+                handle = archive.extractfile(member)
+                if handle is not None:
+                    found[wanted[member.name]] = handle.read().decode("utf-8")
+    return found
 
 
 def schemas(tarball: Path) -> dict[str, Any]:
-    """Busola's schema of each part, by part name, its widget rules as Busola applies them."""
+    """Busola's schema of each part, by part name, its widget rules as Busola applies them
+    (a new copy each time: _as_busola_reads changes it)."""
     return {part: _as_busola_reads(yaml.safe_load(
                 busola_file(tarball, f"public/schemas/schema-{part}.yaml")))
             for part in SCHEMA_PARTS}  # fmt: skip
@@ -77,23 +98,35 @@ def _status_entries(details: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
                 yield f"status.{section}[{index}]", entry
 
 
-def problems(parts: Mapping[str, Any], tarball: Path, version: str) -> list[str]:
-    """What Busola's schemas and its supported versions say against the parts; [] when none."""
-    from jsonschema import Draft7Validator  # a dev dependency: only `make check` needs it
-
+def problems(
+    parts: Mapping[str, Any], tarball: Path, version: str, names: Iterable[str] = SCHEMA_PARTS
+) -> list[str]:
+    """What Busola's schemas and its supported versions say against the parts (those of
+    ``names``); [] when nothing."""
     found: list[str] = []
     if version not in supported_versions(tarball):
         found.append(f"extension version {version} is not one Busola reads "
                      f"({', '.join(supported_versions(tarball))})")  # fmt: skip
-    for part, schema in schemas(tarball).items():
-        validator = Draft7Validator(schema)
-        for error in validator.iter_errors(parts[part]):
+    validators = _validators(tarball.resolve(), tarball.stat().st_mtime_ns)
+    for part in names:
+        for error in validators[part].iter_errors(parts[part]):
             where = "/".join(str(step) for step in error.absolute_path)
             found.append(f"{part}: {where}: {error.message}")
-    details_schema = schemas(tarball)["details"]
-    component = {**details_schema["$defs"]["component"], "$defs": details_schema["$defs"],
-                 "$widgets": details_schema["$widgets"]}  # fmt: skip
-    validator = Draft7Validator(component)
-    for where, entry in _status_entries(parts["details"]):
-        found.extend(f"details: {where}: {error.message}" for error in validator.iter_errors(entry))
+    if "details" in names:
+        for where, entry in _status_entries(parts["details"]):
+            found.extend(f"details: {where}: {error.message}"
+                         for error in validators["status"].iter_errors(entry))  # fmt: skip
     return found
+
+
+@cache
+def _validators(tarball: Path, mtime: int) -> dict[str, Any]:
+    """A validator per part, and "status" for the details' status entries (a component)."""
+    from jsonschema import Draft7Validator  # a dev dependency: only `make check` needs it
+
+    loaded = schemas(tarball)
+    details = loaded["details"]
+    component = {**details["$defs"]["component"], "$defs": details["$defs"],
+                 "$widgets": details["$widgets"]}  # fmt: skip
+    return {**{part: Draft7Validator(schema) for part, schema in loaded.items()},
+            "status": Draft7Validator(component)}  # fmt: skip

@@ -111,11 +111,17 @@ HEALTH_HIGHLIGHTS = {
     "informative": [UNKNOWN_HEALTH],
     "critical": [reason.value for reason in NODE_FINDINGS],
 }
-FLUX_HIGHLIGHTS = {
-    "positive": "$contains($item, 'Succeeded')",
-    "critical": "$contains($item, 'Failed')",
-}
-"""Flux's own reasons (InstallSucceeded, UpgradeFailed, ...) are not the module's to list."""
+
+
+def _flux_highlights(f: Fields, type_: ConditionType) -> dict[str, str]:
+    """A condition's reason, mirrored from Flux: its own reasons (InstallSucceeded,
+    UpgradeFailed, ...) are not the module's to list, so the badge goes by the condition's
+    status, and a Failed reason. (Busola evaluates a highlight rule on the resource, not on
+    the badge's value.)"""
+    return {
+        "positive": f"{f.condition(type_, 'status')} = 'True'",
+        "critical": f"$contains({f.condition(type_, 'reason')}, 'Failed')",
+    }
 
 
 def general() -> Part:
@@ -240,12 +246,12 @@ def _release_panel(f: Fields) -> Part:
         "children": [
             {"name": "helm-release", "source": f.path("status.helmRelease")},
             {"name": "release-state", "source": f.condition(release, "reason"),
-             "widget": "Badge", "highlights": FLUX_HIGHLIGHTS},
+             "widget": "Badge", "highlights": _flux_highlights(f, release)},
             {"name": "release-message", "source": f.condition(release, "message")},
             {"name": "chart", "source": f.path("status.chartVersion")},
             {"name": "installed-chart", "source": f.path("status.installedChartVersion")},
             {"name": "source-state", "source": f.condition(source, "reason"),
-             "widget": "Badge", "highlights": FLUX_HIGHLIGHTS},
+             "widget": "Badge", "highlights": _flux_highlights(f, source)},
             {"name": "source-message", "source": f.condition(source, "message")},
         ],
     }  # fmt: skip
