@@ -118,6 +118,19 @@ golden: setup ## regenerate the golden plans on purpose (review the diff!)
 demo: setup tools-demo ## local cluster + Flux + operator + sample Gpu; Ctrl-C stops everything
 	$(BIN)/python -m tests.harness demo
 
+# The Gpu's views in Kyma dashboard on the demo cluster: `make demo` prints this command with its
+# KUBECONFIG. Builds the dashboard once (tools/dashboard.sh, cached like the tools).
+DASHBOARD_PORT ?= 3001
+.PHONY: dashboard
+dashboard: setup ## Kyma dashboard (Busola) for KUBECONFIG (the demo's) on 127.0.0.1:DASHBOARD_PORT; Ctrl-C stops it
+	@test -n "$${KUBECONFIG:-}" || { echo "dashboard: set KUBECONFIG (make demo prints it)" >&2; exit 2; }
+	bash tools/dashboard.sh
+	$(BIN)/python -m tests.harness dashboard --kubeconfig "$$KUBECONFIG" --port $(DASHBOARD_PORT)
+
+.PHONY: dashboard-screenshots
+dashboard-screenshots: setup host tools ## refresh docs/images/dashboard-*.png: the dashboard's end-to-end test takes them
+	KYMA_GPU_DASHBOARD_SCREENSHOTS=docs/images $(BIN)/pytest -p no:cacheprovider tests/e2e/test_dashboard.py
+
 .PHONY: demo-klm
 demo-klm: setup host tools ## the module as a Kyma admin gets it: released to a local registry, installed by the real KLM
 	$(BIN)/python -m tests.harness demo --klm

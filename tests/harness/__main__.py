@@ -3,6 +3,7 @@
     python -m tests.harness up [--flux] [--real-node] [--nodes FILE ...] [--workdir DIR]
     python -m tests.harness demo [--exit-when-ready] [--klm]  (`make demo`, `make demo-klm`)
     python -m tests.harness clean-host                        (undo what dead real nodes left)
+    python -m tests.harness dashboard --kubeconfig FILE [--port N]    (make dashboard)
 
 Run from the repository root. Without --nodes the demo fleet
 (tests/harness/fleets/demo.yaml) is created; ``--nodes`` with no file starts
@@ -12,7 +13,9 @@ a cluster without nodes.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +63,11 @@ def _parser() -> argparse.ArgumentParser:
         "--klm", action="store_true",
         help="deliver the module as Kyma does: a release in a local registry, installed by KLM",
     )  # fmt: skip
+    board = commands.add_parser(
+        "dashboard", help="Kyma dashboard (Busola) for a cluster's kubeconfig (make dashboard)"
+    )
+    board.add_argument("--kubeconfig", type=Path, required=True, help="the cluster to show")
+    board.add_argument("--port", type=int, default=3001, help="where it listens (127.0.0.1)")
     commands.add_parser(
         "clean-host",
         help="undo what real nodes of dead test runs left on this host (tests/harness/host.py)",
@@ -129,10 +137,36 @@ def up(
     return cli.run(start, started.stop, watch=started.check_alive)
 
 
+def dashboard(kubeconfig: Path, port: int) -> int:
+    """Kyma dashboard for ``kubeconfig`` on 127.0.0.1:``port`` until Ctrl-C (a temp folder)."""
+    from .dashboard import Dashboard
+
+    folder = Path(tempfile.mkdtemp(prefix="kyma-gpu-dashboard-"))
+    board = Dashboard(kubeconfig.resolve(), folder / "run", folder / "dashboard.log", port=port)
+
+    def start() -> None:
+        board.start()
+        print(f"Kyma dashboard: open {board.login_url}")
+        print(f"  the Gpu: {board.cluster_url('gpus/gpu')} (in the navigation: Kyma > GPU)")
+        print(f"  log: {board.log_path}")
+
+    def watch() -> None:
+        if board.process is not None:
+            board.process.check_alive()
+
+    def stop() -> None:
+        board.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+    return cli.run(start, stop, watch=watch)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "up":
         return up(args.flux, args.nodes, args.workdir, args.charts, args.real_node)
+    if args.command == "dashboard":
+        return dashboard(args.kubeconfig, args.port)
     if args.command == "clean-host":
         from .host import sweep_all
 

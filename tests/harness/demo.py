@@ -190,6 +190,7 @@ def _print_guide(cluster: LocalCluster) -> None:
     for args in FLUX_GETS:
         print(f"  tools/bin/flux {' '.join(args)}")
     print(f"Logs (operator, Flux, control plane): {cluster.log_dir}")
+    print(f"The Gpu in Kyma dashboard: make dashboard KUBECONFIG={cluster.kubeconfig}")
 
 
 def run_demo(exit_when_ready: bool = False, timeout: float = 300.0) -> int:
