@@ -11,7 +11,9 @@ waits for what the page shows, never for a clock:
    message for it; without it the form creates the Gpu, and the API server has it;
 2. the list shows the live state and GPU counts, as `kubectl get gpu` has them;
 3. after a GPU breaks as the user guide describes (WITHDRAW_GPU), the details name that node
-   unhealthy, and the node is healthy there again once the GPU is back.
+   unhealthy, and the node is healthy there again once the GPU is back;
+4. while a deletion waits for a user's GPU pod, the details say so and name the pod; once the
+   pod is gone, the Gpu goes.
 
 Screenshots of the list and the details go into the cluster's log folder, and into
 docs/images/ when KYMA_GPU_DASHBOARD_SCREENSHOTS names that folder (`make
@@ -57,6 +59,7 @@ WITHDRAW_GPU = (
 NOT_A_QUANTITY = "lots"
 UNHEALTHY = re.compile(r"gpus\s*unhealthy", re.IGNORECASE)
 """How the details' badge writes GpusUnhealthy (Busola splits the words; CSS capitalises)."""
+WORKLOADS_RUNNING = re.compile(r"gpu\s*workloads\s*running", re.IGNORECASE)
 CPU = "spec.values.operator.resources.requests.cpu"
 
 
@@ -201,7 +204,7 @@ def test_the_details_name_a_broken_gpu_until_it_is_back(stack: Stack) -> None:
         unhealthy = page.locator("ui5-table").filter(has_text="What was seen")
         expect(unhealthy).to_contain_text(BROKEN)
         assert (condition(gpu(stack.cluster), "GpusHealthy") or {}).get("status") == "False"
-        page.set_viewport_size({"width": 1600, "height": 2200})
+        page.set_viewport_size({"width": 1600, "height": 2000})
         _screenshot(stack, "dashboard-details.png")
         page.set_viewport_size({"width": 1600, "height": 1000})
     finally:
@@ -214,3 +217,29 @@ def _set_allocatable(cluster: LocalCluster, node: str, gpus: str) -> None:
     """The user guide's line (WITHDRAW_GPU), with this node and count."""
     line = WITHDRAW_GPU.replace("<node>", node).replace('"0"', f'"{gpus}"')
     cluster.kubectl(*shlex.split(line)[1:])
+
+
+def test_the_details_show_what_a_deletion_waits_for(stack: Stack, namespace: str) -> None:
+    from playwright.sync_api import expect
+
+    wait_until(lambda: _ready(stack.cluster), READY, "the Gpu Ready, 2/2 GPUs healthy")
+    gpus = {"limits": {"nvidia.com/gpu": "1"}}
+    container = {"name": "c", "image": "cuda:12", "resources": gpus}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train", "namespace": namespace},
+           "spec": {"containers": [container]}}  # fmt: skip
+    stack.cluster.apply(pod)
+    wait_until(lambda: _phase(stack.cluster, namespace) == "Running", 60, "the GPU pod Running")
+    page = stack.browser.page
+    page.goto(stack.dashboard.cluster_url("gpus/gpu"))
+    expect(page.get_by_text("GPU nodes", exact=True).first).to_be_visible(timeout=SHOWS)
+    stack.cluster.kubectl("delete", "gpus.gpu.kyma-project.io", "gpu", "--wait=false")
+    expect(page.get_by_text(WORKLOADS_RUNNING).first).to_be_visible(timeout=SHOWS)
+    expect(page.get_by_text(f"{namespace}/train").first).to_be_visible()
+    stack.cluster.kubectl("delete", "pod", "train", "-n", namespace, "--grace-period=0",
+                          "--force", "--wait=true")  # fmt: skip
+    wait_until(lambda: gpu(stack.cluster) is None, READY, "the Gpu gone once the pod went")
+
+
+def _phase(cluster: LocalCluster, namespace: str) -> str | None:
+    pod = cluster.get_object("pod", "train", namespace)
+    return ((pod or {}).get("status") or {}).get("phase")
