@@ -35,14 +35,13 @@ import pytest
 import yaml
 
 from tests.harness.cluster import LocalCluster
-from tests.harness.dashboard import Browser, Dashboard
+from tests.harness.dashboard import EXTENSION, Browser, Dashboard
 from tests.harness.flux import FluxStack
-from tests.harness.module import ROOT, condition, gpu, module_on, wait_until
+from tests.harness.module import condition, gpu, module_on, wait_until
 from tests.harness.nodes import DEMO_FLEET
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
-EXTENSION = ROOT / "config" / "ui-extension"
 SCREENSHOTS = os.environ.get("KYMA_GPU_DASHBOARD_SCREENSHOTS", "")
 """A folder for the screenshots besides the log folder (`make dashboard-screenshots`)."""
 SHOWS = 60_000

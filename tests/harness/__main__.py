@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import cli
+from .binaries import binary
 from .cluster import LocalCluster
 from .flux import FluxStack
 from .nodes import DEMO_FLEET
@@ -138,13 +140,17 @@ def up(
 
 
 def dashboard(kubeconfig: Path, port: int) -> int:
-    """Kyma dashboard for ``kubeconfig`` on 127.0.0.1:``port`` until Ctrl-C (a temp folder)."""
-    from .dashboard import Dashboard
+    """Kyma dashboard for ``kubeconfig`` on 127.0.0.1:``port`` until Ctrl-C (a temp folder),
+    with the Gpu's extension applied as the module ships it (the demo installs only the CRD)."""
+    from .dashboard import EXTENSION, Dashboard
 
     folder = Path(tempfile.mkdtemp(prefix="kyma-gpu-dashboard-"))
     board = Dashboard(kubeconfig.resolve(), folder / "run", folder / "dashboard.log", port=port)
 
     def start() -> None:
+        subprocess.run([str(binary("kubectl")), f"--kubeconfig={kubeconfig}", "apply",
+                        "--server-side", "--field-manager=kyma-gpu-dashboard", "-k",
+                        str(EXTENSION)], check=True)  # fmt: skip
         board.start()
         print(f"Kyma dashboard: open {board.login_url}")
         print(f"  the Gpu: {board.cluster_url('gpus/gpu')} (in the navigation: Kyma > GPU)")

@@ -48,6 +48,8 @@ CHROMIUM_FLAGS = (
 )  # fmt: skip
 """What headless Chromium needs on this machine (without the last four it waits on connections
 the sandbox refuses)."""
+EXTENSION = REPO_ROOT / "config" / "ui-extension"
+"""The Gpu's extension, as config/default ships it (kustomize)."""
 KUBECONFIG_NAME = "kyma-gpu-local.yaml"
 BACKEND_CONFIG = {"config": {"features": {"ALLOW_PRIVATE_IPS": {"isEnabled": True}}}}
 FRONTEND_CONFIG: dict[str, Any] = {"config": {"features": {}}}
