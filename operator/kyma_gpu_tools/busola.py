@@ -6,6 +6,7 @@ Busola describes what each part of a resource extension may hold in
 come from the source tarball of the version the tests run (../shared/vendor/busola), read at
 check time and never copied into the project. `make check` runs this
 (`kyma-gpu dashboard-extension --check --busola ...`), tests/unit/test_dashboard.py too.
+`Busola.read(tarball)` reads what the check needs in one pass over the archive.
 
 Busola writes each widget's own fields as `if: {properties: {widget: {const: X}}} then: ...`.
 JSON Schema's `if` also holds for an entry that names no widget (its `properties` check what is
@@ -23,8 +24,9 @@ from __future__ import annotations
 import re
 import tarfile
 from collections.abc import Iterable, Iterator, Mapping
-from functools import cache
+from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -41,35 +43,71 @@ READ = (*(f"public/schemas/schema-{part}.yaml" for part in SCHEMA_PARTS),
 """The files of Busola's sources the check reads."""
 
 
-def busola_file(tarball: Path, path: str) -> str:
-    """A text file of Busola's source tarball (one of READ), without unpacking it."""
-    files = _read(tarball.resolve(), tarball.stat().st_mtime_ns)
-    if path not in files:
-        raise FileNotFoundError(f"{tarball}: {ROOT}/{path} is not in it")
-    return files[path]
+@dataclass(frozen=True)
+class Busola:
+    """What the check reads of one Busola source tarball: READ's files, by path."""
 
+    files: Mapping[str, str]
 
-@cache
-def _read(tarball: Path, mtime: int) -> dict[str, str]:
-    """READ's files, in one pass over the archive (a gzip stream is read from its start for
-    each member asked for); cached per tarball and modification time."""
-    wanted = {f"{ROOT}/{path}": path for path in READ}
-    found: dict[str, str] = {}
-    with tarfile.open(tarball, "r|gz") as archive:
-        for member in archive:
-            if member.name in wanted and member.isfile():
-                handle = archive.extractfile(member)
+    @classmethod
+    def read(cls, tarball: Path) -> Busola:
+        """READ's files in one pass over the archive (a gzip stream is read from its start
+        for each member asked for)."""
+        wanted = {f"{ROOT}/{path}": path for path in READ}
+        found: dict[str, str] = {}
+        with tarfile.open(tarball, "r|gz") as archive:
+            for member in archive:
+                handle = archive.extractfile(member) if member.name in wanted else None
                 if handle is not None:
                     found[wanted[member.name]] = handle.read().decode("utf-8")
-    return found
+        missing = sorted(set(READ) - set(found))
+        if missing:
+            raise FileNotFoundError(f"{tarball}: no {', '.join(missing)} under {ROOT}/")
+        return cls(MappingProxyType(found))
 
+    def schemas(self) -> dict[str, Any]:
+        """Busola's schema of each part, its widget rules as Busola applies them."""
+        return {part: _as_busola_reads(yaml.safe_load(
+                    self.files[f"public/schemas/schema-{part}.yaml"]))
+                for part in SCHEMA_PARTS}  # fmt: skip
 
-def schemas(tarball: Path) -> dict[str, Any]:
-    """Busola's schema of each part, by part name, its widget rules as Busola applies them
-    (a new copy each time: _as_busola_reads changes it)."""
-    return {part: _as_busola_reads(yaml.safe_load(
-                busola_file(tarball, f"public/schemas/schema-{part}.yaml")))
-            for part in SCHEMA_PARTS}  # fmt: skip
+    def supported_versions(self) -> list[str]:
+        """The extension versions Busola reads (its migration.js)."""
+        found = _VERSIONS.search(self.files["src/components/Extensibility/migration.js"])
+        if found is None:
+            raise ValueError("Busola's migration.js no longer says SUPPORTED_VERSIONS")
+        return re.findall(r"['\"]([^'\"]+)['\"]", found.group(1))
+
+    def problems(
+        self, parts: Mapping[str, Any], version: str, names: Iterable[str] = SCHEMA_PARTS
+    ) -> list[str]:
+        """What Busola's schemas and its supported versions say against the parts (those of
+        ``names``); [] when nothing."""
+        found: list[str] = []
+        if version not in self.supported_versions():
+            found.append(f"extension version {version} is not one Busola reads "
+                         f"({', '.join(self.supported_versions())})")  # fmt: skip
+        validators = self._validators()
+        for part in names:
+            for error in validators[part].iter_errors(parts[part]):
+                where = "/".join(str(step) for step in error.absolute_path)
+                found.append(f"{part}: {where}: {error.message}")
+        if "details" in names:
+            for where, entry in _status_entries(parts["details"]):
+                found.extend(f"details: {where}: {error.message}"
+                             for error in validators["status"].iter_errors(entry))  # fmt: skip
+        return found
+
+    def _validators(self) -> dict[str, Any]:
+        """A validator per part, and "status" for the details' status entries (a component)."""
+        from jsonschema import Draft7Validator  # a dev dependency: only `make check` needs it
+
+        loaded = self.schemas()
+        details = loaded["details"]
+        component = {**details["$defs"]["component"], "$defs": details["$defs"],
+                     "$widgets": details["$widgets"]}  # fmt: skip
+        return {**{part: Draft7Validator(schema) for part, schema in loaded.items()},
+                "status": Draft7Validator(component)}  # fmt: skip
 
 
 def _as_busola_reads(schema: dict[str, Any]) -> dict[str, Any]:
@@ -81,15 +119,6 @@ def _as_busola_reads(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def supported_versions(tarball: Path) -> list[str]:
-    """The extension versions Busola reads (its migration.js)."""
-    source = busola_file(tarball, "src/components/Extensibility/migration.js")
-    found = _VERSIONS.search(source)
-    if found is None:
-        raise ValueError("Busola's migration.js no longer says SUPPORTED_VERSIONS")
-    return re.findall(r"['\"]([^'\"]+)['\"]", found.group(1))
-
-
 def _status_entries(details: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
     status = details.get("status") or {}
     for section in ("header", "body"):
@@ -98,35 +127,6 @@ def _status_entries(details: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
                 yield f"status.{section}[{index}]", entry
 
 
-def problems(
-    parts: Mapping[str, Any], tarball: Path, version: str, names: Iterable[str] = SCHEMA_PARTS
-) -> list[str]:
-    """What Busola's schemas and its supported versions say against the parts (those of
-    ``names``); [] when nothing."""
-    found: list[str] = []
-    if version not in supported_versions(tarball):
-        found.append(f"extension version {version} is not one Busola reads "
-                     f"({', '.join(supported_versions(tarball))})")  # fmt: skip
-    validators = _validators(tarball.resolve(), tarball.stat().st_mtime_ns)
-    for part in names:
-        for error in validators[part].iter_errors(parts[part]):
-            where = "/".join(str(step) for step in error.absolute_path)
-            found.append(f"{part}: {where}: {error.message}")
-    if "details" in names:
-        for where, entry in _status_entries(parts["details"]):
-            found.extend(f"details: {where}: {error.message}"
-                         for error in validators["status"].iter_errors(entry))  # fmt: skip
-    return found
-
-
-@cache
-def _validators(tarball: Path, mtime: int) -> dict[str, Any]:
-    """A validator per part, and "status" for the details' status entries (a component)."""
-    from jsonschema import Draft7Validator  # a dev dependency: only `make check` needs it
-
-    loaded = schemas(tarball)
-    details = loaded["details"]
-    component = {**details["$defs"]["component"], "$defs": details["$defs"],
-                 "$widgets": details["$widgets"]}  # fmt: skip
-    return {**{part: Draft7Validator(schema) for part, schema in loaded.items()},
-            "status": Draft7Validator(component)}  # fmt: skip
+def problems(parts: Mapping[str, Any], tarball: Path, version: str) -> list[str]:
+    """Busola.read(tarball).problems(parts, version): the CLI's one call."""
+    return Busola.read(tarball).problems(parts, version)

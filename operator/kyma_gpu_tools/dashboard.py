@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -100,17 +101,22 @@ def gpu_fields() -> Fields:
     return Fields(crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
 
 
-STATE_HIGHLIGHTS = {
-    "positive": [GpuState.READY.value],
-    "informative": [GpuState.PROCESSING.value, GpuState.DELETING.value],
-    "warning": [GpuState.WARNING.value],
-    "critical": [GpuState.ERROR.value],
-}
-HEALTH_HIGHLIGHTS = {
-    "positive": [HEALTHY],
-    "informative": [UNKNOWN_HEALTH],
-    "critical": [reason.value for reason in NODE_FINDINGS],
-}
+STATE_HIGHLIGHTS: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    "positive": (GpuState.READY.value,),
+    "informative": (GpuState.PROCESSING.value, GpuState.DELETING.value),
+    "warning": (GpuState.WARNING.value,),
+    "critical": (GpuState.ERROR.value,),
+})  # fmt: skip
+HEALTH_HIGHLIGHTS: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    "positive": (HEALTHY,),
+    "informative": (UNKNOWN_HEALTH,),
+    "critical": tuple(reason.value for reason in NODE_FINDINGS),
+})  # fmt: skip
+
+
+def _highlights(table: Mapping[str, tuple[str, ...]]) -> dict[str, list[str]]:
+    """A highlight table as the ConfigMap's YAML holds it."""
+    return {key: list(values) for key, values in table.items()}
 
 
 def _flux_highlights(f: Fields, type_: ConditionType) -> dict[str, str]:
@@ -139,12 +145,22 @@ def general() -> Part:
     }
 
 
+def _state_badge(f: Fields) -> Part:
+    """The state as a badge, its message on it."""
+    return {
+        "name": "state",
+        "source": f.path("status.state"),
+        "widget": "Badge",
+        "highlights": _highlights(STATE_HIGHLIGHTS),
+        "description": f.path("status.message"),
+    }
+
+
 def list_columns(f: Fields) -> Part:
     """The list: state, GPU nodes ready, healthy GPUs, driver mode and version, chart (Busola
     adds the name and the age)."""
     return [
-        {"name": "state", "source": f.path("status.state"), "widget": "Badge",
-         "highlights": STATE_HIGHLIGHTS, "description": f.path("status.message")},
+        _state_badge(f),
         {"name": "ready-nodes", "source": f.path("status.readyNodes")},
         {"name": "gpus", "source": f.path("status.gpus")},
         {"name": "driver-mode", "source": f.path("status.driverMode")},
@@ -200,7 +216,7 @@ def _nodes_table(f: Fields) -> Part:
             {"name": "os", "source": f"{f.item(nodes, 'os')} & ' ' & {f.item(nodes, 'osVersion')}"},
             {"name": "node-driver-mode", "source": f.item(nodes, "driverMode")},
             {"name": "health", "source": _health(f), "widget": "Badge",
-             "highlights": HEALTH_HIGHLIGHTS,
+             "highlights": _highlights(HEALTH_HIGHLIGHTS),
              "description": f"{_finding(f)}.{f.key('status.unhealthyNodes', 'message')}"},
         ],
     }  # fmt: skip
@@ -216,7 +232,7 @@ def _unhealthy_table(f: Fields) -> Part:
             {"name": "node", "source": f.item(nodes, "name")},
             {"name": "pool", "source": f.item(nodes, "pool")},
             {"name": "finding", "source": f.item(nodes, "reason"), "widget": "Badge",
-             "highlights": HEALTH_HIGHLIGHTS},
+             "highlights": _highlights(HEALTH_HIGHLIGHTS)},
             {"name": "seen", "source": f.item(nodes, "message")},
             {"name": "marked", "source": f.item(nodes, "marked")},
         ],
@@ -298,8 +314,7 @@ def details(f: Fields) -> Part:
         ],
         "status": {
             "header": [
-                {"name": "state", "source": f.path("status.state"), "widget": "Badge",
-                 "highlights": STATE_HIGHLIGHTS, "description": f.path("status.message")},
+                _state_badge(f),
             ],
             "body": _status_body(f),
         },
@@ -374,7 +389,7 @@ def presets() -> Part:
              "value": {"metadata": {"name": SINGLETON_NAME}, "spec": {}}}]  # fmt: skip
 
 
-TRANSLATIONS = {
+TRANSLATIONS: Mapping[str, str] = MappingProxyType({
     "name": "GPU",
     "description": (
         "The GPU module: detects the GPU nodes, picks their driver, and has Flux install the "
@@ -425,13 +440,13 @@ TRANSLATIONS = {
     "workloads-message": "GPU workloads message",
     "uninstall": "Uninstall",
     "uninstall-message": "Uninstall message",
-}
+})  # fmt: skip
 """The English names of the views' fields (the form's fields keep Busola's names from their
 paths, and their descriptions are the CRD's)."""
 
 
 def translations() -> Part:
-    return {"en": TRANSLATIONS}
+    return {"en": dict(TRANSLATIONS)}
 
 
 def parts(f: Fields | None = None) -> dict[str, Part]:

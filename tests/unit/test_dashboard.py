@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kyma_gpu_tools.busola import problems, supported_versions
+from kyma_gpu_tools.busola import Busola
 from kyma_gpu_tools.crd import crd
 from kyma_gpu_tools.dashboard import (
     CONFIG_MAP,
@@ -31,9 +31,14 @@ from kyma_gpu_tools.dashboard import (
 
 REPO = Path(__file__).resolve().parents[2]
 EXTENSION = REPO / "config" / "ui-extension"
-BUSOLA = REPO.parent / "shared" / "vendor" / "busola" / "busola-src.tar.gz"
+BUSOLA_SOURCES = REPO.parent / "shared" / "vendor" / "busola" / "busola-src.tar.gz"
 FIELD = re.compile(r"(?:\$root\.)?((?:status|spec|metadata)(?:\.[A-Za-z][\w-]*|\[[^\]]*\])+)")
 ITEM = re.compile(r"\$item\.([A-Za-z]\w*)")
+
+
+@pytest.fixture(scope="module")
+def busola() -> Busola:
+    return Busola.read(BUSOLA_SOURCES)
 
 
 def committed() -> dict[str, Any]:
@@ -51,8 +56,8 @@ def test_the_committed_parts_are_what_the_crd_makes() -> None:
 def test_the_config_map_is_the_one_busola_reads() -> None:
     kustomization = yaml.safe_load((EXTENSION / "kustomization.yaml").read_text())
     labels = kustomization["generatorOptions"]["labels"]
-    assert labels == {"busola.io/extension": "resource",
-                      "busola.io/extension-version": EXTENSION_VERSION}  # fmt: skip
+    assert labels["busola.io/extension"] == "resource"
+    assert labels["busola.io/extension-version"] == EXTENSION_VERSION
     (generator,) = kustomization["configMapGenerator"]
     assert (generator["name"], generator["namespace"]) == (CONFIG_MAP, NAMESPACE)
     assert sorted(entry.split("=")[0] for entry in generator["files"]) == sorted(PARTS)
@@ -131,9 +136,9 @@ def test_the_form_covers_the_typed_spec() -> None:
         assert wanted in paths, wanted
 
 
-def test_the_parts_pass_busolas_schemas() -> None:
-    assert EXTENSION_VERSION in supported_versions(BUSOLA)
-    assert problems(committed(), BUSOLA, EXTENSION_VERSION) == []
+def test_the_parts_pass_busolas_schemas(busola: Busola) -> None:
+    assert EXTENSION_VERSION in busola.supported_versions()
+    assert busola.problems(committed(), EXTENSION_VERSION) == []
 
 
 @pytest.mark.parametrize(
@@ -146,15 +151,15 @@ def test_the_parts_pass_busolas_schemas() -> None:
         ("details", lambda p: p["status"]["header"][0].update(copyable="yes")),
     ],
 )
-def test_busolas_schemas_catch_a_planted_mistake(part: str, plant: Any) -> None:
+def test_busolas_schemas_catch_a_planted_mistake(busola: Busola, part: str, plant: Any) -> None:
     planted = copy.deepcopy(committed())
     plant(planted[part])
-    found = problems(planted, BUSOLA, EXTENSION_VERSION, names=(part,))
+    found = busola.problems(planted, EXTENSION_VERSION, names=(part,))
     assert found, f"a planted mistake in {part} passed"
 
 
-def test_an_unread_extension_version_is_caught() -> None:
-    assert problems(committed(), BUSOLA, "0.1", names=())
+def test_an_unread_extension_version_is_caught(busola: Busola) -> None:
+    assert busola.problems(committed(), "0.1", names=())
 
 
 @pytest.mark.parametrize("field", ["gpus", "unhealthyNodes", "nodes", "chartVersion"])
