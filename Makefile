@@ -10,6 +10,7 @@ STAMP := $(VENV)/.installed
 CRD := config/crd/bases/gpu.kyma-project.io_gpus.yaml
 KUBECTL ?= tools/bin/kubectl
 CHARTS := ../shared/charts
+BUSOLA := ../shared/vendor/busola/busola-src.tar.gz
 
 .PHONY: help
 help: ## list the targets
@@ -66,13 +67,14 @@ lint: setup ## ruff, ruff format, mypy --strict, import layering
 	$(BIN)/lint-imports
 
 .PHONY: check
-check: lint tools ## lint + docs against the code + locks + generated files up to date + manifests (kubeconform, policy tests) + Dockerfile
+check: lint tools ## lint + docs against the code + locks + generated files up to date + manifests (kubeconform, policy tests) + Dockerfile + the dashboard extension against Busola's schemas
 	$(BIN)/pytest -q -p no:cacheprovider tests/unit/test_docs.py tests/unit/test_docs_facts.py \
 	  tests/unit/test_docs_captured.py
 	bash hack/write-locks.sh --check
 	bash hack/validate-manifests.sh
 	$(BIN)/pytest -q tests/unit/test_manifests.py
 	$(BIN)/kyma-gpu rules-schema --check
+	$(BIN)/kyma-gpu dashboard-extension --check --busola $(BUSOLA)
 	bash hack/flux-crds.sh --check
 	bash hack/flux-bundle.sh --check
 	$(BIN)/python hack/module.py render --check
@@ -88,12 +90,13 @@ release-rbac: setup tools ## regenerate the HelmRelease ServiceAccount's RBAC fr
 	$(BIN)/python hack/release_rbac.py
 
 .PHONY: manifests
-manifests: setup ## regenerate the Gpu CRD, its admission policies and docs/crd-reference.md from the pydantic models
+manifests: setup ## regenerate the Gpu CRD, its admission policies, docs/crd-reference.md and the dashboard extension from the pydantic models
 	$(BIN)/kyma-gpu crd > $(CRD)
 	$(BIN)/kyma-gpu crd --reference > docs/crd-reference.md
 	$(BIN)/kyma-gpu crd --images-policy > config/admission/gpu_images_policy.yaml
 	$(BIN)/kyma-gpu crd --manager-policy > config/admission/manager_policy.yaml
 	$(BIN)/kyma-gpu crd --flux-policy > config/admission/flux_policy.yaml
+	$(BIN)/kyma-gpu dashboard-extension
 
 .PHONY: rules-schema
 rules-schema: setup ## regenerate values-rules/schema/*.json, values-rules/context.md and the YAML files' schema lines
@@ -117,6 +120,19 @@ demo: setup tools-demo ## local cluster + Flux + operator + sample Gpu; Ctrl-C s
 .PHONY: docs-capture
 docs-capture: setup tools-demo ## run the demo, capture what the docs show into docs/captured/ and the docs' marked blocks
 	$(BIN)/python -m tests.harness docs-capture
+
+# The Gpu's views in Kyma dashboard on the demo cluster: `make demo` prints this command with its
+# KUBECONFIG. Builds the dashboard once (tools/dashboard.sh, cached like the tools).
+DASHBOARD_PORT ?= 3001
+.PHONY: dashboard
+dashboard: setup ## Kyma dashboard (Busola) for KUBECONFIG (the demo's) on 127.0.0.1:DASHBOARD_PORT; Ctrl-C stops it
+	@test -n "$${KUBECONFIG:-}" || { echo "dashboard: set KUBECONFIG (make demo prints it)" >&2; exit 2; }
+	bash tools/dashboard.sh
+	$(BIN)/python -m tests.harness dashboard --kubeconfig "$$KUBECONFIG" --port $(DASHBOARD_PORT)
+
+.PHONY: dashboard-screenshots
+dashboard-screenshots: setup host tools ## refresh docs/images/dashboard-*.png: the dashboard's end-to-end test takes them
+	KYMA_GPU_DASHBOARD_SCREENSHOTS=docs/images $(BIN)/pytest -p no:cacheprovider tests/e2e/test_dashboard.py
 
 .PHONY: demo-klm
 demo-klm: setup host tools ## the module as a Kyma admin gets it: released to a local registry, installed by the real KLM

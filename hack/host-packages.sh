@@ -4,14 +4,18 @@
 # and pushes; hack/image.sh), mmdebstrap (a stand-in for the Dockerfile's base image where no
 # registry serves it), uidmap; containerd, runc, the CNI plugins (bridge, host-local,
 # loopback), iptables and util-linux's unshare/nsenter for the real node the manager's pods
-# run on (tests/harness/realnode.py, with the kubelet that `make tools` builds).
+# run on (tests/harness/realnode.py, with the kubelet that `make tools` builds); chromium for the
+# Kyma dashboard's end-to-end test (tests/harness/dashboard.py) and npm, which builds the
+# dashboard (tools/dashboard.sh; node 24 itself comes from the npm registry).
 #
 #   hack/host-packages.sh [image]           install what is missing (apt-get, as root), else
 #                                           say what; `image`: only what the image build needs
 #   hack/host-packages.sh [image] --check   only say what is missing; exit 1 if anything is
 set -euo pipefail
-tools=(buildah podman runc mmdebstrap newuidmap containerd /usr/lib/cni/bridge iptables nsenter)
-packages=(buildah podman runc mmdebstrap uidmap containerd containernetworking-plugins iptables util-linux)
+tools=(buildah podman runc mmdebstrap newuidmap containerd /usr/lib/cni/bridge iptables nsenter
+  /usr/bin/chromium npm)
+packages=(buildah podman runc mmdebstrap uidmap containerd containernetworking-plugins iptables util-linux
+  chromium npm)
 if [[ "${1:-}" == "image" ]]; then
   shift
   tools=("${tools[@]:0:5}") packages=("${packages[@]:0:5}")

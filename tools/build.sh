@@ -16,7 +16,17 @@
 #   tools/build.sh --print    print the cache directory and exit
 #   tools/build.sh --list     print the names it would build (with ONLY: of those)
 #
-# Environment: KYMA_GPU_TOOLS_CACHE overrides the cache root
+# Independent builds run side by side, TOOLS_JOBS at a time (default 3: on two cores one
+# build's compile overlaps another's module downloads and links), the longest first; builds
+# that share a module or a source tree (the Kubernetes binaries, NFD's two, the NVIDIA
+# controllers, Kyma's three tools) run one after another in one job, so the Go build cache
+# serves the second. Each job writes its log to <cache>/.logs/<job>.log; the terminal gets a
+# line when a job starts, what it built when it ends, and a failed job's log tail. Kyma
+# dashboard (tools/dashboard.sh, not a Go binary, not in --list) is one of the jobs; if it
+# fails, the script says so with its log but still succeeds: only the dashboard's end-to-end
+# test needs it, and that test then fails with the build's log (never a skip).
+#
+# Environment: TOOLS_JOBS (above); KYMA_GPU_TOOLS_CACHE overrides the cache root
 # (default ${XDG_CACHE_HOME:-$HOME/.cache}/kyma-gpu/tools). ONLY="name ..." builds only
 # those (the Makefile's tools-demo and tools-klm sets); gpu-operator means every version in
 # GPU_OPERATOR_VERSIONS, gpu-operator-vX.Y.Z one of them.
@@ -80,7 +90,11 @@ need_go() {
   go_checked=1
 }
 
-built=0 reused=0
+# What the jobs built and reused, one line each (a job runs in a subshell of its own).
+state=$(mktemp -d)
+trap 'rm -rf "$state"' EXIT
+tally() { echo x >>"$state/$1"; }
+tallied() { [[ -f "$state/$1" ]] && wc -l <"$state/$1" || echo 0; }
 # build NAME MODULE_DIR VERSION PACKAGE [LDFLAGS]
 build() {
   local name=$1 dir=$2 version=$3 pkg=$4 ldflags=${5:--s -w}
@@ -89,7 +103,7 @@ build() {
   key=$(cat "$here/$dir/go.mod" "$here/$dir/go.sum" | sha256sum | cut -c1-12)
   dest="$cache_root/$name-$version-$key"
   if [[ -x "$dest/$name" ]]; then
-    reused=$((reused + 1))
+    tally reused
   else
     local start=$SECONDS
     need_go
@@ -102,39 +116,13 @@ build() {
     fi
     rm -rf "$dest" && mv "$dest.tmp" "$dest"
     echo "tools: built $name in $((SECONDS - start))s" >&2
-    built=$((built + 1))
+    tally built
   fi
   ln -sfn "$dest/$name" "$bin_dir/$name"
 }
 
 only=${ONLY:-}
 want() { [[ -z "$only" || " $only " == *" $1 "* ]]; }
-
-want etcd && build etcd etcd "$ETCD_VERSION" go.etcd.io/etcd/server/v3
-want kwok && build kwok kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
-# kwokctl (same kwok module and version) only on request, ONLY=kwokctl: it was
-# evaluated as a replacement for the harness's cluster (docs/performance.md), not adopted.
-[[ " $only " == *" kwokctl "* ]] && build kwokctl kwokctl "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwokctl
-# The kubelet runs the harness's real node (tests/harness/realnode.py) on containerd.
-for b in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do
-  want "$b" && build "$b" kubernetes "$KUBERNETES_VERSION" "k8s.io/kubernetes/cmd/$b" "$k8s_ldflags"
-done
-want source-controller && build source-controller source-controller "$SOURCE_CONTROLLER_VERSION" github.com/fluxcd/source-controller
-want helm-controller && build helm-controller helm-controller "$HELM_CONTROLLER_VERSION" github.com/fluxcd/helm-controller
-# node-feature-discovery, the version the NVIDIA chart deploys (tools/nfd): nfd-master and
-# nfd-worker label the real node as NFD labels a Kyma cluster's nodes.
-for b in nfd-master nfd-worker; do
-  want "$b" && build "$b" nfd "$NFD_VERSION" "sigs.k8s.io/node-feature-discovery/cmd/$b" \
-    "-s -w -X sigs.k8s.io/node-feature-discovery/pkg/version.version=$NFD_VERSION"
-done
-# The sandbox ("pause") image's process for the real node's containerd (tools/pause, our own
-# twenty lines): no image can be pulled here. Its key is PAUSE_VERSION plus go.mod.
-want pause && build pause pause "$PAUSE_VERSION" . "-s -w"
-want helm && build helm helm "$HELM_VERSION" helm.sh/helm/v4/cmd/helm
-# kubeconform validates the rendered manifests in make check, against JSON schemas
-# that hack/kubeconform-schemas.py generates offline (its default source is GitHub).
-want kubeconform && build kubeconform kubeconform "$KUBECONFORM_VERSION" github.com/yannh/kubeconform/cmd/kubeconform \
-  "-s -w -X main.version=$KUBECONFORM_VERSION"
 
 # The flux CLI does not build from its module as published: cmd/flux embeds
 # manifests/*.yaml, which upstream generates at release time and which is not in
@@ -151,7 +139,7 @@ build_flux() {
   key=$(cat "$here/flux/go.mod" "$here/flux/go.sum" | sha256sum | cut -c1-12)
   dest="$cache_root/flux-$version-$key"
   if [[ -x "$dest/flux" ]]; then
-    reused=$((reused + 1))
+    tally reused
   else
     start=$SECONDS
     need_go
@@ -173,11 +161,10 @@ build_flux() {
     rm -rf "$dest.tmp/src"
     rm -rf "$dest" && mv "$dest.tmp" "$dest"
     echo "tools: built flux in $((SECONDS - start))s" >&2
-    built=$((built + 1))
+    tally built
   fi
   ln -sfn "$dest/flux" "$bin_dir/flux"
 }
-want flux && build_flux
 
 GPU_OPERATOR_SOURCES=${GPU_OPERATOR_SOURCES:-$(cd "$here/../.." && pwd)/shared/vendor/gpu-operator}
 # build_gpu_operator VERSION: cmd/gpu-operator from the vendored source tarball.
@@ -192,7 +179,7 @@ build_gpu_operator() {
   key=$(sha256sum "$tarball" | cut -c1-12)
   dest="$cache_root/gpu-operator-$version-$key"
   if [[ -x "$dest/gpu-operator" && -d "$dest/opt/manifests" ]]; then
-    reused=$((reused + 1))
+    tally reused
   else
     start=$SECONDS
     need_go
@@ -213,13 +200,10 @@ build_gpu_operator() {
     rm -rf "$dest.tmp/src"
     rm -rf "$dest" && mv "$dest.tmp" "$dest"
     echo "tools: built gpu-operator $version in $((SECONDS - start))s" >&2
-    built=$((built + 1))
+    tally built
   fi
   ln -sfn "$dest" "$bin_dir/gpu-operator-$version"
 }
-for v in $GPU_OPERATOR_VERSIONS; do
-  { want gpu-operator || want "gpu-operator-$v"; } && build_gpu_operator "$v"
-done
 # Kyma's delivery tools, from the source tarballs (with vendor/) in ../shared/vendor/klm
 # (the Go proxy serves none of them): Lifecycle Manager, modulectl and the OCM CLI. The
 # three unpack side by side because KLM's go.mod replaces ocm.software/ocm with ../ocm;
@@ -228,7 +212,7 @@ done
 # harness installs for it (its own, and the Istio and cert-manager CRDs it expects).
 KLM_SOURCES=${KLM_SOURCES:-$(cd "$here/../.." && pwd)/shared/vendor/klm}
 klm_src=""
-# unpack_klm: the three trees, once per run, in a temporary directory of the cache.
+# unpack_klm: the three trees, once per job, in a temporary directory of the cache.
 unpack_klm() {
   [[ -n "$klm_src" ]] && return
   klm_src=$(mktemp -d "$cache_root/klm-src.XXXXXX")
@@ -248,7 +232,7 @@ build_vendored() {
   key=$(for t in $tarballs; do sha256sum <"$KLM_SOURCES/$t.tar.xz"; done | sha256sum | cut -c1-12)
   dest="$cache_root/$name-$version-$key"
   if [[ -x "$dest/bin/$name" ]]; then
-    reused=$((reused + 1))
+    tally reused
   else
     start=$SECONDS
     need_go
@@ -270,23 +254,155 @@ build_vendored() {
     cp "$klm_src/$dir/LICENSE" "$dest.tmp/LICENSE"
     rm -rf "$dest" && mv "$dest.tmp" "$dest"
     echo "tools: built $name in $((SECONDS - start))s" >&2
-    built=$((built + 1))
+    tally built
   fi
   ln -sfn "$dest/bin/$name" "$bin_dir/$name"
   [[ $name == lifecycle-manager ]] && ln -sfn "$dest" "$bin_dir/lifecycle-manager.d"
   return 0
 }
-want modulectl && build_vendored modulectl "$MODULECTL_VERSION" modulectl-src-vendor modulectl ./cmd \
-  "-X github.com/kyma-project/modulectl/cmd/modulectl/version.Version=$MODULECTL_VERSION"
-want ocm && build_vendored ocm "$OCM_CLI_VERSION" ocm-src-vendor ocm ./cmds/ocm \
-  "-X ocm.software/ocm/api/version.gitVersion=$OCM_CLI_VERSION"
-want lifecycle-manager && build_vendored lifecycle-manager "$KLM_VERSION" \
-  "lifecycle-manager-src-vendor ocm-src-vendor" lifecycle-manager ./cmd ""
-[[ -n "$klm_src" ]] && rm -rf "$klm_src"
 # distribution's registry v3, from the Go module proxy (tools/registry): the OCI registry
 # the module's image and OCM component are pushed to in tests, and KLM reads from.
-want registry && build registry registry "$REGISTRY_VERSION" github.com/distribution/distribution/v3/cmd/registry \
-  "-s -w -X github.com/distribution/distribution/v3/version.version=$REGISTRY_VERSION"
+# -- the jobs: what builds one after another, and what side by side ---------------------------
 
+job_etcd() { if want etcd; then build etcd etcd "$ETCD_VERSION" go.etcd.io/etcd/server/v3; fi; }
+job_kwok() {
+  if want kwok; then build kwok kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok; fi
+  # kwokctl (same kwok module and version) only on request, ONLY=kwokctl: it was
+  # evaluated as a replacement for the harness's cluster (docs/performance.md), not adopted.
+  if [[ " $only " == *" kwokctl "* ]]; then
+    build kwokctl kwokctl "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwokctl
+  fi
+}
+# The kubelet runs the harness's real node (tests/harness/realnode.py) on containerd.
+job_kubernetes() {
+  local b
+  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do
+    if want "$b"; then
+      build "$b" kubernetes "$KUBERNETES_VERSION" "k8s.io/kubernetes/cmd/$b" "$k8s_ldflags"
+    fi
+  done
+}
+job_source_controller() {
+  if want source-controller; then
+    build source-controller source-controller "$SOURCE_CONTROLLER_VERSION" github.com/fluxcd/source-controller
+  fi
+}
+job_helm_controller() {
+  if want helm-controller; then
+    build helm-controller helm-controller "$HELM_CONTROLLER_VERSION" github.com/fluxcd/helm-controller
+  fi
+}
+# node-feature-discovery, the version the NVIDIA chart deploys (tools/nfd): nfd-master and
+# nfd-worker label the real node as NFD labels a Kyma cluster's nodes.
+job_nfd() {
+  local b
+  for b in nfd-master nfd-worker; do
+    if want "$b"; then
+      build "$b" nfd "$NFD_VERSION" "sigs.k8s.io/node-feature-discovery/cmd/$b" \
+        "-s -w -X sigs.k8s.io/node-feature-discovery/pkg/version.version=$NFD_VERSION"
+    fi
+  done
+}
+# The sandbox ("pause") image's process for the real node's containerd (tools/pause, our own
+# twenty lines): no image can be pulled here. Its key is PAUSE_VERSION plus go.mod.
+job_pause() { if want pause; then build pause pause "$PAUSE_VERSION" . "-s -w"; fi; }
+job_helm() { if want helm; then build helm helm "$HELM_VERSION" helm.sh/helm/v4/cmd/helm; fi; }
+# kubeconform validates the rendered manifests in make check, against JSON schemas
+# that hack/kubeconform-schemas.py generates offline (its default source is GitHub).
+job_kubeconform() {
+  if want kubeconform; then
+    build kubeconform kubeconform "$KUBECONFORM_VERSION" github.com/yannh/kubeconform/cmd/kubeconform \
+      "-s -w -X main.version=$KUBECONFORM_VERSION"
+  fi
+}
+job_flux() { if want flux; then build_flux; fi; }
+job_gpu_operator() {
+  local v
+  for v in $GPU_OPERATOR_VERSIONS; do
+    if want gpu-operator || want "gpu-operator-$v"; then build_gpu_operator "$v"; fi
+  done
+}
+job_klm() {
+  if want modulectl; then
+    build_vendored modulectl "$MODULECTL_VERSION" modulectl-src-vendor modulectl ./cmd \
+      "-X github.com/kyma-project/modulectl/cmd/modulectl/version.Version=$MODULECTL_VERSION"
+  fi
+  if want ocm; then
+    build_vendored ocm "$OCM_CLI_VERSION" ocm-src-vendor ocm ./cmds/ocm \
+      "-X ocm.software/ocm/api/version.gitVersion=$OCM_CLI_VERSION"
+  fi
+  if want lifecycle-manager; then
+    build_vendored lifecycle-manager "$KLM_VERSION" \
+      "lifecycle-manager-src-vendor ocm-src-vendor" lifecycle-manager ./cmd ""
+  fi
+  if [[ -n "$klm_src" ]]; then rm -rf "$klm_src"; fi
+}
+# distribution's registry v3, from the Go module proxy (tools/registry): the OCI registry
+# the module's image and OCM component are pushed to in tests, and KLM reads from.
+job_registry() {
+  if want registry; then
+    build registry registry "$REGISTRY_VERSION" github.com/distribution/distribution/v3/cmd/registry \
+      "-s -w -X github.com/distribution/distribution/v3/version.version=$REGISTRY_VERSION"
+  fi
+}
+# Kyma dashboard for its end-to-end test and `make dashboard` (tools/dashboard.sh); this script
+# holds the cache's lock for it.
+job_dashboard() {
+  if [[ $listing == 0 ]] && want dashboard; then
+    KYMA_GPU_TOOLS_LOCK_HELD=1 bash "$here/dashboard.sh"
+  fi
+}
+
+# Longest first (cold, docs/performance.md#set-up-cold-and-warm), so that the short ones fill
+# the gaps at the end.
+JOBS_IN_ORDER="kubernetes klm dashboard source_controller gpu_operator kwok etcd nfd
+  helm_controller registry flux helm kubeconform pause"
+jobs_max=${TOOLS_JOBS:-3}
+logs="$cache_root/.logs"
+[[ $listing == 1 ]] || mkdir -p "$logs"
+declare -A running=()
+failed=()
+
+# finish PID STATUS: say what a finished job did; on failure, its log's tail.
+finish() {
+  local job=${running[$1]} status=$2
+  unset "running[$1]"
+  grep -E '^(tools|dashboard): (built|reused|building)' "$logs/$job.log" | grep -v building >&2 || true
+  if [[ $status != 0 ]]; then
+    echo "tools: job $job failed ($status); the last lines of $logs/$job.log:" >&2
+    tail -n 60 "$logs/$job.log" | sed "s/^/  $job| /" >&2
+    if [[ $job == dashboard ]]; then
+      # Only the dashboard's e2e test needs it: that test fails with this log, the rest runs.
+      echo "tools: Kyma dashboard is not built; tests/e2e/test_dashboard.py will fail with" \
+        "its build log" >&2
+    else
+      failed+=("$job")
+    fi
+  fi
+}
+
+reap_one() {
+  local pid status=0
+  wait -n -p pid || status=$?
+  finish "$pid" "$status"
+}
+
+run_job() {
+  local job=$1
+  if [[ $listing == 1 ]]; then "job_$job"; return; fi
+  while (( ${#running[@]} >= jobs_max )); do reap_one; done
+  ( "job_$job" ) >"$logs/$job.log" 2>&1 &
+  running[$!]=$job
+  echo "tools: job $job started (log: $logs/$job.log)" >&2
+}
+
+began=$SECONDS
+for job in $JOBS_IN_ORDER; do run_job "$job"; done
 [[ $listing == 1 ]] && exit 0
-echo "tools: $built built, $reused reused from $cache_root" >&2
+while (( ${#running[@]} > 0 )); do reap_one; done
+echo "tools: $(tallied built) built, $(tallied reused) reused from $cache_root" \
+  "in $((SECONDS - began))s, $jobs_max jobs at a time" >&2
+if (( ${#failed[@]} > 0 )); then
+  echo "tools: failed: ${failed[*]} (logs in $logs)" >&2
+  exit 1
+fi

@@ -9,6 +9,8 @@ kyma-gpu chart-facts CHART.tgz                 print the facts values-rules/char
 kyma-gpu images [--chart-version V] [--installer-release T]   images to mirror
          [-f gpu.yaml --nodes nodes.yaml] [--mirror M] [--check]  (a plan's; check a registry)
 kyma-gpu rules-schema [--check]                write values-rules/schema/ and context.md
+kyma-gpu dashboard-extension [--check [--busola T]] [--dir D]   write the Gpu's Kyma dashboard
+                                              extension (check it, against Busola's schemas)
 kyma-gpu run                                   run the manager (kopf), as kyma-gpu-manager does
 """
 
@@ -36,8 +38,10 @@ from kyma_gpu.plan.mirror import replace_registry
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.rules.engine import RuleError
 from kyma_gpu.yamlio import dump
+from kyma_gpu_tools.busola import problems as busola_problems
 from kyma_gpu_tools.chart_facts import chart_facts
 from kyma_gpu_tools.crd import crd_yaml
+from kyma_gpu_tools.dashboard import EXTENSION_VERSION, part_files, parts
 from kyma_gpu_tools.flux_policy import flux_policy_yaml
 from kyma_gpu_tools.image_policy import images_policy_yaml
 from kyma_gpu_tools.inputs import (
@@ -296,6 +300,31 @@ def cmd_rules_schema(
     return 0
 
 
+def cmd_dashboard_extension(
+    args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO
+) -> int:
+    """The parts of the Gpu's Kyma dashboard extension (kyma_gpu_tools/dashboard.py)."""
+    directory = Path(args.dir)
+    stale = [name for name, text in part_files().items()
+             if not (directory / name).is_file()
+             or (directory / name).read_text(encoding="utf-8") != text]  # fmt: skip
+    if args.check:
+        for name in stale:
+            stdout.write(f"{directory / name} is stale\n")
+        if stale:
+            stdout.write("regenerate with `make manifests`\n")
+        found = (
+            busola_problems(parts(), Path(args.busola), EXTENSION_VERSION) if args.busola else []
+        )
+        for problem in found:
+            stdout.write(f"Busola's schema ({args.busola}): {problem}\n")
+        return 1 if stale or found else 0
+    for name, text in part_files().items():
+        (directory / name).write_text(text, encoding="utf-8")
+        stdout.write(f"wrote {directory / name}\n")
+    return 0
+
+
 def cmd_run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
     """The manager, as kyma-gpu-manager runs it (kyma_gpu/main.py): a developer's alias."""
     problem = manager.flag_error(args)
@@ -412,6 +441,18 @@ def _other_parsers(sub: Sub) -> None:
     rs.add_argument("--check", action="store_true", help="only say what is stale (exit code 1)")
     rs.add_argument("--rules", help="values-rules directory (default: the module's)")
     rs.set_defaults(func=cmd_rules_schema)
+    de = sub.add_parser(
+        "dashboard-extension",
+        help="write the Gpu's Kyma dashboard extension (its ConfigMap's parts) from the CRD",
+        description="Write the parts of the Gpu's resource extension for Kyma dashboard "
+        f"(Busola) from the CRD. Exit code 0; 1: with --check, a part is stale; {BAD_INPUT}.",
+    )
+    de.add_argument("--check", action="store_true", help="only say what is stale (exit code 1)")
+    de.add_argument("--dir", default="config/ui-extension", help="where the parts go")
+    de.add_argument("--busola", metavar="TARBALL",
+                    help="with --check: also validate the parts against the schemas in Busola's "
+                    "source tarball (../shared/vendor/busola/busola-src.tar.gz)")  # fmt: skip
+    de.set_defaults(func=cmd_dashboard_extension)
     r = sub.add_parser("run", help="run the manager (what kyma-gpu-manager runs)",
                        description="Run the manager (kopf) until stopped, as the image's "
                        f"kyma-gpu-manager does. {_exits('run')}")  # fmt: skip

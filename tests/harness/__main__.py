@@ -4,6 +4,7 @@
     python -m tests.harness demo [--exit-when-ready] [--klm]  (`make demo`, `make demo-klm`)
     python -m tests.harness docs-capture                      (`make docs-capture`)
     python -m tests.harness clean-host                        (undo what dead real nodes left)
+    python -m tests.harness dashboard --kubeconfig FILE [--port N]    (make dashboard)
 
 Run from the repository root. Without --nodes the demo fleet
 (tests/harness/fleets/demo.yaml) is created; ``--nodes`` with no file starts
@@ -13,12 +14,16 @@ a cluster without nodes.
 from __future__ import annotations
 
 import argparse
+import shutil
+import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import cli
+from .binaries import binary
 from .cluster import LocalCluster
 from .flux import FluxStack
 from .nodes import DEMO_FLEET
@@ -61,6 +66,11 @@ def _parser() -> argparse.ArgumentParser:
         "--klm", action="store_true",
         help="deliver the module as Kyma does: a release in a local registry, installed by KLM",
     )  # fmt: skip
+    board = commands.add_parser(
+        "dashboard", help="Kyma dashboard (Busola) for a cluster's kubeconfig (make dashboard)"
+    )
+    board.add_argument("--kubeconfig", type=Path, required=True, help="the cluster to show")
+    board.add_argument("--port", type=int, default=3001, help="where it listens (127.0.0.1)")
     commands.add_parser(
         "docs-capture",
         help="run the demo, capture what the docs show into docs/captured/ and the docs",
@@ -134,29 +144,69 @@ def up(
     return cli.run(start, started.stop, watch=started.check_alive)
 
 
+def dashboard(kubeconfig: Path, port: int) -> int:
+    """Kyma dashboard for ``kubeconfig`` on 127.0.0.1:``port`` until Ctrl-C (a temp folder),
+    with the Gpu's extension applied as the module ships it (the demo installs only the CRD)."""
+    from .dashboard import EXTENSION, Dashboard
+
+    folder = Path(tempfile.mkdtemp(prefix="kyma-gpu-dashboard-"))
+    board = Dashboard(kubeconfig.resolve(), folder / "run", folder / "dashboard.log", port=port)
+
+    def start() -> None:
+        subprocess.run([str(binary("kubectl")), f"--kubeconfig={kubeconfig}", "apply",
+                        "--server-side", "--field-manager=kyma-gpu-dashboard", "-k",
+                        str(EXTENSION)], check=True)  # fmt: skip
+        board.start()
+        print(f"Kyma dashboard: open {board.login_url}")
+        print(f"  the Gpu: {board.cluster_url('gpus/gpu')} (in the navigation: Kyma > GPU)")
+        print(f"  log: {board.log_path}")
+
+    def watch() -> None:
+        if board.process is not None:
+            board.process.check_alive()
+
+    def stop() -> None:
+        board.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+    return cli.run(start, stop, watch=watch)
+
+
+def _clean_host() -> int:
+    from .host import sweep_all
+
+    swept = sweep_all()
+    print(f"swept {len(swept)} free real-node slot(s); host state restored unless one is held")
+    return 0
+
+
+def _demo(klm: bool, exit_when_ready: bool) -> int:
+    if klm:
+        from .demo_klm import run_klm_demo
+
+        return run_klm_demo(exit_when_ready=exit_when_ready)
+    from .demo import run_demo
+
+    return run_demo(exit_when_ready=exit_when_ready)
+
+
+def _docs_capture() -> int:
+    from .docs_capture import capture
+
+    return capture()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "up":
         return up(args.flux, args.nodes, args.workdir, args.charts, args.real_node)
-    if args.command == "clean-host":
-        from .host import sweep_all
-
-        swept = sweep_all()
-        print(f"swept {len(swept)} free real-node slot(s); host state restored unless one is held")
-        return 0
-    if args.command == "demo" and args.klm:
-        from .demo_klm import run_klm_demo
-
-        return run_klm_demo(exit_when_ready=args.exit_when_ready)
+    if args.command == "dashboard":
+        return dashboard(args.kubeconfig, args.port)
     if args.command == "demo":
-        from .demo import run_demo
-
-        return run_demo(exit_when_ready=args.exit_when_ready)
-    if args.command == "docs-capture":
-        from .docs_capture import capture
-
-        return capture()
-    return 2
+        return _demo(args.klm, args.exit_when_ready)
+    commands = {"clean-host": _clean_host, "docs-capture": _docs_capture}
+    run = commands.get(args.command)
+    return run() if run is not None else 2
 
 
 if __name__ == "__main__":

@@ -209,8 +209,8 @@ def gpu_metrics(url: str) -> str:
 
 def dashboard_lines(stack: DemoStack) -> list[str]:
     """How to open the Kyma dashboard on the demo cluster: the one place the demo's printout
-    says it (nothing while the demo runs no dashboard)."""
-    return []
+    says it."""
+    return [f"The Gpu in Kyma dashboard: make dashboard KUBECONFIG={stack.cluster.kubeconfig}"]
 
 
 def _print_guide(stack: DemoStack) -> None:

@@ -689,3 +689,26 @@ def test_rbac_no_token_requests(role: Obj, rule: Obj) -> None:
     in kyma-system reaches every account there (the manager's, the release's), and none of
     the module's Flux sources names an account to get a token for."""
     assert "serviceaccounts/token" not in (rule.get("resources") or []), "token requests granted"
+
+
+# --- the Gpu's Kyma dashboard extension (config/ui-extension) ---------------------------
+
+
+@pytest.mark.parametrize("base", CONFIG_BASES)
+def test_the_dashboard_extension_ships_with_the_module(base: str) -> None:
+    """The plain install and the KLM manifest carry the one ConfigMap Busola reads."""
+    extensions = [o for o in render(base) if o["kind"] == "ConfigMap"
+                  and (o["metadata"].get("labels") or {}).get("busola.io/extension")]  # fmt: skip
+    assert [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in extensions] == [
+        ("kube-public", "gpus.gpu.kyma-project.io")
+    ]
+    assert set(extensions[0]["data"]) == {"general", "list", "details", "form", "translations",
+                                          "presets"}  # fmt: skip
+
+
+@pytest.mark.parametrize(("role", "rule"), rbac_rules())
+def test_the_dashboard_extension_needs_no_rights_of_its_own(role: Obj, rule: Obj) -> None:
+    """Kyma dashboard reads the extension and the Gpu with its user's rights: no identity of
+    the module is granted anything in kube-public or on the extension's ConfigMap."""
+    assert role["metadata"].get("namespace") != "kube-public", "a Role in kube-public"
+    assert "gpus.gpu.kyma-project.io" not in (rule.get("resourceNames") or []), "rights on it"
