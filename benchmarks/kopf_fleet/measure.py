@@ -1,10 +1,11 @@
 """One observer process against a cluster that holds the fleet, measured from outside.
 
 Per observer: start to ``ready`` (every Node indexed), CPU until then, peak and settled RSS,
-CPU without heartbeats and at a heartbeat rate, bytes per Node added while it runs, and its
-API writes over its whole life (audit log). CPU is utime + stime from /proc (the process's own
-seconds, whatever else the machine runs); the machine's load average and how busy its cores
-were stand next to the numbers that depend on it (wall times, the heartbeat rate reached).
+CPU without heartbeats and at a heartbeat rate, optionally the RSS growth per Node added while
+it runs, and its API writes over its whole life (audit log). CPU is utime + stime from /proc
+(the process's own seconds, whatever else the machine runs); the machine's load average and
+how busy its cores were stand next to the numbers that depend on it (wall times, the
+heartbeat rate reached).
 """
 
 from __future__ import annotations
@@ -59,12 +60,11 @@ class FleetRun:
     heartbeat_rate: float = 70.0
     heartbeat_seconds: float = 60.0
     add_nodes: int = 0
-    """Nodes added while the observer runs (0: a tenth of the fleet, at least 1,000)."""
+    """Nodes added while the observer runs, its RSS growth per Node measured (0: not done).
+    Off by default: 1,000 Nodes added to 1,000 or 5,000 grew no observer's RSS at all (what
+    the start's peak freed in pymalloc's arenas took them); the settled RSS between sizes is
+    the measure (bench_kopf_fleet.py ``slopes``)."""
     added_octet: int = 181
-
-    @property
-    def added(self) -> int:
-        return self.add_nodes or max(1000, self.nodes // 10)
 
 
 class Machine:
@@ -237,11 +237,11 @@ def added_node(body: Obj) -> Obj:
 
 def add_nodes(child: Child, rest: Rest, run: FleetRun, out: dict[str, Metric],
               progress: Progress) -> None:  # fmt: skip
-    """Add run.added Nodes of the same shape while the observer runs; once it holds them and
+    """Add run.add_nodes Nodes of the same shape while the observer runs; once it holds them and
     is idle again, its RSS growth per added Node."""
     rss0, _, _ = settle(child, run)
     child.poll()
-    held, count = child.nodes, run.added
+    held, count = child.nodes, run.add_nodes
     shape = ScaleConfig(nodes=count, octet=run.added_octet)
     create_nodes(rest, lambda i: added_node(shape.node(i)), count, workers=8, progress=progress)
     if not child.wait_nodes(held + count, run.step_timeout):
@@ -285,7 +285,8 @@ def measure_observer(
             out["start_settle_s"] = took
             progress(f"settled after {took}s: RSS {rss} MiB, peak {hwm} MiB")
             heartbeat_windows(child, rest, names, run, out, progress)
-            add_nodes(child, rest, run, out, progress)
+            if run.add_nodes:
+                add_nodes(child, rest, run, out, progress)
     except Exception as error:  # into the table; the next observer still runs
         progress(f"failed: {error!r}")
         out["error"] = repr(error)
@@ -294,5 +295,6 @@ def measure_observer(
         writes = audit.between(began, time.time())
         out["writes"] = len(writes)
         details["writes"] = [write.kind for write in writes[:50]]
-        remove_added(rest, progress)
+        if run.add_nodes:
+            remove_added(rest, progress)
     return out, details
