@@ -103,14 +103,22 @@ class Child:
     def start(self) -> float:
         return self.process.start()
 
-    def poll(self) -> None:
-        self.process.check_alive()
+    def poll(self, check: bool = True) -> None:
+        """Read its new reports; with ``check``, raise if it exited."""
+        if check:
+            self.process.check_alive()
         for line in self.tail.lines():
             report = parse(line)
             if report is None:
                 continue
             self.reports.setdefault(report["event"], report)
             self.nodes = int(report.get("nodes", self.nodes))
+
+    def last_error(self) -> str:
+        """The last line of its log at level ERROR (kopf's format), shortened."""
+        lines = self.process.log_path.read_text(errors="replace").splitlines()
+        errors = [line for line in lines if "[ERROR" in line]
+        return errors[-1][:300] if errors else ""
 
     def wait_nodes(self, wanted: int, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -133,16 +141,19 @@ class Child:
 
 def wait_ready(child: Child, run: FleetRun, began: float, out: dict[str, Metric],
                details: dict[str, Any], progress: Progress) -> bool:  # fmt: skip
-    """Start to the ``ready`` report, at most run.start_timeout; a trace of the start's
-    progress every 30 s (Nodes indexed, CPU, RSS) into the details."""
+    """Start to the ``ready`` report, at most run.start_timeout or until the process exits; a
+    trace of the start's progress every 30 s (Nodes indexed, CPU, RSS) into the details."""
     trace: list[list[float]] = []
     machine, last = Machine(), time.monotonic()
+    seen = (0.0, 0.0, 0.0)  # CPU, RSS, peak RSS: /proc/<pid> is gone once it exited
     while "ready" not in child.reports and time.time() - began < run.start_timeout:
-        child.poll()
+        child.poll(check=False)
+        if not child.process.alive():
+            break
+        seen = (child.cpu(), *child.rss())
         if time.monotonic() - last >= 30:
             last = time.monotonic()
-            rss, _ = child.rss()
-            row = [round(time.time() - began), child.nodes, round(child.cpu(), 1), round(rss)]
+            row = [round(time.time() - began), child.nodes, round(seen[0], 1), round(seen[1])]
             trace.append(row)
             progress(
                 f"starting: {row[0]}s, {row[1]} Nodes indexed, CPU {row[2]}s, RSS {row[3]} MiB"
@@ -154,10 +165,7 @@ def wait_ready(child: Child, run: FleetRun, began: float, out: dict[str, Metric]
     out["imports_s"] = None if started is None else round(started["at"] - began, 2)
     ready = child.reports.get("ready")
     if ready is None:
-        out["start_s"], out["indexed_at_timeout"] = TIMEOUT, child.nodes
-        out["start_cpu_s"] = round(child.cpu(), 1)
-        out["start_peak_rss_mib"] = round(child.rss()[1], 1)
-        progress(f"no ready after {run.start_timeout:.0f}s: {child.nodes} Nodes indexed")
+        not_ready(child, began, seen, out, details, progress)
         return False
     out["start_s"], out["start_cpu_s"] = round(ready["at"] - began, 2), round(ready["cpu"], 2)
     if started is not None:
@@ -165,6 +173,25 @@ def wait_ready(child: Child, run: FleetRun, began: float, out: dict[str, Metric]
     out["ready_nodes"] = int(ready["nodes"])
     progress(f"ready: {out['start_s']}s, CPU {out['start_cpu_s']}s, {ready['nodes']} Nodes")
     return True
+
+
+def not_ready(
+    child: Child,
+    began: float,
+    seen: tuple[float, float, float],
+    out: dict[str, Metric],
+    details: dict[str, Any],
+    progress: Progress,
+) -> None:
+    """A start that timed out, or ended with the process: how far it got, what it cost."""
+    took = round(time.time() - began)
+    exited = child.process.process.poll() if child.process.process is not None else None
+    out["start_s"] = TIMEOUT if exited is None else f"exit {exited} at {took} s"
+    out["indexed_at_timeout"] = child.nodes
+    out["start_cpu_s"], out["start_peak_rss_mib"] = round(seen[0], 1), round(seen[2], 1)
+    if exited is not None:
+        details["exit_error"] = out["error"] = child.last_error()
+    progress(f"no ready after {took}s ({out['start_s']}): {child.nodes} Nodes indexed")
 
 
 def settle(child: Child, run: FleetRun) -> tuple[float, float, float]:
