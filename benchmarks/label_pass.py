@@ -28,9 +28,11 @@ from kyma_gpu.observe.store import Entry, Store, version_of  # noqa: E402
 from kyma_gpu.observe.watches import CRDS, DAEMONSETS, FLUX, NODES  # noqa: E402
 from kyma_gpu.plan.provision import REQUIRED_APIS, CrdFacts  # noqa: E402
 from kyma_gpu.reconcile.loop import GPUS, Loop  # noqa: E402
+from kyma_gpu.reconcile.machine import FINALIZER  # noqa: E402
 from kyma_gpu.reconcile.settings import LoopSettings  # noqa: E402
 from kyma_gpu.rules.catalog import Catalog  # noqa: E402
 from tests.unit.fake_api import FakeApi  # noqa: E402
+from tests.unit.test_loop import run_pass  # noqa: E402
 
 
 def main() -> None:
@@ -52,13 +54,14 @@ def main() -> None:
     store.replace(CRDS, {name: Entry(1, CrdFacts(uid=name)) for name in REQUIRED_APIS}, 1)
     api.gpu = {"apiVersion": "gpu.kyma-project.io/v1beta1", "kind": "Gpu", "spec": {},
                "metadata": {"name": "gpu", "uid": "u", "generation": 1,
+                            "finalizers": [FINALIZER],
                             "resourceVersion": api.next_version()}}  # fmt: skip
     loop = Loop(store, api, catalog, observe=lambda _: None,
                 settings=LoopSettings(status_seconds=0.0))  # fmt: skip
     gpu = gpu_object(api.gpu)
     store.put(GPUS, gpu.name, Entry(version_of(gpu.resource_version), gpu))
     for _ in range(2):
-        asyncio.run(loop.run_pass())
+        asyncio.run(run_pass(loop))
     gpu_names = [name for name, facts in store.collection(NODES).entries.items()
                  if facts.facts.is_gpu]  # fmt: skip
     names = gpu_names[: args.labels]
@@ -66,7 +69,7 @@ def main() -> None:
     for version, name in enumerate(names, start=2):
         bodies[name]["metadata"]["labels"][LABEL_DRIVER_UPGRADE] = "upgrade-done"
         store.put(NODES, name, Entry(version, observe_node(bodies[name], registry)))
-        asyncio.run(loop.run_pass())
+        asyncio.run(run_pass(loop))
     per_pass = (time.process_time() - began) / len(names) * 1000
     print(f"{args.nodes} Nodes ({len(gpu_names)} GPU): {per_pass:.1f} ms of CPU per upgrade label"
           " and pass")  # fmt: skip

@@ -1,24 +1,36 @@
-"""kopf's part: the process. The module's informers and reconcile loop do the rest.
+"""kopf's part: the process and the Gpu's lifecycle. The module's informers observe the rest.
 
-kopf runs the process and nothing else: the event loop, the signals, the startup handler
-(`start`, which starts everything below) and the cleanup handler (`stop`), and the liveness
-endpoint (`--liveness`, /healthz in the Deployment), which answers while that event loop runs.
-It has no resource handler: it watches nothing, writes nothing, posts no Event. It runs
-standalone, without peering (a Lease picks the replica that writes: reconcile/election.py) and
-without scanning (it follows no CRD). Its memo carries the process's state from `start` to
-`stop`: one entry, a `Runtime`, read with `runtime(memo)`.
+kopf runs the process (the event loop, the signals, `start` and `stop`, the liveness endpoint
+`--liveness` with the probe `reconcile`) and the Gpu:
 
-Everything else is the module's own. The informers (kyma_gpu.observe) keep paged LISTs and
-WATCHes of the Gpus, Nodes, the operand DaemonSets, the operand's pods that cannot pull, our
-Flux objects, the ClusterPolicy, the GPUCluster and the CRDs (and an extension's list-watch
-while it wants it, extensions/base.py `Watch`) as compact facts in one store, and, observed
-here, the one ConfigMap of allowed chart sources (kyma-system/kyma-gpu-chart-sources, by a
-field selector on its name).
-The reconcile loop (kyma_gpu.reconcile.loop) wakes when those facts change, decides, and
-makes every write: Flux and the operand's Flux objects, the Gpu's status and its Events, and
-the finalizer `gpu.kyma-project.io/finalizer`, which it adds before the first apply and
-removes when Flux has uninstalled. /metrics and the readiness probe /readyz are the module's
-own server (kyma_gpu.metrics), on both replicas.
+- it watches the Gpus (`gpu_event`: each event's compact facts into the store, where the
+  reconcile loop reads them with everything else);
+- one daemon per Gpu (`gpu_daemon`) runs the Gpu's reconcile loop (reconcile/loop.py
+  `Loop.serve`): woken by any change of the store (the Gpu's own events and the informers' of
+  Nodes, Flux objects, DaemonSets, ...), a retry or the safety pass, it decides (the state
+  machine, pure) and carries one step out at a time;
+- kopf's finalizer, named `gpu.kyma-project.io/finalizer` (machine.FINALIZER), is added by
+  kopf before the daemon writes anything; on deletion the daemon keeps going until Flux has
+  uninstalled, removes the finalizer (the Released step) and ends. Not kopf: kopf notices a
+  daemon's end only when it next looks (DELETION_POLL_SECONDS, with a patch of its own), and
+  a follower's kopf, whose daemon must never end a deletion, would look too;
+- a pass that fails on a bug ends the daemon with kopf.TemporaryError: kopf starts it again
+  after LoopSettings.failed_pass_seconds.
+
+A daemon rather than create/update/delete handlers: most of what a Gpu's status and steps
+follow is not the Gpu (Nodes join, Flux reconciles, DaemonSets roll), and kopf's change
+handlers would write their progress and diff base on the Gpu at every spec change (a third
+write beside the HelmRelease and the status). The daemon writes nothing of kopf's; kopf writes
+the finalizer once and removes it once.
+
+Not kopf's, and why: the Events go to the module's namespace (kopf posts those of a
+cluster-scoped object to `default`, where anyone with a RoleBinding there reads them:
+status/events.py), so kopf's posting is off; a replica writes only while it holds the Lease
+kyma-system/kyma-gpu-manager (reconcile/election.py), not by kopf's peering (which needs its own
+cluster-wide CRDs, and pauses every replica of equal priority): kopf runs standalone, a
+follower's daemons observe and never write, and never end a deletion, so only the leader's
+kopf removes the finalizer. The fleet (Nodes, ...) is observed by the module's informers:
+docs/performance.md measured kopf's watching beside them.
 """
 
 from __future__ import annotations
@@ -27,32 +39,40 @@ import asyncio
 import itertools
 import logging
 import os
-import signal
 import socket
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import kopf
 from aiohttp import web
 
 from kyma_gpu.adapter import KubeAdapter, ListQuery
 from kyma_gpu.api.chart_sources import CONFIG_MAP_NAME
+from kyma_gpu.api.models import API_GROUP, API_VERSION, PLURAL
 from kyma_gpu.extensions import EXTENSIONS
+from kyma_gpu.facts.gpu import gpu_object
 from kyma_gpu.metrics import Metrics, serve
 from kyma_gpu.observe import Informers, Store
 from kyma_gpu.observe.informer import Informer, ListWatch
-from kyma_gpu.observe.store import Resource
-from kyma_gpu.observe.watches import REQUIRED
+from kyma_gpu.observe.store import Entry, Resource, version_of
+from kyma_gpu.observe.watches import CRDS, GPU_CRD, GPUS, REQUIRED
 from kyma_gpu.plan import AllowedSources, allowed_sources_of
 from kyma_gpu.reconcile.election import Elector
-from kyma_gpu.reconcile.loop import Loop
+from kyma_gpu.reconcile.loop import Loop, first_of
+from kyma_gpu.reconcile.machine import FINALIZER
 from kyma_gpu.reconcile.settings import KopfSettings, Settings
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.rules.engine import RuleError
 
 ALLOWED_SOURCES: Resource[AllowedSources] = Resource("chartsources")
+DELETION_POLL_SECONDS = 600.0
+"""While a Gpu's deletion runs, kopf looks whether its daemon ended this often, with a patch
+of its own on the Gpu (its touch of the deletion's delay): the daemon removes the finalizer
+itself when Flux has uninstalled, so kopf's look decides nothing, and a follower's kopf,
+whose daemon never ends a deletion, writes at most this rarely."""
 """The allowed chart sources: the facts of the one ConfigMap (absent: NVIDIA's only)."""
 log = logging.getLogger(__name__)
 
@@ -73,12 +93,13 @@ class Started:
     """What `start` started, and `stop` stops."""
 
     store: Store
-    """The facts of everything observed, the Gpus' among them."""
+    """The facts of everything observed, the Gpus' among them (kopf's events)."""
+    loop: Loop
+    """The reconcile loop, which each Gpu's daemon runs (`Loop.serve`)."""
     stopped: asyncio.Event
-    """Set by `stop`: the loop and the elector end."""
+    """Set by `stop`: the elector ends."""
     informers: Informers
     allowed_sources_informer: Informer
-    loop_task: asyncio.Task[None]
     elector: Elector | None
     """None without leader election: this replica always writes."""
     elector_task: asyncio.Task[None] | None
@@ -90,7 +111,7 @@ class Started:
 @dataclass
 class Runtime:
     """The process's state, the one entry of kopf's memo (`runtime(memo)`): what `run` knows,
-    then what `start` started, for `stop`."""
+    then what `start` started, for the Gpu's handlers and `stop`."""
 
     options: Options
     started: Started | None = None
@@ -104,6 +125,14 @@ def runtime(memo: kopf.Memo) -> Runtime:
     found = memo.get(MEMO_KEY)
     if not isinstance(found, Runtime):
         raise TypeError(f"kopf's memo holds no Runtime under {MEMO_KEY!r}: {found!r}")
+    return found
+
+
+def started(memo: kopf.Memo) -> Started:
+    """What `start` started (kopf runs no handler before `start` returns)."""
+    found = runtime(memo).started
+    if found is None:
+        raise RuntimeError("a Gpu handler ran before the operator started")
     return found
 
 
@@ -121,10 +150,10 @@ def allowed_sources(store: Store) -> AllowedSources:
 
 
 class _Forever:
-    """kopf's request retries (KopfSettings), then the last for as long as it takes: kopf still
-    reads the API's discovery once at its start, and a request that gives up ends kopf, so the
-    process (an API server that is down when the manager starts is waited for, as the
-    informers wait for it)."""
+    """kopf's request retries (KopfSettings), then the last for as long as it takes: a request
+    of kopf's that gives up (its discovery of the Gpu's API at its start, its Gpu watch) ends
+    kopf, and so the process; an API server that is down is waited for, as the informers wait
+    for it."""
 
     def __init__(self, settings: KopfSettings) -> None:
         self.settings = settings
@@ -134,12 +163,18 @@ class _Forever:
         return itertools.chain(self.settings.request_backoffs, then)
 
 
+def _configure(settings: kopf.OperatorSettings, ours: Settings) -> None:
+    settings.persistence.finalizer = FINALIZER
+    settings.posting.enabled = False  # Events go to kyma-system (module docstring)
+    settings.scanning.disabled = True  # `start` waits for the Gpu's CRD: kopf reads it once
+    settings.networking.error_backoffs = _Forever(ours.kopf)
+
+
 @kopf.on.startup()
 async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     state = runtime(memo)
     given, ours = state.options, state.options.settings
-    settings.scanning.disabled = True  # kopf serves no resource: it need not follow the CRDs
-    settings.networking.error_backoffs = _Forever(ours.kopf)
+    _configure(settings, ours)
     catalog = Catalog()  # checked in run(): broken rule data never gets this far
     metrics = Metrics.for_process()
     adapter = KubeAdapter.connect(given.identity, metrics)
@@ -148,7 +183,6 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     informers = Informers(adapter, store, asyncio.get_running_loop(), on_demand=on_demand,
                           settings=ours.watching)  # fmt: skip
     namespace = catalog.defaults.module_namespace
-    stopped = asyncio.Event()
     elector = None
     if given.leader_election:
         elector = Elector(adapter, namespace, ours.election.lease_name, given.identity,
@@ -165,17 +199,29 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     allowed_sources_informer = Informer(adapter, allowed_sources_watch(namespace), store,
                                         asyncio.get_running_loop(), ours.watching,
                                         informers.gc_pause).start()  # fmt: skip
+    stopped = asyncio.Event()
     elector_task = None
     if elector is not None:
         elector_task = asyncio.create_task(elector.run(stopped), name="election")
-    loop_task = asyncio.create_task(loop.run(stopped), name="reconcile-loop")
-    loop_task.add_done_callback(_loop_ended)
     state.started = Started(
-        store=store, stopped=stopped, informers=informers,
-        allowed_sources_informer=allowed_sources_informer, loop_task=loop_task, elector=elector,
-        elector_task=elector_task,
-        metrics_server=metrics_server,
+        store=store, loop=loop, stopped=stopped, informers=informers,
+        allowed_sources_informer=allowed_sources_informer, elector=elector,
+        elector_task=elector_task, metrics_server=metrics_server,
     )  # fmt: skip
+    await _gpu_api_served(store, ours.loop.sync_report_seconds)
+
+
+async def _gpu_api_served(store: Store, every: float) -> None:
+    """Until the Gpu's CRD is there: kopf resolves the Gpu's API once, after `start`."""
+    wake = store.changed.subscribe()
+    try:
+        while store.get(CRDS, GPU_CRD) is None:
+            wake.clear()
+            await first_of((wake.wait(),), every)
+            if store.get(CRDS, GPU_CRD) is None and store.synced(CRDS):
+                log.info("waiting for the Gpu's CRD %s", GPU_CRD)
+    finally:
+        store.changed.unsubscribe(wake)
 
 
 async def _serve_metrics(address: str | None, metrics: Metrics, loop: Loop) -> web.AppRunner | None:
@@ -189,27 +235,84 @@ async def _serve_metrics(address: str | None, metrics: Metrics, loop: Loop) -> w
         raise kopf.PermanentError(f"cannot serve metrics on {address}: {err}") from err
 
 
-def _loop_ended(task: asyncio.Task[None]) -> None:
-    """The loop ends only on shutdown. If it died, stop the process: a restart beats a
-    manager that answers its liveness probe but reconciles nothing."""
-    if not task.cancelled() and task.exception() is not None:
-        log.error("the reconcile loop died; stopping", exc_info=task.exception())
-        os.kill(os.getpid(), signal.SIGTERM)
+@kopf.on.event(API_GROUP, API_VERSION, PLURAL)
+def gpu_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    """A Gpu's event from kopf's watch: its facts into the store (which wakes its daemon)."""
+    take_gpu_event(started(memo).store, event)
+
+
+def take_gpu_event(store: Store, event: Mapping[str, Any]) -> bool:
+    """The Gpu's facts (managedFields read: `pruned_values`) into the store at the event's
+    resourceVersion; a deletion leaves None at its version. True when the facts changed."""
+    body = event["object"]
+    meta = body.get("metadata") or {}
+    name, version = str(meta.get("name")), version_of(meta.get("resourceVersion"))
+    if event.get("type") == "DELETED":
+        return store.put(GPUS, name, None, version)
+    return store.put(GPUS, name, Entry(version, gpu_object(body)))
+
+
+@kopf.daemon(API_GROUP, API_VERSION, PLURAL, cancellation_timeout=None,
+             cancellation_polling=DELETION_POLL_SECONDS)  # fmt: skip
+async def gpu_daemon(name: str | None, stopped: kopf.DaemonStopped, memo: kopf.Memo,
+                     **_: Any) -> None:  # fmt: skip
+    """The Gpu's reconcile loop, for as long as the Gpu lives (module docstring)."""
+    loop = started(memo).loop
+    try:
+        await loop.serve(str(name), DaemonStop(stopped, loop.settings.exit_check_seconds))
+    except Exception as err:  # logged and counted by the loop
+        raise kopf.TemporaryError(f"reconcile pass failed: {err}",
+                                  delay=loop.settings.failed_pass_seconds) from err  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DaemonStop:
+    """kopf's daemon flag, as the Gpu's loop needs it. kopf sets it once, for the Gpu's
+    deletion or the operator's exit: a deletion goes on (its uninstall must finish), the exit
+    ends the loop. The flag cannot be awaited a second time, so while a deletion runs the loop
+    looks at it every `recheck` seconds."""
+
+    stopped: kopf.DaemonStopped
+    recheck: float
+
+    def ended(self) -> bool:
+        reason = self.stopped.reason
+        return reason is not None and bool(reason & ~kopf.DaemonStoppingReason.RESOURCE_DELETED)
+
+    async def wait(self, wake: asyncio.Event, timeout: float | None) -> None:
+        if not self.stopped.is_set():
+            await first_of((wake.wait(), self.stopped.wait()), timeout)
+            return
+        end = None if timeout is None else time.monotonic() + timeout
+        while not self.ended() and not wake.is_set():  # deleting: only the exit can end it
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                return
+            await first_of(
+                (wake.wait(),), self.recheck if left is None else min(left, self.recheck)
+            )
+
+
+@kopf.on.probe(id="reconcile")
+def reconcile_probe(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
+    """On the liveness endpoint: what the loop still waits for, and whether it writes."""
+    found = runtime(memo).started
+    if found is None:
+        return {"started": False}
+    return {"started": True, "leader": found.loop.may_write(),
+            "waitingFor": found.loop.waiting_for()}  # fmt: skip
 
 
 @kopf.on.cleanup()
 async def stop(memo: kopf.Memo, **_: Any) -> None:
-    """kopf runs it only after `start` succeeded, when the process is asked to stop."""
+    """kopf runs it only after `start` succeeded, when the process is asked to stop, once the
+    Gpus' daemons have ended."""
     started = runtime(memo).started
     if started is None:
         return
     started.stopped.set()
     started.informers.stop()
     started.allowed_sources_informer.stop()
-    try:
-        await asyncio.wait_for(started.loop_task, timeout=10)
-    except TimeoutError:
-        started.loop_task.cancel()
     if started.elector is not None:  # after the last write: hand over at once
         await started.elector.release()
     if started.metrics_server is not None:
@@ -236,13 +339,13 @@ def run(
         sys.exit(2)
     kopf.configure(verbose=False)
     identity = own_identity(os.environ)
-    os.environ["POD_ID"] = identity  # kopf's documented source of its identity (detect_own_id)
-    # kopf only runs the process: no peering (it would pause every replica of equal priority);
-    # the Lease picks the one that writes.
+    # No peering (it would pause every replica of equal priority): the Lease picks the one that
+    # writes.
     options = Options(identity, leader_election, metrics_address)
     kopf.run(
         clusterwide=True,
         liveness_endpoint=liveness,
         standalone=True,
+        identity=cast(Any, identity),  # kopf's Identity, a NewType of str it does not export
         memo=kopf.Memo({MEMO_KEY: Runtime(options)}),
     )

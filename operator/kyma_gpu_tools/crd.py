@@ -26,7 +26,6 @@ from kyma_gpu.api.models import (
 from kyma_gpu.api.operations import PROFILE_NAME_RESERVED, REPLICAS_NEEDED, TIME_SLICING_ONLY
 from kyma_gpu.api.resources import module_labels
 from kyma_gpu.api.values import (
-    ALLOWLIST,
     GATES_RULE,
     LABEL_VALUE_PATTERN,
     LABELS_RULE,
@@ -36,6 +35,7 @@ from kyma_gpu.api.values import (
     Tree,
     ValueType,
 )
+from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.yamlio import dump
 
 SINGLETON_MESSAGE = f"the Gpu resource is a singleton: metadata.name must be '{SINGLETON_NAME}'"
@@ -102,7 +102,7 @@ def _values_schema(description: str) -> dict[str, Any]:
     """spec.values: exactly the allowlist's values (values-rules/values-allowlist.yaml), typed,
     with nothing preserved, so the API server prunes (or, under strict field validation,
     names) every other key."""
-    out = _object(values_tree(ALLOWLIST.tree))
+    out = _object(values_tree(Catalog().values_allowlist.tree))
     out["description"] = " ".join(description.split())
     return out
 

@@ -23,7 +23,6 @@ from kyma_gpu.api.conditions import (
     WorkloadsReason,
 )
 from kyma_gpu.api.values import (
-    ALLOWLIST,
     ALLOWLIST_DOC,
     FORMATS,
     MAX_LABELS,
@@ -31,6 +30,7 @@ from kyma_gpu.api.values import (
     MAX_TEXT,
     ValueType,
 )
+from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu_tools.crd import crd
 
 REASONS: Mapping[ConditionType, type[StrEnum]] = MappingProxyType(
@@ -160,11 +160,12 @@ def reference_markdown() -> str:
 
 def _values_rows() -> list[str]:
     """spec.values: the allowlist (values-rules/values-allowlist.yaml) and its types."""
+    allowlist = Catalog().values_allowlist
     return [
         "## Chart values (spec.values)",
         "",
         f"Only these chart values, listed in `{ALLOWLIST_DOC}` for every supported chart",
-        f"({', '.join(ALLOWLIST.charts)}); the CRD's schema is generated from the list, so the",
+        f"({', '.join(allowlist.charts)}); the CRD's schema is generated from the list, so the",
         "API server prunes any other key, and names it (`unknown field`) under strict field",
         "validation (`kubectl apply` and `create` by default); without it (`kubectl patch` by",
         "default) the key is dropped, with a warning. Images, commands, env entries, host paths,",
@@ -173,7 +174,7 @@ def _values_rows() -> list[str]:
         "",
         "| value | type | why |",
         "|---|---|---|",
-        *(f"| `{a.dotted}` | {a.type} | {a.why} |" for a in ALLOWLIST.values),
+        *(f"| `{a.dotted}` | {a.type} | {a.why} |" for a in allowlist.values),
         "",
         "| type | takes |",
         "|---|---|",

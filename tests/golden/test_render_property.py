@@ -47,11 +47,13 @@ from pydantic import ValidationError
 
 from kyma_gpu.api.chart_sources import NVIDIA_REPOSITORY
 from kyma_gpu.api.models import GpuSpec
-from kyma_gpu.api.values import ALLOWLIST, Allowed, ValueType
+from kyma_gpu.api.values import Allowed, ValueType, default_allowlist
 from kyma_gpu.facts import cluster_facts, node_facts
 from kyma_gpu.plan import Plan, Verdict, allowed_sources_of, make_plan
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu_tools.cli import load_gpu, load_nodes
+
+ALLOWLIST = default_allowlist()  # the module's list, as the CRD's schema is generated from it
 
 ROOT = Path(__file__).resolve().parents[2]
 HELM = ROOT / "tools" / "bin" / "helm"

@@ -1,19 +1,17 @@
-"""The Gpu is observed like every other kind (observe/watches.py gpu_watch): its facts in the
-store are gpu_object of its body, managedFields read; a deletion leaves None at its version; a
-missing CRD is "not served: waiting", and its appearance starts the list."""
+"""The Gpu is kopf's (handlers.py): kopf's watch events put its facts into the store, as
+gpu_object makes them of its body (managedFields read); a deletion leaves None at its version;
+the informers watch the nine other kinds, not the Gpu."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
-from kyma_gpu.errors import NotFound
 from kyma_gpu.facts.gpu import gpu_object
+from kyma_gpu.handlers import take_gpu_event
 from kyma_gpu.observe import Store
-from kyma_gpu.observe.informer import Informer, WatchSettings
 from kyma_gpu.observe.informers import Informers
-from kyma_gpu.observe.watches import GATED, GPUS, gpu_watch
+from kyma_gpu.observe.watches import GPUS
 from kyma_gpu.rules.catalog import Catalog
 from tests.unit.test_observe import ScriptedReader
 
@@ -29,56 +27,36 @@ def body(rv: int, **spec: Any) -> dict[str, Any]:
             "spec": spec, "status": {"state": "Ready"}}  # fmt: skip
 
 
-def observe(reader: ScriptedReader, until: Any, crd_present: bool = False) -> Store:
-    async def main() -> Store:
-        store = Store()
-        informer = Informer(reader, gpu_watch(), store, asyncio.get_running_loop(),
-                            WatchSettings(absent_recheck=30.0)).start()  # fmt: skip
-        await asyncio.sleep(0.1)
-        if crd_present:
-            informer.crd_present(True)
-        deadline = time.monotonic() + 5
-        while not until(store) and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
-        informer.stop()
-        return store
-
-    return asyncio.run(main())
-
-
 def test_the_facts_are_what_gpu_object_makes_of_the_body_managed_fields_included() -> None:
-    listed, changed = body(5), body(7, components={"dcgmExporter": False})
-    reader = ScriptedReader(pages=[[listed]], watches=[[{"type": "MODIFIED", "object": changed}]])
-    store = observe(reader, lambda s: "watch 7" in reader.calls)
+    store = Store()
+    changed = body(7, components={"dcgmExporter": False})
+    assert take_gpu_event(store, {"type": None, "object": body(5)})  # kopf's initial list
+    assert take_gpu_event(store, {"type": "MODIFIED", "object": changed})
     held = store.get(GPUS, "gpu")
     assert held == gpu_object(changed)
     assert held is not None
-    assert held.pruned_values == ("spec.values.hostPaths",)
+    assert held.managed_values == ({"f:hostPaths": {}},)
     assert held.annotations == {"gpu.kyma-project.io/skip-workload-protection": "true"}
     assert held.finalizers == ("gpu.kyma-project.io/finalizer",)
-    assert gpu_watch().query.path == "/apis/gpu.kyma-project.io/v1beta1/gpus"
+    assert store.changed.is_set()
+
+
+def test_an_older_event_than_a_writes_answer_changes_nothing() -> None:
+    store = Store()
+    take_gpu_event(store, {"type": "MODIFIED", "object": body(9)})
+    assert not take_gpu_event(store, {"type": "MODIFIED", "object": body(8, stack="DRA")})
+    assert store.get(GPUS, "gpu") == gpu_object(body(9))
 
 
 def test_a_deleted_gpu_is_none_at_the_version_of_its_deletion() -> None:
-    reader = ScriptedReader(pages=[[body(5)]], watches=[[{"type": "DELETED", "object": body(9)}]])
-    store = observe(reader, lambda s: "watch 9" in reader.calls)
+    store = Store()
+    take_gpu_event(store, {"type": "MODIFIED", "object": body(5)})
+    assert take_gpu_event(store, {"type": "DELETED", "object": body(9)})
     assert store.get(GPUS, "gpu") is None
     assert store.collection(GPUS).gone == {"gpu": 9}
 
 
-def test_without_its_crd_the_gpu_is_absent_until_the_crd_appears() -> None:
-    reader = ScriptedReader(pages=[[body(5)]], list_errors=[NotFound("list", 404)])
-    absent = observe(reader, lambda s: s.synced(GPUS))
-    assert absent.synced(GPUS)
-    assert absent.collection(GPUS).absent
-    assert absent.facts(GPUS) == []
-    reader = ScriptedReader(pages=[[body(5)]], list_errors=[NotFound("list", 404)])
-    listed = observe(reader, lambda s: s.get(GPUS, "gpu") is not None, crd_present=True)
-    assert not listed.collection(GPUS).absent
-    assert GATED["gpus.gpu.kyma-project.io"] == GPUS  # the CRD informer says when it appears
-
-
-def test_the_informers_watch_the_gpu_with_the_nine_other_kinds() -> None:
+def test_the_informers_watch_nine_kinds_and_not_the_gpu() -> None:
     reader = ScriptedReader(pages=[[]])
 
     async def main() -> list[str]:
@@ -88,5 +66,5 @@ def test_the_informers_watch_the_gpu_with_the_nine_other_kinds() -> None:
         return list(informers.running)
 
     started = asyncio.run(main())
-    assert started[0] == GPUS
-    assert len(started) == 10  # Gpus, Nodes, DaemonSets, pulls, 3 Flux kinds, 2 NVIDIA, CRDs
+    assert GPUS not in started
+    assert len(started) == 9  # Nodes, DaemonSets, pulls, 3 Flux kinds, 2 NVIDIA, CRDs

@@ -26,6 +26,15 @@ from tests.unit.builders import allowing, cpu_node, node
 from tests.unit.fake_api import FakeApi
 
 
+async def run_pass(loop: Loop) -> float | None:
+    """One pass of every Gpu (`Loop.pass_for`), as their kopf daemons make them. Returns the
+    seconds until the first retry is due."""
+    requeues = [
+        (await loop.pass_for(name))[0] for name in list(loop.store.collection(GPUS).entries)
+    ]
+    return min((r for r in requeues if r is not None), default=None)
+
+
 @dataclasses.dataclass
 class World:
     loop: Loop
@@ -57,7 +66,7 @@ class World:
 
     def run(self) -> StrEnum:
         self.api.writes()
-        asyncio.run(self.loop.run_pass())
+        asyncio.run(run_pass(self.loop))
         return self.last_phase
 
     @property
@@ -95,7 +104,8 @@ def new_world(
     crds = {name: Entry(1, CrdFacts(uid=name)) for name in REQUIRED_APIS}  # the cluster's Flux
     store.replace(CRDS, crds, 1)
     api = FakeApi()
-    meta = {"name": name, "uid": "uid-1", "generation": 1, "resourceVersion": api.next_version()}
+    meta = {"name": name, "uid": "uid-1", "generation": 1, "resourceVersion": api.next_version(),
+            "finalizers": [FINALIZER]}  # kopf's, added before its daemon runs  # fmt: skip
     api.gpu = {"apiVersion": "gpu.kyma-project.io/v1beta1", "kind": "Gpu", "metadata": meta,
                "spec": dict(spec or {})}  # fmt: skip
     wanted: list[frozenset[str]] = []
@@ -135,10 +145,20 @@ def test_first_pass_adds_the_finalizer_then_applies_then_writes_status(world: Wo
 
 
 def test_first_pass_writes_in_order(world: World) -> None:
-    asyncio.run(world.loop.run_pass())
-    assert world.api.writes() == [
-        "finalizers", "apply HelmRepository", "apply HelmRelease", "status",
-    ]  # fmt: skip
+    asyncio.run(run_pass(world.loop))
+    assert world.api.writes() == ["apply HelmRepository", "apply HelmRelease", "status"]
+
+
+def test_nothing_is_applied_before_kopfs_finalizer(catalog: Catalog) -> None:
+    """kopf adds the finalizer when it first sees the Gpu; its daemon may run a pass before
+    that answer is in: it writes nothing yet, and the answer wakes it."""
+    world = new_world(catalog)
+    world.edit(finalizers=[])
+    assert world.run() is Phase.INITIALIZING
+    assert world.api.calls == []
+    world.edit(finalizers=[FINALIZER])
+    assert world.run() is Phase.PROGRESSING
+    assert world.api.writes() == ["apply HelmRepository", "apply HelmRelease", "status"]
 
 
 def test_nothing_changed_means_no_write(world: World) -> None:
@@ -175,14 +195,14 @@ def test_a_transient_failure_is_retried_quietly(world: World) -> None:
     world.change_spec({"components": {"migManager": True}})
     world.api.fail = [429]
     world.api.writes()
-    requeue = asyncio.run(world.loop.run_pass())
+    requeue = asyncio.run(run_pass(world.loop))
     assert world.last_phase is Phase.FAILED
     assert requeue is not None
     assert 0 < requeue <= 1.5
     assert world.api.writes() == ["apply HelmRelease"]  # no status for one throttled write
     failure = world.loop.retries.failures["gpu"]
     world.loop.retries.failures["gpu"] = dataclasses.replace(failure, retry_at=0.0)
-    asyncio.run(world.loop.run_pass())
+    asyncio.run(run_pass(world.loop))
     assert world.api.writes() == ["apply HelmRelease", "status"]
     assert "gpu" not in world.loop.retries.failures
 
@@ -191,7 +211,7 @@ def test_a_permanent_failure_shows_in_status_and_waits(world: World) -> None:
     world.run()
     world.change_spec({"components": {"migManager": True}})
     world.api.fail = [403]
-    requeue = asyncio.run(world.loop.run_pass())
+    requeue = asyncio.run(run_pass(world.loop))
     assert world.last_phase is Phase.FAILED
     assert requeue is not None
     assert requeue > 20
@@ -204,19 +224,28 @@ def test_a_permanent_failure_shows_in_status_and_waits(world: World) -> None:
     assert world.api.calls == []  # nothing again until the retry is due
 
 
-def test_a_finalizer_conflict_is_retried(world: World) -> None:
-    world.api.gpu["metadata"]["resourceVersion"] = "999"  # the store's copy is older
-    asyncio.run(world.loop.run_pass())
-    assert world.last_phase is Phase.FAILED
-    assert world.loop.retries.failures["gpu"].permanent is False
+def test_a_finished_deletion_removes_the_finalizer_and_ends_the_daemon(world: World) -> None:
+    """Nothing of the module's left: the daemon removes kopf's finalizer and ends."""
+    installed(world)
+    for plural in FLUX:
+        world.store.replace(plural, {}, version_of(world.api.next_version()))
+    world.edit(deletionTimestamp="2026-11-30T10:00:00Z")
+    world.nothing_on_demand()  # no users' GPU pods
+    world.api.writes()
+    _, released = asyncio.run(world.loop.pass_for("gpu"))
+    assert world.last_phase is Phase.RELEASED
+    assert released
+    assert world.api.calls == ["finalizers"]
+    assert world.api.gpu["metadata"]["finalizers"] == []
 
 
 def test_a_gpu_deleted_before_the_finalizer_write_answers_is_not_written_again(
     world: World,
 ) -> None:
-    """The API server deletes the Gpu when its last finalizer goes; the watch's DELETED can
+    """The API server deletes the Gpu when its last finalizer goes; kopf's DELETED event can
     reach the store before the PATCH's answer, which the store then refuses (older than the
-    deletion). The pass ends there: no second finalizer write on a Gpu that is gone (404)."""
+    deletion). The pass ends there, and the daemon with it: no second finalizer write on a
+    Gpu that is gone (404)."""
     installed(world)
     for plural in FLUX:
         world.store.replace(plural, {}, version_of(world.api.next_version()))
@@ -230,7 +259,8 @@ def test_a_gpu_deleted_before_the_finalizer_write_answers_is_not_written_again(
         return answer
 
     world.api.set_finalizers = deleted_meanwhile  # type: ignore[method-assign,assignment]
-    assert world.run() is Phase.RELEASED
+    world.api.writes()
+    assert asyncio.run(world.loop.pass_for("gpu"))[1]
     assert world.api.calls == ["finalizers"]
     assert world.loop.retries.last("gpu") is None
 
@@ -245,7 +275,7 @@ def test_an_uninstall_past_its_timeout_turns_error_with_the_next_step(world: Wor
     world.nothing_on_demand()
     assert world.run() is Phase.UNINSTALLING
     assert world.api.gpu["status"]["state"] == "Deleting"
-    requeue = asyncio.run(world.loop.run_pass())  # look again when the bound passes
+    requeue = asyncio.run(run_pass(world.loop))  # look again when the bound passes
     release = next(o for (k, _), o in world.api.objects.items() if k == "HelmRelease")
     bound = go_duration_seconds(release["spec"]["uninstall"]["timeout"])
     assert bound is not None
@@ -270,9 +300,11 @@ def test_other_names_are_refused_once(catalog: Catalog) -> None:
     world = new_world(catalog, name="other")
     assert world.run() is Phase.REFUSED
     assert world.api.gpu["status"]["conditions"][0]["reason"] == "NotTheSingleton"
-    assert "finalizers" not in world.api.gpu["metadata"]
+    assert world.api.calls == ["status"]
     world.run()
     assert world.api.calls == []
+    world.edit(deletionTimestamp="2026-11-30T10:00:00Z")
+    assert asyncio.run(world.loop.pass_for("other"))[1]  # its deletion ends its daemon
 
 
 def test_an_invalid_spec_is_reported(catalog: Catalog) -> None:
@@ -295,7 +327,7 @@ def test_status_writes_are_coalesced_while_only_messages_change(world: World) ->
     world.store.put(DAEMONSETS, facts.name, Entry(6, dataclasses.replace(facts, available=0)))
     world.run()
     assert world.api.calls == []
-    requeue = asyncio.run(world.loop.run_pass())
+    requeue = asyncio.run(run_pass(world.loop))
     assert requeue is not None
     assert 25 < requeue <= 30
     world.loop.status.written.clear()  # the interval is over

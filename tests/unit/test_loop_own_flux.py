@@ -15,7 +15,7 @@ from kyma_gpu.plan.provision import PROVIDED_LABEL, REQUIRED_APIS, SHARD, SHARD_
 from kyma_gpu.reconcile.machine import FINALIZER, Phase
 from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.rules.catalog import Catalog
-from tests.unit.test_loop import World, _condition, new_world
+from tests.unit.test_loop import World, _condition, new_world, run_pass
 from tests.unit.test_loop_resync import _until, running
 
 
@@ -171,7 +171,7 @@ def test_a_removal_that_waits_lists_again_on_the_next_pass(catalog: Catalog) -> 
     assert world.run() is OwnFlux.REMOVING_FLUX
     assert world.api.calls == []
     world.api.others = []  # source-controller finished it
-    asyncio.run(world.loop.run_pass())
+    asyncio.run(run_pass(world.loop))
     assert world.last_phase is Phase.RELEASED
     assert "delete CustomResourceDefinition" in world.api.calls
 
@@ -194,6 +194,6 @@ def test_removing_flux_looks_again_while_a_helmchart_terminates(catalog: Catalog
         world.api.others = []  # source-controller finished it; no event says so
         await _until(lambda: world.last_phase is Phase.RELEASED)
 
-    running(world, scenario)
+    running(world, scenario)  # the loop ends by itself: its deletion is through
     assert FINALIZER not in world.api.gpu["metadata"]["finalizers"]
     assert "delete CustomResourceDefinition" in world.api.calls

@@ -1,8 +1,9 @@
-"""`Loop.run` on its own clock: the periodic safety pass (`LoopSettings.resync_seconds`), with
-the real store and the in-memory API of tests/unit/test_loop.py, and no event from anyone (the
-wait of the own Flux's RemovingFlux: tests/unit/test_loop_own_flux.py).
+"""`Loop.serve` (a Gpu's kopf daemon) on its own clock: the periodic safety pass
+(`LoopSettings.resync_seconds`), with the real store and the in-memory API of
+tests/unit/test_loop.py, and no event from anyone (the wait of the own Flux's RemovingFlux:
+tests/unit/test_loop_own_flux.py).
 
-Each test runs the loop as the process does (`Loop.run` until stopped) in one event loop, and
+Each test runs the loop as the process does (`Loop.serve` until stopped) in one event loop, and
 waits for what it expects with a deadline, so a loaded machine makes them slower, not flaky.
 Checked by breaking the loop and seeing them fail, then restoring: the resync timeout left out
 of the loop's wait (no reads, the drift stays), and the reads' answers not put into the store
@@ -16,6 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from enum import StrEnum
 
+from kyma_gpu.reconcile.loop import StopEvent
 from kyma_gpu.reconcile.machine import Phase
 from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.rules.catalog import Catalog
@@ -34,15 +36,16 @@ async def _until(what: Callable[[], bool], deadline: float = DEADLINE) -> None:
 
 
 def running(world: World, scenario: Callable[[], Awaitable[None]]) -> None:
-    """The scenario while `Loop.run` runs; then stop it, as the process's cleanup does."""
+    """The scenario while the Gpu's loop runs (`Loop.serve`); then stop it, as kopf stops the
+    daemon when the operator exits."""
 
     async def main() -> None:
-        stopped = asyncio.Event()
-        task = asyncio.create_task(world.loop.run(stopped))
+        stop = StopEvent()
+        task = asyncio.create_task(world.loop.serve("gpu", stop))
         try:
             await scenario()
         finally:
-            stopped.set()
+            stop.event.set()
             await asyncio.wait_for(task, timeout=DEADLINE)
 
     asyncio.run(main())
@@ -63,14 +66,14 @@ def test_the_safety_pass_reads_again_and_writes_nothing_when_nothing_differs(
 ) -> None:
     world = settled(catalog)
     passes: list[StrEnum] = []
-    run_pass = world.loop.run_pass
+    pass_for = world.loop.pass_for
 
-    async def counted() -> float | None:
-        requeue = await run_pass()
+    async def counted(name: str) -> tuple[float | None, bool]:
+        result = await pass_for(name)
         passes.append(world.last_phase)
-        return requeue
+        return result
 
-    world.loop.run_pass = counted  # type: ignore[method-assign]
+    world.loop.pass_for = counted  # type: ignore[method-assign]
 
     async def scenario() -> None:
         await _until(lambda: len(world.api.reads) >= 6 and len(passes) >= 4)

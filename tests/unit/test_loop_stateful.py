@@ -47,7 +47,7 @@ from kyma_gpu.reconcile.loop import Done
 from kyma_gpu.reconcile.machine import FINALIZER, Step
 from kyma_gpu.rules.catalog import Catalog
 from tests.unit.builders import node
-from tests.unit.test_loop import World, new_world
+from tests.unit.test_loop import World, new_world, run_pass
 
 CATALOG = Catalog()
 FLUX_KINDS = {k.kind: plural for plural, k in FLUX.items()}
@@ -91,7 +91,7 @@ class LoopMachine(RuleBasedStateMachine):
     def _pass(self) -> list[str]:
         self.steps = []
         self.world.api.writes()
-        asyncio.run(self.world.loop.run_pass())
+        asyncio.run(run_pass(self.world.loop))
         return self.world.api.writes()
 
     @rule()

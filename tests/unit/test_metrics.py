@@ -15,7 +15,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kyma_gpu.adapter import KubeAdapter
+from kyma_gpu.adapter import KubeAdapter, ObjectRef
 from kyma_gpu.metrics import (
     STATES,
     ErrorKind,
@@ -181,11 +181,12 @@ def test_the_adapter_counts_every_write_by_resource_and_verb() -> None:
 
     adapter._json = answer  # type: ignore[method-assign]
     asyncio.run(adapter.apply_status("gpu", {"state": "Ready"}))
-    asyncio.run(adapter.set_finalizers("gpu", [], "1"))
+    ref = ObjectRef("helm.toolkit.fluxcd.io/v2", "HelmRelease", "kyma-system", "gpu-operator")
+    asyncio.run(adapter.patch(ref, []))
     asyncio.run(adapter.write_lease("kyma-system", "kyma-gpu-manager", {}, "7"))
     found = samples(metrics)
     assert value(found, "kyma_gpu_api_writes_total", resource="gpus/status", verb="apply") == 1
-    assert value(found, "kyma_gpu_api_writes_total", resource="gpus", verb="patch") == 1
+    assert value(found, "kyma_gpu_api_writes_total", resource="helmreleases", verb="patch") == 1
     assert value(found, "kyma_gpu_api_writes_total", resource="leases", verb="update") == 1
 
 

@@ -93,8 +93,9 @@ def test_a_hit_takes_the_new_key_and_only_kept_plans_stay(
     memo.plan(SPEC, fleet(registry), OWNER, AllowedSources())
     again = fleet(registry)
     memo.plan(SPEC, again, OWNER, AllowedSources())
-    assert memo.entries[0][0][1] is again
+    (key,) = memo.plans.keys()
+    assert key[1] is again
     for pool in range(KEPT + 2):
         memo.plan(SPEC, fleet(registry, **{"gpu-1": {"pool": f"p{pool}"}}), OWNER, AllowedSources())
-    assert len(memo.entries) == KEPT
+    assert len(memo.plans) == KEPT
     assert len(made) == 1 + KEPT + 2

@@ -21,7 +21,6 @@ from pydantic import ValidationError
 from kyma_gpu.api.admission import admission_message
 from kyma_gpu.api.models import GpuSpec
 from kyma_gpu.api.values import (
-    ALLOWLIST,
     MAX_NAMED,
     NOT_LISTED,
     NOT_LISTED_MANY,
@@ -29,12 +28,16 @@ from kyma_gpu.api.values import (
     PYTHON_TYPES,
     Allowed,
     ValueType,
+    default_allowlist,
+    managed_values,
     parse_allowlist,
     pruned_error,
-    unlisted_managed_values,
+    unlisted_values,
     values_error,
 )
 from kyma_gpu.facts.gpu import gpu_object
+
+ALLOWLIST = default_allowlist()  # the module's list, as the CRD's schema is generated from it
 
 ROOT = Path(__file__).resolve().parents[2]
 CHARTS = ROOT.parent / "shared" / "charts"
@@ -410,7 +413,7 @@ def test_every_other_value_of_the_charts_is_refused(version: str) -> None:
     for leaf in leaves:
         if any(leaf[: len(p)] == p for p in listed):
             continue
-        error = values_error(nested(leaf, "x"))
+        error = values_error(nested(leaf, "x"), ALLOWLIST)
         assert error is not None, leaf
         refused += NOT_LISTED in error.text  # else: a map of listed values, not a string
     assert refused > 300, refused  # each chart refuses some 370 to 450 leaves by name
@@ -426,9 +429,12 @@ def managed(values_fields: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_managed_fields_name_a_pruned_value() -> None:
     fields = {"f:validator": {"f:cuda": {"f:env": {}}}, "f:operator": {"f:resources": {}}}
-    assert unlisted_managed_values(managed(fields)) == ["spec.values.validator.cuda"]
-    assert unlisted_managed_values(managed({"f:operator": {"f:resources": {".": {}}}})) == []
-    assert unlisted_managed_values(None) == []
+    assert unlisted_values(managed_values(managed(fields)), ALLOWLIST) == [
+        "spec.values.validator.cuda"
+    ]
+    held = managed_values(managed({"f:operator": {"f:resources": {".": {}}}}))
+    assert unlisted_values(held, ALLOWLIST) == []
+    assert managed_values(None) == ()
 
 
 def test_a_gpu_with_a_pruned_value_is_invalid_in_the_api_servers_words() -> None:
@@ -437,7 +443,44 @@ def test_a_gpu_with_a_pruned_value_is_invalid_in_the_api_servers_words() -> None
         "spec": {},
     }
     gpu = gpu_object(body)
-    assert gpu.pruned_values == ("spec.values.hostPaths",)
-    message = admission_message(pruned_error(gpu.pruned_values))
+    pruned = unlisted_values(gpu.managed_values, ALLOWLIST)
+    assert pruned == ["spec.values.hostPaths"]
+    message = admission_message(pruned_error(pruned))
     assert message.startswith('unknown field "spec.values.hostPaths": '), message
     assert PRUNED in message
+
+
+def test_nothing_reads_the_rule_files_at_import(tmp_path: Path) -> None:
+    """The allowlist comes from the Catalog (or, for a validation given none, the default
+    rules directory on first use): importing the manager reads no rule file."""
+    import subprocess
+    import sys
+
+    code = ("import kyma_gpu.api.values, kyma_gpu.api.models, kyma_gpu.reconcile.machine, "
+            "kyma_gpu.handlers, kyma_gpu_tools.cli")  # fmt: skip
+    env = {"KYMA_GPU_RULES_DIR": str(tmp_path / "none"), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_machine_holds_spec_values_to_the_catalogs_list(tmp_path: Path) -> None:
+    """A Catalog whose list lacks driver.rdma.useHostMofed: a validation with its list (as the
+    machine's: Inputs.allowlist) refuses the value."""
+    import shutil
+
+    from kyma_gpu.api.values import ValuesContext, load_allowlist
+    from kyma_gpu.rules.catalog import Catalog
+
+    rules = tmp_path / "values-rules"
+    shutil.copytree(ROOT / "values-rules", rules)
+    text = (rules / "values-allowlist.yaml").read_text(encoding="utf-8")
+    (rules / "values-allowlist.yaml").write_text(
+        text.replace("      - [driver, rdma, useHostMofed]\n", ""), encoding="utf-8"
+    )
+    narrowed = Catalog(rules).values_allowlist
+    assert narrowed == load_allowlist(rules)
+    values = {"driver": {"rdma": {"useHostMofed": True}}}
+    GpuSpec.model_validate({"values": values})  # the module's own list takes it
+    with pytest.raises(ValidationError, match=r'unknown field "spec\.values\.driver\.rdma\.'):
+        GpuSpec.model_validate({"values": values}, context=ValuesContext(narrowed))

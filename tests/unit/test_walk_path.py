@@ -1,13 +1,13 @@
-"""The walked path of docs/architecture.md ("One spec change, from the watch event to the
-HelmRelease write"), measured: every function of the module on the call stack when a spec
-change is read from the watch stream, folded, handed over and stored, when the loop wakes,
-when the HelmRelease is rendered and when it is applied.
+"""The walked path of docs/architecture.md ("One spec change, from kopf's event to the
+HelmRelease write"), measured: every function of the module that runs, from the moment kopf
+hands the Gpu's event to the module (`take_gpu_event`, what handlers.py's `gpu_event` calls)
+until the HelmRelease's PATCH is sent.
 
-The Gpu's informer runs over the real adapter (its API client answers from memory), the loop
-over test_loop.py's in-memory world (`Loop.run`, woken by the store); the adapter's apply runs
-alone over the same in-memory client. `sys.setprofile` (and `threading.setprofile` for the
-informer's and the adapter's threads) records the module's frames on the stack at each of
-those moments. `python -m tests.unit.test_walk_path` prints the path, file by file.
+The Gpu's loop runs as its kopf daemon runs it (`Loop.serve`), over test_loop.py's in-memory
+store, and writes through the real adapter, whose API client answers from memory.
+`sys.setprofile` (and `threading.setprofile` for the write's thread) records each call of a
+function of the module. `python -m tests.unit.test_walk_path` prints the path, file by file;
+`UPDATE_DOCS=1 pytest tests/unit/test_docs.py` writes it into docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -15,37 +15,33 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import os
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from types import CodeType, FrameType
+from types import FrameType
 from typing import Any
 
 from kyma_gpu.adapter import KubeAdapter
 from kyma_gpu.facts.gpu import gpu_object
-from kyma_gpu.observe.informer import Informer, WatchSettings
-from kyma_gpu.observe.watches import gpu_watch
-from kyma_gpu.reconcile.loop import GPUS
+from kyma_gpu.handlers import take_gpu_event
+from kyma_gpu.reconcile.loop import Loop, StopEvent
 from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.rules.catalog import Catalog
-from tests.unit.fake_api import FakeApi
-from tests.unit.test_loop import installed, new_world
+from tests.unit.test_loop import installed, new_world, run_pass
 
 PACKAGE = Path(gpu_object.__code__.co_filename).parents[1]
-"""operator/kyma_gpu/: the module's frames are those of its files."""
+"""operator/kyma_gpu/: the module's functions are those of its files."""
 
-MOST_FUNCTIONS = 25
-MOST_FILES = 8
+MOST_FUNCTIONS = 200
+MOST_FILES = 40
 """What docs/architecture.md says the path takes (at most)."""
 
 
 class _Response:
-    def __init__(self, data: bytes = b"", lines: tuple[bytes, ...] = ()) -> None:
-        self.status, self.reason, self.data, self.lines = 200, "OK", data, lines
-
-    def stream(self, amt: int, decode_content: bool) -> Iterator[bytes]:
-        yield from self.lines
+    def __init__(self, data: bytes) -> None:
+        self.status, self.reason, self.data = 200, "OK", data
 
     def release_conn(self) -> None:
         pass
@@ -58,178 +54,125 @@ class _Call:
 
 class _Client:
     """kubernetes.client.ApiClient's two methods the adapter calls, answered from memory: a
-    LIST of the Gpu, a WATCH with one event, a PATCH answered with its body."""
+    PATCH is answered with the object it patches (the Gpu's status with the Gpu)."""
 
-    def __init__(
-        self, listed: dict[str, Any], event: dict[str, Any], walk: _Walk | None = None
-    ) -> None:
-        self.listed, self.event, self.walk = listed, event, walk
-        self.watching = threading.Event()
+    def __init__(self, gpu: dict[str, Any], walk: _Walk) -> None:
+        self.gpu, self.walk = gpu, walk
+        self.released = threading.Event()
 
     def param_serialize(self, method: str, path: str, **kwargs: Any) -> tuple[Any, ...]:
-        return method, (path, tuple(kwargs["query_params"])), kwargs["header_params"], \
-            kwargs["body"], None  # fmt: skip
+        return method, path, kwargs["header_params"], kwargs["body"], None
 
     def call_api(self, method: str, url: Any, **kwargs: Any) -> _Call:
-        _, params = url
-        if method == "PATCH":
-            return _Call(_Response(json.dumps(kwargs["body"]).encode()))
-        if ("watch", "true") in params:
-            self.watching.set()
-            if self.walk is not None:
-                self.walk.on = True  # the LIST before it is not the change's path
-            return _Call(_Response(lines=(json.dumps(self.event).encode() + b"\n",)))
-        meta = {"resourceVersion": self.listed["metadata"]["resourceVersion"]}
-        return _Call(_Response(json.dumps({"items": [self.listed], "metadata": meta}).encode()))
+        body = kwargs["body"]
+        if url.endswith("/status"):
+            return _Call(_Response(json.dumps({**self.gpu, "status": body["status"]}).encode()))
+        if "/helmreleases/" in url:
+            self.walk.on = False  # the PATCH is sent: the path ends here
+            self.released.set()
+        return _Call(_Response(json.dumps(body).encode()))
 
 
 class _Walk:
-    """The module's functions on the stack at the moments recorded, in order."""
+    """The module's functions called while `on`, in the order of their first call (not the
+    comprehensions and lambdas inside them: expressions of their function)."""
 
     def __init__(self) -> None:
         self.functions: dict[str, None] = {}
         self.on = False
 
-    def record(self, frame: FrameType | None) -> None:
-        stack = []
-        while frame is not None:
-            path = Path(frame.f_code.co_filename)
-            if path.is_relative_to(PACKAGE):
-                stack.append(f"{path.relative_to(PACKAGE)}:{frame.f_code.co_qualname}")
-            frame = frame.f_back
-        self.functions.update(dict.fromkeys(reversed(stack)))
-
-    def profile(self, moments: Callable[[FrameType], bool]) -> Any:
-        def hook(frame: FrameType, event: str, arg: Any) -> None:
-            if self.on and event == "call" and moments(frame):
-                self.record(frame)
-
-        return hook
+    def hook(self, frame: FrameType, event: str, arg: Any) -> None:
+        if self.on and event == "call":
+            code = frame.f_code
+            path = Path(code.co_filename)
+            if path.is_relative_to(PACKAGE) and not code.co_name.startswith("<"):
+                self.functions[f"{path.relative_to(PACKAGE)}:{code.co_qualname}"] = None
 
 
-def _in_module(frame: FrameType | None) -> bool:
-    return frame is not None and Path(frame.f_code.co_filename).is_relative_to(PACKAGE)
+def _changed(gpu: dict[str, Any], version: str) -> dict[str, Any]:
+    changed = copy.deepcopy(gpu)
+    changed["spec"] = {"components": {"dcgmExporter": False}}
+    changed["metadata"].update(resourceVersion=version,
+                               generation=changed["metadata"]["generation"] + 1)  # fmt: skip
+    return changed
 
 
-def _event_path(catalog: Catalog, walk: _Walk) -> None:
-    """From the watch stream to the loop's apply of the HelmRelease (the in-memory writer)."""
-    world = new_world(catalog)
-    installed(world)
+def walked_path(catalog: Catalog) -> list[str]:
+    """file:function of every function of the module on the path, in the order of their
+    first call."""
+    world = installed(new_world(catalog))
     world.run()
-    gpu = copy.deepcopy(world.api.gpu)
-    gpu["spec"] = {"components": {"dcgmExporter": False}}
-    gpu["metadata"].update(resourceVersion=world.api.next_version(),
-                           generation=gpu["metadata"]["generation"] + 1)  # fmt: skip
-    client = _Client(world.api.gpu, {"type": "MODIFIED", "object": gpu}, walk)
-    stored: list[str] = []
-    applied = threading.Event()
-
-    def store_listener(key: str, facts: Any) -> None:
-        stored.append(key)
-
-    def thread() -> bool:
-        return threading.current_thread() is not threading.main_thread()
-
-    def from_flux_objects(frame: FrameType) -> bool:
-        return frame.f_back is not None and frame.f_back.f_code.co_filename.endswith(
-            "flux_objects.py"
-        )
-
-    def helm_release(frame: FrameType) -> bool:
-        if frame.f_locals["obj"]["kind"] != "HelmRelease":
-            return False
-        applied.set()
-        return True
-
-    moments: dict[CodeType, Callable[[FrameType], bool]] = {
-        _Response.stream.__code__: lambda _: True,  # the read
-        gpu_object.__code__: lambda _: thread(),  # the informer's fold, not the answers'
-        asyncio.BaseEventLoop.call_soon_threadsafe.__code__:  # the hand-over
-            lambda f: thread() and _in_module(f.f_back),
-        store_listener.__code__: lambda _: not stored,  # the store took the change
-        asyncio.wait.__code__: lambda f: _in_module(f.f_back),  # the loop wakes
-        copy.deepcopy.__code__: from_flux_objects,  # the HelmRelease rendered
-        FakeApi.apply.__code__: helm_release,  # ... and applied
-    }  # fmt: skip
-
-    def moment(frame: FrameType) -> bool:
-        found = moments.get(frame.f_code)
-        return found is not None and found(frame)
-
-    world.store.listen(GPUS, store_listener)
-    world.loop.settings = LoopSettings(status_seconds=0.0, freeze_heap=False)
+    walk = _Walk()
+    client = _Client(world.api.gpu, walk)
+    settings = LoopSettings(status_seconds=0.0, freeze_heap=False, burst_seconds=0.0)
+    adapter = KubeAdapter(api=client)  # type: ignore[arg-type]
+    loop = Loop(world.store, adapter, catalog, settings=settings)
 
     async def run() -> None:
-        stopped = asyncio.Event()
-        task = asyncio.create_task(world.loop.run(stopped))
-        await asyncio.sleep(0.2)  # its first pass (nothing to do); sooner or later changes no bound
-        adapter = KubeAdapter(api=client)  # type: ignore[arg-type]
-        informer = Informer(adapter, gpu_watch(), world.store, asyncio.get_running_loop(),
-                            WatchSettings())  # fmt: skip
-        informer.start()
-        # events, not clocks: the bounds only end a broken run
-        await asyncio.to_thread(client.watching.wait, 60.0)
-        await asyncio.to_thread(applied.wait, 60.0)
-        informer.stop()
-        stopped.set()
-        await task
+        await run_pass(loop)  # settled: its plan memoized, nothing to write
+        stop = StopEvent()
+        daemon = asyncio.create_task(loop.serve("gpu", stop))
+        await asyncio.sleep(0)  # it waits for the store to change
+        walk.on = True
+        event = {"type": "MODIFIED", "object": _changed(world.api.gpu, world.api.next_version())}
+        take_gpu_event(world.store, event)
+        # events, not clocks: the bound only ends a broken run
+        await asyncio.to_thread(client.released.wait, 60.0)
+        stop.event.set()
+        await daemon
 
-    hook = walk.profile(moment)
-    threading.setprofile(hook)
-    sys.setprofile(hook)
+    threading.setprofile(walk.hook)
+    sys.setprofile(walk.hook)
     try:
         asyncio.run(run())
     finally:
         sys.setprofile(None)
         threading.setprofile(None)
-        walk.on = False
-    assert stored[:1] == ["gpu"], stored
-    assert applied.is_set()
-
-
-def _adapter_apply(walk: _Walk) -> None:
-    """The adapter's apply of the HelmRelease over the in-memory client."""
-    release = {"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
-               "metadata": {"name": "gpu-operator", "namespace": "kyma-system"}}  # fmt: skip
-    adapter = KubeAdapter(api=_Client(release, {}))  # type: ignore[arg-type]
-
-    def moment(frame: FrameType) -> bool:
-        code = frame.f_code
-        if code is _Client.call_api.__code__:
-            return True  # the PATCH, in the write's thread
-        return code is asyncio.to_thread.__code__ and _in_module(frame.f_back)
-
-    hook = walk.profile(moment)
-    threading.setprofile(hook)
-    sys.setprofile(hook)
-    try:
-        walk.on = True
-        asyncio.run(adapter.apply(release))
-    finally:
-        sys.setprofile(None)
-        threading.setprofile(None)
-        walk.on = False
-
-
-def walked_path(catalog: Catalog) -> list[str]:
-    """file:function of every function on the path, in the order the change reaches them."""
-    walk = _Walk()
-    _event_path(catalog, walk)
-    _adapter_apply(walk)
+    assert client.released.is_set()
     return list(walk.functions)
+
+
+def by_file(path: list[str]) -> Iterator[str]:
+    """Markdown lines: each file and its functions, in the order the change reaches them."""
+    files: dict[str, list[str]] = {}
+    for entry in path:
+        name, function = entry.split(":", 1)
+        files.setdefault(name, []).append(f"`{function}`")
+    for name, functions in files.items():
+        yield f"- **{name}** ({len(functions)}): {', '.join(functions)}"
+
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
+BEGIN = "<!-- walked-path: generated by tests/unit/test_walk_path.py -->\n"
+END = "<!-- walked-path end -->\n"
+
+
+def documented(path: list[str]) -> str:
+    """The list docs/architecture.md shows, with its count."""
+    files = {entry.split(":")[0] for entry in path}
+    lines = [*by_file(path), "", f"{len(path)} functions in {len(files)} files."]
+    return "\n".join(lines) + "\n"
 
 
 def test_the_walked_path_stays_short(catalog: Catalog) -> None:
     path = walked_path(catalog)
+    text = DOC.read_text(encoding="utf-8")
+    head, rest = text.split(BEGIN)
+    _, tail = rest.split(END)
+    if os.environ.get("UPDATE_DOCS") == "1":
+        DOC.write_text(head + BEGIN + documented(path) + END + tail, encoding="utf-8")
+    assert rest.split(END)[0] == documented(path), (
+        "architecture.md's walked path is stale: UPDATE_DOCS=1 pytest tests/unit/test_walk_path.py"
+    )
     files = {entry.split(":")[0] for entry in path}
     assert len(path) <= MOST_FUNCTIONS, "\n".join(path)
     assert len(files) <= MOST_FILES, sorted(files)
-    assert path[2] == "adapter.py:KubeAdapter.watch"  # the read, under the informer's thread
+    assert path[0] == "handlers.py:take_gpu_event"  # kopf's event, first
+    assert "reconcile/loop.py:Loop.serve" in path  # the daemon's loop woke
     assert path[-1].startswith("adapter.py:")  # the write last
 
 
 if __name__ == "__main__":
-    found = walked_path(Catalog())
-    for entry in found:
-        print(entry)
-    print(f"{len(found)} functions in {len({e.split(':')[0] for e in found})} files")
+    walked = walked_path(Catalog())
+    print("\n".join(by_file(walked)))
+    print(f"{len(walked)} functions in {len({e.split(':')[0] for e in walked})} files")

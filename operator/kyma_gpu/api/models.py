@@ -17,6 +17,7 @@ from pydantic import (
     Field,
     StrictBool,
     StringConstraints,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -34,7 +35,7 @@ from kyma_gpu.api.operations import (
     SharingSpec,
     UpgradePolicySpec,
 )
-from kyma_gpu.api.values import values_error, without_nothing
+from kyma_gpu.api.values import allowlist_of, values_error, without_nothing
 
 API_GROUP = "gpu.kyma-project.io"
 API_VERSION = "v1beta1"
@@ -287,8 +288,12 @@ class GpuSpec(_Model):
 
     @field_validator("values")
     @classmethod
-    def _only_listed_values(cls, values: dict[str, Any] | None) -> dict[str, Any] | None:
-        bad = values_error(values) if values is not None else None
+    def _only_listed_values(
+        cls, values: dict[str, Any] | None, info: ValidationInfo
+    ) -> dict[str, Any] | None:
+        """Held to the allowlist of the validation's context (api/values.py ValuesContext: the
+        Catalog's), the default rules directory's without one."""
+        bad = values_error(values, allowlist_of(info.context)) if values is not None else None
         if bad is not None:  # the message last: it may quote the user's text
             raise PydanticCustomError("spec_values", "{message}", {"message": bad.text})
         kept = without_nothing(values) if values is not None else None

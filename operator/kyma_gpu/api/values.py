@@ -28,6 +28,7 @@ from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 import yaml
+from cachetools import LRUCache, cached
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -424,10 +425,29 @@ def load_allowlist(directory: Path) -> Allowlist:
         return parse_allowlist(yaml.safe_load(handle))
 
 
-ALLOWLIST = load_allowlist(default_rules_dir())
-"""The module's allowlist, read (from $KYMA_GPU_RULES_DIR, else the package's values-rules/) and
-frozen when the module is imported: the list the CRD's schema is generated from, which the API
-server enforces."""
+@cached(LRUCache(maxsize=4), key=lambda directory: directory)
+def _loaded(directory: Path) -> Allowlist:
+    return load_allowlist(directory)
+
+
+def default_allowlist() -> Allowlist:
+    """The allowlist of the default rules directory ($KYMA_GPU_RULES_DIR, else the package's
+    values-rules/: what the Catalog reads), read on first use: for a validation given none
+    (`ValuesContext`). The manager and the tools hand the Catalog's own."""
+    return _loaded(default_rules_dir())
+
+
+@dataclass(frozen=True, slots=True)
+class ValuesContext:
+    """What a validation of spec.values checks against (pydantic's validation context:
+    `GpuSpec.model_validate(spec, context=ValuesContext(catalog.values_allowlist))`)."""
+
+    allowlist: Allowlist
+
+
+def allowlist_of(context: object) -> Allowlist:
+    """The allowlist a validation context names; the default one without."""
+    return context.allowlist if isinstance(context, ValuesContext) else default_allowlist()
 
 
 def path_text(path: Sequence[str | int]) -> str:
@@ -452,17 +472,17 @@ MAX_NAMED = 10
 NOT_LISTED_MANY = NOT_LISTED.replace("not a chart value", "not chart values", 1)
 
 
-def _unlisted(path: tuple[str, ...]) -> ValuesError:
+def _unlisted(path: tuple[str, ...], allowlist: Allowlist) -> ValuesError:
     """kubectl's strict field validation names the key the same way; the list may say what to
     set instead."""
-    hint = ALLOWLIST.hint(path)
+    hint = allowlist.hint(path)
     return ValuesError(f'"{path_text(path)}"', True, hint.text if hint is not None else None)
 
 
-def values_errors(values: Any) -> list[ValuesError]:
+def values_errors(values: Any, allowlist: Allowlist) -> list[ValuesError]:
     """Every rule spec.values breaks; empty when it holds only listed values of their types
     (nulls count as unset, as the API server drops them)."""
-    return list(_errors(values, ALLOWLIST.tree, ()))
+    return list(_errors(values, allowlist.tree, (), allowlist))
 
 
 def values_message(errors: Sequence[ValuesError]) -> str:
@@ -486,10 +506,10 @@ def values_message(errors: Sequence[ValuesError]) -> str:
     return "; ".join(parts) + (f"; and {more} more refused" if more else "")
 
 
-def values_error(values: Any) -> ValuesError | None:
+def values_error(values: Any, allowlist: Allowlist) -> ValuesError | None:
     """None when spec.values holds only listed values of their types; else the whole refusal
     (values_message)."""
-    errors = values_errors(values)
+    errors = values_errors(values, allowlist)
     return ValuesError(values_message(errors)) if errors else None
 
 
@@ -509,7 +529,9 @@ def without_nothing(values: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _errors(node: Any, tree: Tree | Allowed, path: tuple[str, ...]) -> Iterator[ValuesError]:
+def _errors(
+    node: Any, tree: Tree | Allowed, path: tuple[str, ...], allowlist: Allowlist
+) -> Iterator[ValuesError]:
     if node is None:
         return
     if isinstance(tree, Allowed):
@@ -528,9 +550,9 @@ def _errors(node: Any, tree: Tree | Allowed, path: tuple[str, ...]) -> Iterator[
         sub = tree.get(key) if isinstance(key, str) else None
         if sub is None:
             if child is not None:
-                yield _unlisted((*path, str(key)))
+                yield _unlisted((*path, str(key)), allowlist)
             continue
-        yield from _errors(child, sub, (*path, key))
+        yield from _errors(child, sub, (*path, key), allowlist)
 
 
 _BRANCHES = ("constrained-int", "constrained-str")
@@ -563,13 +585,10 @@ def pruned_error(paths: Sequence[str]) -> ValidationError:
     )
 
 
-def unlisted_managed_values(managed_fields: Sequence[Mapping[str, Any]] | None) -> list[str]:
-    """spec.values paths that a manager of the Gpu set and the allowlist does not hold.
-
-    After the list narrows, the API server prunes such values when it reads the Gpu, so the
-    manager never sees them; their managedFields entries stay (metadata is never pruned). They
-    show that the Gpu the user wrote is not the Gpu the module reads."""
-    found: list[str] = []
+def managed_values(managed_fields: Sequence[Mapping[str, Any]] | None) -> tuple[Any, ...]:
+    """The spec.values fields each manager of a Gpu set (their fieldsV1 below f:values): what
+    `unlisted_values` holds against the allowlist."""
+    found = []
     for entry in managed_fields or ():
         fields = entry.get("fieldsV1")
         if isinstance(fields, str):
@@ -577,7 +596,20 @@ def unlisted_managed_values(managed_fields: Sequence[Mapping[str, Any]] | None) 
         spec = fields.get("f:spec") if isinstance(fields, Mapping) else None
         values = spec.get("f:values") if isinstance(spec, Mapping) else None
         if isinstance(values, Mapping):
-            found += _unlisted_fields(values, ALLOWLIST.tree, ())
+            found.append(values)
+    return tuple(found)
+
+
+def unlisted_values(fields: Sequence[Mapping[str, Any]], allowlist: Allowlist) -> list[str]:
+    """spec.values paths that a manager of the Gpu set (`managed_values`) and the allowlist
+    does not hold.
+
+    After the list narrows, the API server prunes such values when it reads the Gpu, so the
+    manager never sees them; their managedFields entries stay (metadata is never pruned). They
+    show that the Gpu the user wrote is not the Gpu the module reads."""
+    found: list[str] = []
+    for values in fields:
+        found += _unlisted_fields(values, allowlist.tree, ())
     return sorted(set(found))
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kyma_gpu.api.models import API_GROUP
-from kyma_gpu.api.values import unlisted_managed_values
+from kyma_gpu.api.values import managed_values
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,9 +25,10 @@ class GpuObject:
     annotations: Mapping[str, str] = field(default_factory=dict)
     """Its annotations of the module's (`gpu.kyma-project.io/...`): what the extensions read
     of them."""
-    pruned_values: tuple[str, ...] = ()
-    """spec.values paths its managedFields record and the allowlist does not hold: the API
-    server pruned them after the list narrowed (api/values.py, unlisted_managed_values)."""
+    managed_values: tuple[Any, ...] = ()
+    """The spec.values fields its managers set, as managedFields record them: those the
+    allowlist does not hold, the API server pruned after the list narrowed (the machine holds
+    them against the Catalog's allowlist: api/values.py, unlisted_values)."""
 
 
 def gpu_object(body: Mapping[str, Any]) -> GpuObject:
@@ -43,7 +44,7 @@ def gpu_object(body: Mapping[str, Any]) -> GpuObject:
         deleting=bool(meta.get("deletionTimestamp")),
         finalizers=tuple(str(f) for f in meta.get("finalizers") or ()),
         annotations=_ours(meta.get("annotations") or {}),
-        pruned_values=tuple(unlisted_managed_values(meta.get("managedFields"))),
+        managed_values=managed_values(meta.get("managedFields")),
     )
 
 

@@ -37,12 +37,11 @@ class Informers:
     """The collector's pause while an informer parses a page, one for all of them."""
 
     def start(self, registry: MachineTypeRegistry, module_ns: str, target_ns: str) -> None:
-        """The Gpus, Nodes, operand DaemonSets, the operator's pods that cannot pull, our Flux
-        objects, the ClusterPolicy, the GPUCluster and the CRDs."""
+        """Nodes, operand DaemonSets, the operator's pods that cannot pull, our Flux objects, the
+        ClusterPolicy, the GPUCluster and the CRDs (the Gpus are kopf's: handlers.py)."""
         self.stack_namespaces = tuple(dict.fromkeys((module_ns, target_ns)))
         self.store.listen(watches.CRDS, self._crd_changed)
         for watch in (
-            watches.gpu_watch(),
             watches.node_watch(registry),
             watches.daemonset_watch(target_ns),
             watches.pull_watch(target_ns),

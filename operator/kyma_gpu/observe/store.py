@@ -88,9 +88,44 @@ class Collection:
 
 
 @dataclass
+class Changes:
+    """Says that the store changed, to everyone who waits for it: an Event of its own per
+    waiter (`subscribe`; a kopf daemon per Gpu), so that one that clears its own never hides a
+    change from another; and one shared Event (`set`, `clear`, `is_set`, `wait`), for a single
+    waiter."""
+
+    shared: asyncio.Event = field(default_factory=asyncio.Event)
+    waiters: set[asyncio.Event] = field(default_factory=set)
+
+    def set(self) -> None:
+        self.shared.set()
+        for waiter in self.waiters:
+            waiter.set()
+
+    def clear(self) -> None:
+        self.shared.clear()
+
+    def is_set(self) -> bool:
+        return self.shared.is_set()
+
+    async def wait(self) -> bool:
+        return await self.shared.wait()
+
+    def subscribe(self) -> asyncio.Event:
+        """An Event that every later change sets (set now: what changed before is news)."""
+        waiter = asyncio.Event()
+        waiter.set()
+        self.waiters.add(waiter)
+        return waiter
+
+    def unsubscribe(self, waiter: asyncio.Event) -> None:
+        self.waiters.discard(waiter)
+
+
+@dataclass
 class Store:
     collections: dict[str, Collection] = field(default_factory=dict)
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    changed: Changes = field(default_factory=Changes)
     listeners: dict[str, list[Listener]] = field(default_factory=dict)
 
     def collection(self, resource: str) -> Collection:

@@ -3,7 +3,7 @@ it keeps of each object.
 
 | resource          | collection                                    | facts kept                |
 |-------------------|-----------------------------------------------|---------------------------|
-| gpus              | every Gpu (the module's CRD; one is served)   | GpuObject, managedFields  |
+| gpus              | kopf's watch (handlers.py `gpu_event`)        | GpuObject, managedFields  |
 |                   |                                               | read (pruned_values)      |
 | nodes             | all Nodes (pages of 250: a Node is large)     | ObservedNode              |
 | daemonsets        | DaemonSets in the target namespace only       | DaemonSetFacts            |
@@ -17,8 +17,8 @@ it keeps of each object.
 An extension may add a list-watch of its own, observed only while it wants it (extensions/base.py
 `Watch`): observe/informers.py starts and stops it.
 
-The Gpu is observed like every other kind: the same paged LIST and WATCH, backoff and store,
-and while its CRD is not installed the same "not served: waiting for it" as the ClusterPolicy.
+The Gpu is kopf's: kopf watches it and its events put its facts into the same store
+(handlers.py); the manager starts once the Gpu's CRD is there.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from types import MappingProxyType
 from typing import Any
 
 from kyma_gpu.adapter import NODE_JSON, ListQuery
-from kyma_gpu.api.models import API_GROUP, API_VERSION, PLURAL
+from kyma_gpu.api.models import API_GROUP, PLURAL
 from kyma_gpu.api.resources import FLUX_KINDS, OURS, FluxKind
 from kyma_gpu.facts import NodeError, ObservedNode, observe_node
-from kyma_gpu.facts.gpu import GpuObject, gpu_object
+from kyma_gpu.facts.gpu import GpuObject
 from kyma_gpu.facts.machines import MachineTypeRegistry
 from kyma_gpu.observe.informer import ListWatch
 from kyma_gpu.observe.store import Resource
@@ -65,13 +65,14 @@ FLUX: Mapping[str, FluxKind] = MappingProxyType({k.plural: k for k in FLUX_KINDS
 FLUX_RESOURCES: tuple[Resource[FluxFacts], ...] = tuple(Resource(plural) for plural in FLUX)
 GATED = MappingProxyType(
     {
-        f"{PLURAL}.{API_GROUP}": GPUS,
         **{k.crd_name: k.plural for k in FLUX_KINDS},
         "clusterpolicies.nvidia.com": CLUSTER_POLICIES,
         "gpuclusters.nvidia.com": GPU_CLUSTERS,
     }
 )
 """CRD name -> the resource it serves: its informer lists again when the CRD appears."""
+GPU_CRD = f"{PLURAL}.{API_GROUP}"
+"""The Gpu's CRD: kopf resolves the Gpu's API once it is there (handlers.py)."""
 NODE_COALESCE = 0.2
 """Seconds the Node watch waits after an event that came after a wait (KubeAdapter.watch): the
 kubelets' status updates, which grow with the fleet, are read at most 1/NODE_COALESCE times a
@@ -83,13 +84,6 @@ REQUIRED: tuple[str, ...] = (NODES, DAEMONSETS, CRDS, *FLUX)
 """Listed (or found absent) before the first reconcile: planning without them would be wrong.
 The ClusterPolicy and the GPUCluster are not among them: a CRD of our own chart must never
 delay anything."""
-
-
-def gpu_watch() -> ListWatch:
-    """Every Gpu, whole: the facts keep what the loop reads (gpu_object), managedFields
-    included, which say which spec.values the API server pruned (pruned_values)."""
-    query = ListQuery(f"/apis/{API_GROUP}/{API_VERSION}/{PLURAL}")
-    return ListWatch(GPUS, query, gpu_object, key=_name)
 
 
 def node_watch(registry: MachineTypeRegistry) -> ListWatch:
@@ -149,7 +143,8 @@ def gpu_cluster_watch() -> ListWatch:
 def crd_watch() -> ListWatch:
     def fold(body: Mapping[str, Any]) -> Any:
         meta = body.get("metadata") or {}
-        return crd_facts(meta) if meta.get("name") in GATED else None
+        name = meta.get("name")
+        return crd_facts(meta) if name in GATED or name == GPU_CRD else None
 
     query = ListQuery("/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
                       metadata_only=True)  # fmt: skip

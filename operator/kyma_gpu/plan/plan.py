@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from cachetools import LRUCache
+
 from kyma_gpu.api.conditions import PreflightReason
 from kyma_gpu.api.models import ClusterDriverMode, GpuNodeStatus, GpuSpec, HealthSpec
 from kyma_gpu.api.operations import GpuStack, SharingMode
@@ -382,25 +384,25 @@ KEPT = 4
 
 @dataclass
 class PlanMemo:
-    """make_plan, remembered for the last KEPT keys: the spec, the planning facts, the owner
-    and the chart sources allowed. The Loop owns one; nothing else remembers.
+    """make_plan, remembered for the last KEPT keys (cachetools' LRU): the spec, the planning
+    facts, the owner and the chart sources allowed. The Loop owns one; nothing else remembers.
 
     The facts hold no per-node state (facts/node.py ObservedNode keeps it apart), so a change
     of a node's upgrade label, devices or mark leaves the key equal and makes no new plan.
-    Equal facts cost an identity check per node: the store keeps the object of an unchanged
-    Node, and a hit takes the new key, so that a node whose facts were made again compares by
-    identity from then on."""
+    The facts' hash is a summary (ClusterFacts.__hash__) and equal facts cost an identity check
+    per node: the store keeps the object of an unchanged Node, and a hit is stored again under
+    the new key, so that a node whose facts were made again compares by identity from then
+    on."""
 
     catalog: Catalog
-    entries: list[tuple[PlanKey, Plan]] = field(default_factory=list)
-    """Newest first."""
+    plans: LRUCache[PlanKey, Plan] = field(default_factory=lambda: LRUCache(maxsize=KEPT))
 
     def plan(
         self, spec: GpuSpec, facts: ClusterFacts, owner: Owner, allowed_sources: AllowedSources
     ) -> Plan:
         key = (spec.model_dump_json(), facts, owner, allowed_sources.key)
-        found = next((e for e in self.entries if e[0] == key), None)
-        plan = found[1] if found else make_plan(spec, facts, self.catalog, owner, allowed_sources)
-        others = [e for e in self.entries if e is not found]
-        self.entries = [(key, plan), *others[: KEPT - 1]]
+        plan = self.plans.pop(key, None)
+        if plan is None:
+            plan = make_plan(spec, facts, self.catalog, owner, allowed_sources)
+        self.plans[key] = plan
         return plan

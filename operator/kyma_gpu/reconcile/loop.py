@@ -17,9 +17,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import assert_never
+from typing import Protocol, assert_never
 
 from kyma_gpu.adapter import ObjectRef
 from kyma_gpu.errors import ApiError
@@ -60,13 +60,13 @@ from kyma_gpu.reconcile.effects import (
 from kyma_gpu.reconcile.machine import (
     FINALIZER,
     Action,
-    AddFinalizer,
     Apply,
     Delete,
     ExtensionAction,
     ExtensionRead,
     Inputs,
     Machine,
+    Phase,
     Planner,
     Reclaim,
     RemoveFinalizer,
@@ -77,11 +77,14 @@ from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status.events import foreign_removed
 from kyma_gpu.status.snapshot import Snapshot
 
-__all__ = ("GPUS", "ClusterApi", "Done", "Loop", "flux_api", "now", "snapshot")
+__all__ = ("GPUS", "ClusterApi", "Done", "Loop", "Stop", "StopEvent", "flux_api", "now", "snapshot")
 """GPUS lives in observe/watches.py, ClusterApi and now in reconcile/effects.py; they are the
 loop's words too."""
 
 log = logging.getLogger(__name__)
+
+_ENDS = (Phase.RELEASED, Phase.REFUSED)
+"""The phases of a deleted Gpu's last step: nothing is left to do for it."""
 
 
 def snapshot(
@@ -197,6 +200,13 @@ class Loop:
     """The extensions' configurations (`Extension.config`), for `Inputs.config`."""
     on_demand: tuple[str, ...] = field(init=False)
     """The resource keys of the extensions' list-watches on demand (`Extension.watch`)."""
+    wanted: dict[str, frozenset[str]] = field(default_factory=dict)
+    """Each Gpu's last step's list-watches on demand: their union is observed."""
+    locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    """One pass at a time per Gpu."""
+    resync_at: float = field(init=False)
+    frozen: bool = False
+    first_synced: bool = False
 
     def __post_init__(self) -> None:
         self.machine = Machine(self.extensions)
@@ -211,36 +221,80 @@ class Loop:
         events = tuple(e.events for e in self.extensions if e.events is not None)
         self.status = StatusWriter(self.writer, self.write_back, self.recorder, self._error,
                                    self.settings, events=events)  # fmt: skip
+        self.resync_at = time.monotonic() + self.settings.resync_seconds
 
-    # -- the loop --
+    # -- the loop of one Gpu (kopf's daemon for it: handlers.py) --
 
-    async def run(self, stopped: asyncio.Event) -> None:
-        """Passes on changes and retries, and the periodic safety pass every
-        `LoopSettings.resync_seconds`; only while this replica leads."""
-        await self._wait_synced(stopped)
-        resync_at = time.monotonic() + self.settings.resync_seconds
-        frozen = not self.settings.freeze_heap
-        while not stopped.is_set():
-            if not self.may_write():  # a follower (leader election): observe, never write
-                await _first_of(stopped, stopped, self.settings.follower_seconds)
-                continue
-            try:
-                if time.monotonic() >= resync_at:
-                    resync_at = time.monotonic() + self.settings.resync_seconds
-                    await self.reread()
-                self.store.changed.clear()  # what the reads changed is this pass's, too
-                requeue = await self.run_pass()
-                if not frozen:
-                    frozen = True
-                    log.debug("heap after the first pass: %d objects frozen", freeze_heap())
-            except Exception:  # a bug in one pass must not end reconciling for good
-                requeue = self.settings.failed_pass_seconds
-                log.exception("reconcile pass failed; again in %.0fs", requeue)
-                self._error(ErrorKind.INTERNAL)
-            resync = max(resync_at - time.monotonic(), 0.0)
-            timeout = resync if requeue is None else min(requeue, resync)
-            await _first_of(self.store.changed, stopped, timeout)
-            await asyncio.sleep(self.settings.burst_seconds)
+    async def serve(self, name: str, stop: Stop) -> None:
+        """Reconcile the Gpu `name` on every change of the store, retry and safety pass, while
+        this replica leads, until `stop` says so or its deletion is through (the Released
+        step: kopf then removes its finalizer). A pass that fails on a bug raises
+        kopf.TemporaryError in the caller (handlers.py): kopf starts the daemon again after
+        LoopSettings.failed_pass_seconds."""
+        wake = self.store.changed.subscribe()
+        try:
+            await self._wait_synced(stop, wake)
+            while self.store.get(GPUS, name) is None and not stop.ended():
+                wake.clear()  # kopf's event of the Gpu is on its way (handlers.py gpu_event)
+                await stop.wait(wake, None)
+            while not stop.ended():
+                if not self.may_write():  # a follower (leader election): observe, never write
+                    await stop.wait(wake, self.settings.follower_seconds)
+                    continue
+                await self._resync_due()
+                wake.clear()  # what the reads changed is this pass's, too
+                try:
+                    requeue, released = await self.pass_for(name)
+                except Exception:  # handlers.py: kopf starts the daemon again, later
+                    log.exception("reconcile pass of Gpu %s failed", name)
+                    self._error(ErrorKind.INTERNAL)
+                    raise
+                if released:
+                    return
+                self._freeze_once()
+                await stop.wait(wake, self._timeout(requeue))
+                await asyncio.sleep(self.settings.burst_seconds)
+        finally:
+            self.store.changed.unsubscribe(wake)
+            self.wanted.pop(name, None)
+
+    async def _resync_due(self) -> None:
+        """The periodic safety pass's reads, every LoopSettings.resync_seconds (one clock for
+        every Gpu)."""
+        if time.monotonic() >= self.resync_at:
+            self.resync_at = time.monotonic() + self.settings.resync_seconds
+            await self.reread()
+
+    def _timeout(self, requeue: float | None) -> float:
+        resync = max(self.resync_at - time.monotonic(), 0.0)
+        return resync if requeue is None else min(requeue, resync)
+
+    def _freeze_once(self) -> None:
+        if self.settings.freeze_heap and not self.frozen:
+            self.frozen = True
+            log.debug("heap after the first pass: %d objects frozen", freeze_heap())
+
+    async def pass_for(self, name: str) -> tuple[float | None, bool]:
+        """Reconcile the Gpu `name` once. Returns the seconds until a retry is due (None: none),
+        and whether its deletion is through (or it is gone): nothing is left to do for it."""
+        gpu = self.store.get(GPUS, name)
+        if gpu is None:
+            return None, True
+        served = tuple(not self.store.collection(plural).absent for plural in FLUX_RESOURCES)
+        if served != self.flux_served:
+            self.flux_served = served
+            self.retries.reset()
+        async with self.locks.setdefault(name, asyncio.Lock()):
+            step = await self.reconcile(gpu)
+        self.wanted[name] = step.watches
+        self.observe(frozenset().union(*self.wanted.values()))
+        clock = time.monotonic()
+        requeues = [max(due - clock, 0.0) for due in self.status.due.values()]
+        if step.requeue_after is not None:
+            requeues.append(step.requeue_after)
+        gone = self.store.get(GPUS, name) is None
+        through = gpu.deleting and step.action is None and step.phase in _ENDS
+        return min(requeues, default=None), gone or through
 
     async def reread(self) -> int:
         """The safety pass's reads: each of the module's Flux objects the store holds, read
@@ -258,34 +312,18 @@ class Loop:
                     log.warning("reading %s again failed: %s", ref, err)
         return reads
 
-    async def _wait_synced(self, stopped: asyncio.Event) -> None:
+    async def _wait_synced(self, stop: Stop, wake: asyncio.Event) -> None:
         began, every = time.monotonic(), self.settings.sync_report_seconds
-        while not self.store.synced(*self.required) and not stopped.is_set():
-            self.store.changed.clear()
-            await _first_of(self.store.changed, stopped, every)
+        while not self.store.synced(*self.required) and not stop.ended():
+            wake.clear()
+            await stop.wait(wake, every)
             if time.monotonic() - began >= every:
                 missing = [r for r in self.required if not self.store.synced(r)]
                 log.info("waiting for the first list of %s", ", ".join(missing))
-        log.info("observed %d nodes; first reconcile after %.2fs",
-                 len(self.store.facts(NODES)), time.monotonic() - began)  # fmt: skip
-
-    async def run_pass(self) -> float | None:
-        """Reconcile every Gpu once. Returns the seconds until a retry is due, if any."""
-        requeues: list[float] = []
-        wanted: frozenset[str] = frozenset()
-        served = tuple(not self.store.collection(plural).absent for plural in FLUX_RESOURCES)
-        if served != self.flux_served:
-            self.flux_served = served
-            self.retries.reset()
-        for gpu in list(self.store.facts(GPUS)):
-            step = await self.reconcile(gpu)
-            wanted |= step.watches
-            if step.requeue_after is not None:
-                requeues.append(step.requeue_after)
-        self.observe(wanted)
-        clock = time.monotonic()
-        requeues += [max(due - clock, 0.0) for due in self.status.due.values()]
-        return min(requeues, default=None)
+        if not self.first_synced:
+            self.first_synced = True
+            log.info("observed %d nodes; first reconcile after %.2fs",
+                     len(self.store.facts(NODES)), time.monotonic() - began)  # fmt: skip
 
     async def reconcile(self, gpu: GpuObject) -> Step:
         """Steps until one has nothing left to write; logs the pass."""
@@ -295,8 +333,8 @@ class Loop:
             snap = replace(snapshot(self.store, self.write_back.as_applied, self.allowed_sources(),
                                     self.on_demand), reads=tuple(answers.values()))  # fmt: skip
             step = self.machine.decide(Inputs(gpu, snap, self.plan, self.retries.last(gpu.name),
-                                 time.monotonic(), now(), self.module_namespace,
-                                 self.config))  # fmt: skip
+                                 time.monotonic(), now(), self.module_namespace, self.config,
+                                 allowlist=self.catalog.values_allowlist))  # fmt: skip
             done = await self.perform(gpu, step)
             writes, reads = writes + done.writes, reads + done.reads
             if done.answer is not None:
@@ -347,11 +385,6 @@ class Loop:
     async def _act(self, gpu: GpuObject, action: Action) -> int:
         """Carries one action out. Returns how many requests it made."""
         match action:
-            case AddFinalizer() | RemoveFinalizer():
-                adding = isinstance(action, AddFinalizer)
-                self.write_back.gpu(await self.writer.set_finalizers(
-                    gpu.name, _finalizers(gpu, adding), gpu.resource_version))  # fmt: skip
-                return 1
             case Apply(objects, stale):
                 for obj in objects:
                     log.info("applying %s", ObjectRef.of(obj))
@@ -359,6 +392,11 @@ class Loop:
                 for live in stale:
                     await self._delete(live)
                 return len(objects) + len(stale)
+            case RemoveFinalizer():
+                others = [f for f in gpu.finalizers if f != FINALIZER]
+                self.write_back.gpu(await self.writer.set_finalizers(
+                    gpu.name, others, gpu.resource_version))  # fmt: skip
+                return 1
             case Reclaim(objects):
                 return await self._reclaim(gpu, objects)
             case Delete(objects):
@@ -426,14 +464,35 @@ class Loop:
         )
 
 
-def _finalizers(gpu: GpuObject, adding: bool) -> list[str]:
-    others = [f for f in gpu.finalizers if f != FINALIZER]
-    return [*others, FINALIZER] if adding else others
+class Stop(Protocol):
+    """When a Gpu's loop ends (handlers.py: kopf's daemon flag, read as the module needs it)."""
+
+    def ended(self) -> bool:
+        """The loop must end now (the operator stops)."""
+        ...
+
+    async def wait(self, wake: asyncio.Event, timeout: float | None) -> None:
+        """Until `wake` is set, the loop must end, or `timeout` passes."""
+        ...
 
 
-async def _first_of(event: asyncio.Event, stopped: asyncio.Event, timeout: float | None) -> None:
-    """Wait until the event or stopped is set, or the timeout passes."""
-    waiters = {asyncio.ensure_future(event.wait()), asyncio.ensure_future(stopped.wait())}
+@dataclass
+class StopEvent:
+    """A Stop of an asyncio Event: for a loop run outside kopf (benchmarks, tests)."""
+
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def ended(self) -> bool:
+        return self.event.is_set()
+
+    async def wait(self, wake: asyncio.Event, timeout: float | None) -> None:
+        await first_of((wake.wait(), self.event.wait()), timeout)
+
+
+async def first_of(waits: Iterable[Awaitable[object]], timeout: float | None) -> None:
+    """Wait until one of the waits ends (an Event's `wait()`, kopf's flag's), or the timeout
+    passes."""
+    waiters = {asyncio.ensure_future(w) for w in waits}
     try:
         await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
     finally:

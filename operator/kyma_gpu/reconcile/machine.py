@@ -8,7 +8,8 @@ actionForState:
    ...), checked in a fixed order;
 2. `Machine.rows[situation]`: the row of the table, with its phase, what it does in words,
    whether its writes are retried, and the function that makes its `Step` (one action at
-   most: add the finalizer, apply, delete, remove the finalizer, or an extension's; the status
+   most: apply, remove what others wrote, delete, remove the finalizer, or an extension's; the
+   status
    the Gpu should show; when to look again).
 
 The core table (`Situation`, `ROWS`) is the card's: detect, hand the Gpu to Flux, mirror
@@ -42,7 +43,13 @@ from kyma_gpu.api.models import (
     GpuState,
     GpuStatus,
 )
-from kyma_gpu.api.values import pruned_error
+from kyma_gpu.api.values import (
+    Allowlist,
+    ValuesContext,
+    default_allowlist,
+    pruned_error,
+    unlisted_values,
+)
 from kyma_gpu.facts import ClusterFacts, cluster_facts
 from kyma_gpu.facts.gpu import GpuObject
 from kyma_gpu.plan import AllowedSources, Owner, Plan
@@ -59,6 +66,9 @@ from kyma_gpu.status.snapshot import (
 )
 
 FINALIZER = "gpu.kyma-project.io/finalizer"
+"""kopf's finalizer on the Gpu (handlers.py sets it as kopf's persistence.finalizer): kopf adds
+it before the Gpu's daemon writes anything; the daemon removes it when Flux has uninstalled
+(RemoveFinalizer), and ends (handlers.py says why not kopf)."""
 
 
 class Phase(StrEnum):
@@ -110,11 +120,6 @@ class Failure:
 
 
 @dataclass(frozen=True, slots=True)
-class AddFinalizer:
-    """Add gpu.kyma-project.io/finalizer, before anything is applied."""
-
-
-@dataclass(frozen=True, slots=True)
 class Apply:
     """Server-side apply `objects` in order; delete `stale`, the objects the plan no longer has."""
 
@@ -130,16 +135,16 @@ class Delete:
 
 
 @dataclass(frozen=True, slots=True)
+class RemoveFinalizer:
+    """Release the Gpu: nothing of the module is left (kopf added the finalizer)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Reclaim:
     """Remove what other field managers wrote to the module's Flux objects (their `foreign`
     fields), and say so in a Warning Event."""
 
     objects: tuple[LiveObject, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class RemoveFinalizer:
-    """Release the Gpu: nothing of the module is left."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +160,7 @@ class ExtensionRead:
     snapshot's `reads`."""
 
 
-Action = AddFinalizer | Apply | Reclaim | Delete | RemoveFinalizer | ExtensionAction
+Action = Apply | Reclaim | Delete | RemoveFinalizer | ExtensionAction
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +216,9 @@ class Inputs:
     extension that has one: each finds its own by type."""
     status_hooks: tuple[StatusHook, ...] = ()
     """The extensions' status parts (`Machine.decide` fills them in from its parts)."""
+    allowlist: Allowlist = field(default_factory=default_allowlist)
+    """The chart values a Gpu may set: the Catalog's (the loop's); the default rules
+    directory's where none is given."""
 
 
 # -- classify: what the machine sees, one Situation per row of the table --
@@ -359,14 +367,6 @@ def _classify_uninstalled(machine: Machine, inputs: Inputs) -> Seen:
 # -- the table: each Situation's row, and the step it makes --
 
 
-class StepKey(StrEnum):
-    """The keys of the core's steps whose writes are always the same; the others are a hash
-    of their objects (`_key`; an extension's own, as `marks_key`)."""
-
-    FINALIZER = "finalizer"
-    RELEASE = "release"
-
-
 Build = Callable[[Seen, Inputs], Step]
 
 
@@ -402,7 +402,11 @@ def _uninstalling(seen: Seen, inputs: Inputs) -> Step:
 
 
 def _release(seen: Seen, inputs: Inputs) -> Step:
-    return Step(Phase.RELEASED, RemoveFinalizer(), key=StepKey.RELEASE)
+    return Step(Phase.RELEASED, RemoveFinalizer(), key=RELEASE_KEY)
+
+
+RELEASE_KEY = "release"
+"""The key of the finalizer's removal: its writes are always the same."""
 
 
 def _invalid(seen: Seen, inputs: Inputs) -> Step:
@@ -414,7 +418,7 @@ def _invalid(seen: Seen, inputs: Inputs) -> Step:
 
 
 def _initializing(seen: Seen, inputs: Inputs) -> Step:
-    return Step(Phase.INITIALIZING, AddFinalizer(), key=StepKey.FINALIZER)
+    return Step(Phase.INITIALIZING)
 
 
 def _status_only(phase: Phase) -> Build:
@@ -484,14 +488,15 @@ ROWS: Mapping[Situation, Row] = MappingProxyType({
         "status; look again when the uninstall timeout + 60 s passes", False, _uninstalling),
     S.NOTHING_LEFT: Row(
         "being deleted, nothing of the module's left", Phase.RELEASED,
-        "remove the finalizer", True, _release),
+        "remove the finalizer; the Gpu's daemon ends", True, _release),
     S.SPEC_INVALID: Row(
         "the model rejects the spec, or (with the finalizer) planning it fails", Phase.INVALID,
         "status `Error` (`InvalidSpec`; `PlanFailed`): nothing is applied (a deletion still "
         "goes on)", False, _invalid),
     S.NO_FINALIZER: Row(
-        "our finalizer is missing", Phase.INITIALIZING,
-        "add `gpu.kyma-project.io/finalizer`", True, _initializing),
+        "kopf's finalizer is missing", Phase.INITIALIZING,
+        "nothing: kopf adds `gpu.kyma-project.io/finalizer` (nothing is applied before it), "
+        "and its answer wakes the daemon", False, _initializing),
     S.PLAN_BLOCKED: Row(
         "the plan has errors", Phase.BLOCKED, "status only: nothing is applied", False,
         _status_only(Phase.BLOCKED)),
@@ -568,7 +573,7 @@ class Machine:
         gpu = inputs.gpu
         if gpu.name != SINGLETON_NAME:
             return Seen(Situation.NOT_THE_SINGLETON)
-        spec = _parse(gpu)
+        spec = _parse(gpu, inputs.allowlist)
         if gpu.deleting:
             return _classify_deleting(self, inputs, spec if isinstance(spec, GpuSpec) else None)
         if isinstance(spec, ValidationError):
@@ -616,13 +621,14 @@ def _table(rows: Mapping[Situation, Row] | Mapping[StrEnum, Row]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _parse(gpu: GpuObject) -> GpuSpec | ValidationError:
+def _parse(gpu: GpuObject, allowlist: Allowlist) -> GpuSpec | ValidationError:
     """The spec, or why it is invalid: also when the API server pruned a value the user wrote
     that the allowlist no longer holds (the running release then stays as it is)."""
-    if gpu.pruned_values:
-        return pruned_error(gpu.pruned_values)
+    pruned = unlisted_values(gpu.managed_values, allowlist)
+    if pruned:
+        return pruned_error(pruned)
     try:
-        return GpuSpec.model_validate(gpu.spec)
+        return GpuSpec.model_validate(gpu.spec, context=ValuesContext(allowlist))
     except ValidationError as err:
         return err
 

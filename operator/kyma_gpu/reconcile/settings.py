@@ -22,9 +22,12 @@ class LoopSettings:
     permanent_from: int = 4
     """The index in `retry_seconds` where permanent errors (403, 422, ...) start: 30 s."""
     failed_pass_seconds: float = 5.0
-    """After a pass that raised (a bug): look again after this long."""
+    """After a pass that raised (a bug): kopf starts the Gpu's daemon again after this long."""
+    exit_check_seconds: float = 1.0
+    """While a Gpu's deletion runs, its daemon looks this often whether the operator exits
+    (kopf's daemon flag fires once, for the deletion: handlers.py DaemonStop)."""
     max_steps: int = 8
-    """Steps in one pass: finalizer, apply, status make three; more means something fights us."""
+    """Steps in one pass: apply, remove, status make three; more means something fights us."""
     burst_seconds: float = 0.05
     """After a wake-up, let the events of one burst arrive before the pass."""
     status_seconds: float = 1.0

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property, partial
+from operator import attrgetter
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 import yaml
+from cachetools import LRUCache, cachedmethod
 
+from kyma_gpu.api.values import ALLOWLIST_FILE, Allowlist, load_allowlist
 from kyma_gpu.datadir import ENV_RULES_DIR, default_rules_dir
 from kyma_gpu.facts.machines import MachineType, MachineTypeRegistry
 from kyma_gpu.rules.data_models import (
@@ -124,8 +127,16 @@ def machine_type_registry(data: object) -> MachineTypeRegistry:
     )
 
 
+FILES_KEPT = 256
+"""Values files kept: values-rules/ holds about 60 (rules' fragments, installer matrices)."""
+RELEASES_KEPT = 32
+"""Installer releases and chart versions kept, known or not: a Gpu may name any tag, and the
+ones it tried before must not pile up."""
+
+
 class Catalog:
-    """All of values-rules/, loaded lazily and kept (the files do not change at run time)."""
+    """All of values-rules/, loaded lazily and kept (the files do not change at run time): the
+    single files as cached properties, the rest in bounded caches (cachetools)."""
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or default_rules_dir()
@@ -133,13 +144,18 @@ class Catalog:
             raise RuleError(f"values rules directory {self.root} does not exist")
         if not self.root.is_dir():
             raise RuleError(f"values rules directory {self.root} is not a directory")
-        self._files: dict[str, Mapping[str, Any]] = {}
-        self._charts: dict[str, ChartFacts | None] = {}
-        self._installers: dict[str, InstallerRelease | None] = {}
+        self._files: LRUCache[Any, Mapping[str, Any]] = LRUCache(maxsize=FILES_KEPT)
+        self._charts: LRUCache[Any, ChartFacts | None] = LRUCache(maxsize=RELEASES_KEPT)
+        self._installers: LRUCache[Any, InstallerRelease | None] = LRUCache(maxsize=RELEASES_KEPT)
 
     @cached_property
     def defaults(self) -> Defaults:
         return parse(Defaults, _load(self.root / "defaults.yaml"), "defaults.yaml")
+
+    @cached_property
+    def values_allowlist(self) -> Allowlist:
+        """The chart values a Gpu may set (values-allowlist.yaml)."""
+        return load_allowlist(self.root)
 
     @cached_property
     def rules(self) -> RuleSet:
@@ -174,23 +190,23 @@ class Catalog:
         parsed = parse(ImageDigestsFile, _load(path), IMAGE_DIGESTS)
         return MappingProxyType(dict(parsed.images))
 
+    @cachedmethod(attrgetter("_files"))
     def values_file(self, relative: str) -> Mapping[str, Any]:
         """A values fragment below values-rules/ (path checked to stay inside)."""
-        if relative not in self._files:
-            path = (self.root / relative).resolve()
-            if self.root.resolve() not in path.parents:
-                raise RuleError(f"values file {relative!r} is outside {self.root}")
-            data = _load(path)
-            if not isinstance(data, Mapping):
-                raise RuleError(f"values file {path} must be a mapping")
-            self._files[relative] = data
-        return self._files[relative]
+        path = (self.root / relative).resolve()
+        if self.root.resolve() not in path.parents:
+            raise RuleError(f"values file {relative!r} is outside {self.root}")
+        data = _load(path)
+        if not isinstance(data, Mapping):
+            raise RuleError(f"values file {path} must be a mapping")
+        return data
 
     def check(self) -> None:
         """Load and check every file now, so that broken rule data stops the start (with the
         file and the line) instead of failing the first reconcile."""
         steps: list[tuple[str, Callable[[], object]]] = [
             ("defaults.yaml", lambda: self.defaults),
+            (ALLOWLIST_FILE, lambda: self.values_allowlist),
             ("machine-types.yaml", lambda: self.machine_types),
             ("gpu-families.yaml", lambda: self.gpu_families),
             ("nvidia-drivers.yaml", lambda: self.nvidia_drivers),
@@ -228,30 +244,26 @@ class Catalog:
             return ()
         return tuple(sorted(p.name for p in base.iterdir() if (p / "versions.yaml").is_file()))
 
+    @cachedmethod(attrgetter("_installers"))
     def installer(self, tag: str) -> InstallerRelease | None:
         """The matrix of an adopted release, or None when the module does not know the tag."""
-        if tag not in self._installers:
-            found = None
-            if tag in self.installer_releases():
-                found = InstallerRelease.from_mapping(
-                    tag,
-                    self.values_file(f"installer/{tag}/versions.yaml"),
-                    self.values_file(f"installer/{tag}/gpu-operator-values.yaml"),
-                )
-            self._installers[tag] = found
-        return self._installers[tag]
+        if tag not in self.installer_releases():
+            return None
+        return InstallerRelease.from_mapping(
+            tag,
+            self.values_file(f"installer/{tag}/versions.yaml"),
+            self.values_file(f"installer/{tag}/gpu-operator-values.yaml"),
+        )
 
     def chart_versions(self) -> tuple[str, ...]:
         """The chart versions the module supports: those with facts in values-rules/charts/
         (hack/release_rbac.py derives the release account's RBAC from the same list)."""
         return tuple(sorted(p.stem for p in (self.root / "charts").glob("v*.yaml")))
 
+    @cachedmethod(attrgetter("_charts"))
     def chart(self, version: str) -> ChartFacts | None:
         """Facts of a chart version the module knows (values-rules/charts/<version>.yaml)."""
-        if version not in self._charts:
-            relative = f"charts/{version}.yaml"
-            found = None
-            if (self.root / relative).is_file():
-                found = parse(ChartFacts, self.values_file(relative), relative)
-            self._charts[version] = found
-        return self._charts[version]
+        relative = f"charts/{version}.yaml"
+        if not (self.root / relative).is_file():
+            return None
+        return parse(ChartFacts, self.values_file(relative), relative)
