@@ -2,9 +2,9 @@
 
     python -m benchmarks.kopf_fleet.informer_observer   (KUBECONFIG: the cluster; from the root)
 
-What the manager's start does for the Nodes and the Gpu (handlers.start, observe/informers.py),
-and nothing else: the adapter, the store, the Informers of ``gpu_watch`` and ``node_watch`` with
-the manager's watch settings and one collector pause, in their threads; once both are listed
+What the manager's start does for the Nodes (handlers.start, observe/informers.py), and nothing
+else: the adapter, the store, the Informer of ``node_watch`` with the manager's watch settings and
+one collector pause, in its thread (the Gpu is kopf's, handlers.py, one object); once it is listed
 (the point where the manager's first reconcile may run) it says ``ready`` and freezes the heap
 as the loop does after its first pass (``LoopSettings.freeze_heap``). Then it keeps watching
 until SIGINT or SIGTERM, saying the Node count whenever it changes.
@@ -22,7 +22,7 @@ from benchmarks.kopf_fleet.report import report_counts, say
 from kyma_gpu.adapter import KubeAdapter
 from kyma_gpu.observe.informer import GcPause, Informer, freeze_heap
 from kyma_gpu.observe.store import Store
-from kyma_gpu.observe.watches import GPUS, NODES, gpu_watch, node_watch
+from kyma_gpu.observe.watches import NODES, node_watch
 from kyma_gpu.reconcile.settings import Settings
 from kyma_gpu.rules.catalog import Catalog
 
@@ -34,11 +34,9 @@ async def observe() -> None:
     store = Store()
     loop = asyncio.get_running_loop()
     pause = GcPause()
-    informers = [
-        Informer(adapter, watch, store, loop, settings.watching, pause).start()
-        for watch in (gpu_watch(), node_watch(registry))
-    ]
-    while not store.synced(GPUS, NODES):
+    informer = Informer(adapter, node_watch(registry), store, loop, settings.watching, pause)
+    informer.start()
+    while not store.synced(NODES):
         store.changed.clear()
         await store.changed.wait()
     say("ready", nodes=len(store.collection(NODES).entries))
@@ -49,8 +47,7 @@ async def observe() -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stopped.set)
     await stopped.wait()
-    for informer in informers:
-        informer.stop()
+    informer.stop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
