@@ -68,7 +68,7 @@ log = logging.getLogger(__name__)
 
 # apiVersion/kind -> plural, for the namespaced Flux objects the plan renders.
 PLURALS = MappingProxyType({(k.api_version, k.kind): k.plural for k in FLUX_KINDS})
-# ... and for the objects of the module's own Flux (plan/provision.py, data/flux.yaml).
+# ... and for the objects of the module's own Flux (its bundle).
 BUNDLE_PLURALS = MappingProxyType(
     {
         ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): "customresourcedefinitions",

@@ -7,9 +7,9 @@ from typing import Any
 
 import yaml
 
+from kyma_gpu.extensions.own_flux.bundle import FluxBundle, FluxImages
 from kyma_gpu.facts import ClusterFacts, MachineTypeRegistry, cluster_facts, node_facts
 from kyma_gpu.plan import AllowedSources, allowed_sources_of
-from kyma_gpu.plan.provision import FluxImages, bundle
 
 GL = "Garden Linux 1877.21"
 UBUNTU = "Ubuntu 22.04.5 LTS"
@@ -95,7 +95,7 @@ def bundle_images(images: FluxImages | None = None) -> dict[str, str]:
     """Controller -> the image the Flux bundle deploys it with."""
     return {
         c["image"].rsplit("@", 1)[0].rsplit(":", 1)[0].rsplit("/", 1)[-1]: c["image"]
-        for o in bundle(images or FluxImages())
+        for o in FluxBundle(images or FluxImages()).objects()
         if o["kind"] == "Deployment"
         for c in o["spec"]["template"]["spec"]["containers"]
     }

@@ -34,6 +34,7 @@ from kyma_gpu.extensions import EXTENSIONS, MACHINE
 from kyma_gpu.extensions.node_marks.machine import MarkNodes
 from kyma_gpu.extensions.node_marks.machine import Phase as MarksPhase
 from kyma_gpu.extensions.node_marks.machine import Situation as Marks
+from kyma_gpu.extensions.own_flux.bundle import MARKER_CRD, FluxBundle
 from kyma_gpu.extensions.own_flux.machine import FluxLeftovers, Leftover, ListFlux, RemoveFlux
 from kyma_gpu.extensions.own_flux.machine import Phase as OwnFluxPhase
 from kyma_gpu.extensions.own_flux.machine import Situation as OwnFlux
@@ -46,17 +47,7 @@ from kyma_gpu.facts.gpu import GpuObject, gpu_object
 from kyma_gpu.facts.stack import FluxObjectFacts, flux_object_facts
 from kyma_gpu.plan import AllowedSources, Owner, Plan, make_plan
 from kyma_gpu.plan.actions import LiveObject, live_object
-from kyma_gpu.plan.provision import (
-    MARKER_CRD,
-    REQUIRED_APIS,
-    Api,
-    CrdFacts,
-    FluxApi,
-    bundle,
-    bundle_crds,
-    bundle_hash,
-    bundle_workloads,
-)
+from kyma_gpu.plan.provision import REQUIRED_APIS, Api, CrdFacts, FluxApi
 from kyma_gpu.reconcile import machine
 from kyma_gpu.reconcile.machine import (
     FINALIZER,
@@ -203,7 +194,7 @@ def no_flux() -> FluxApi:
 
 def own_flux(served: bool, current: bool = True, deleting: bool = False) -> FluxApi:
     """The module's own Flux: its CRDs labelled as provided, with the bundle hash."""
-    digest = bundle_hash() if current else "an-older-bundle"
+    digest = FluxBundle().hash if current else "an-older-bundle"
     crds = {
         name: CrdFacts(uid=name, provided=True, deleting=deleting,
                        bundle_hash=digest if name == MARKER_CRD else None)
@@ -305,7 +296,7 @@ def _applying(world: World, step: Step) -> None:
 def _providing(world: World, step: Step) -> None:
     assert isinstance(step.action, Apply)
     assert step.action.objects[-1]["metadata"]["name"] == MARKER_CRD  # the marker last
-    assert step.key == f"flux-bundle-{bundle_hash()}"
+    assert step.key == f"flux-bundle-{FluxBundle().hash}"
 
 
 OTHERS = Leftover("HelmRelease", "team-a/app", terminating=False)
@@ -315,8 +306,8 @@ TERMINATING = Leftover("HelmChart", "kyma-system/kyma-system-gpu-operator", term
 def _removal_key(world: World, step: Step) -> None:
     assert step.key == "flux-remove"  # a failed removal holds the list back, and the other way
     if isinstance(step.action, RemoveFlux):  # the step names what goes, the loop only deletes
-        assert step.action.workloads == bundle_workloads()
-        assert step.action.crds == bundle_crds()
+        assert step.action.workloads == FluxBundle().workloads()
+        assert step.action.crds == FluxBundle().crds()
 
 
 def _removal_waits(world: World, step: Step) -> None:
@@ -452,12 +443,12 @@ CASES = [
          Phase.FLUX_INCOMPATIBLE, (), state="Error", reason="FluxIncompatible"),
     Case(OwnFlux.FLUX_TO_PROVIDE, lambda w: w.inputs(gpu(), flux_api=no_flux()),
          OwnFluxPhase.PROVIDING_FLUX,
-         tuple(f"apply {o['kind']}/{o['metadata']['name']}" for o in bundle()),
+         tuple(f"apply {o['kind']}/{o['metadata']['name']}" for o in FluxBundle().objects()),
          check=_providing),
     Case(OwnFlux.FLUX_TO_PROVIDE,
          lambda w: w.inputs(gpu(), flux_api=own_flux(True, current=False)),
          OwnFluxPhase.PROVIDING_FLUX,
-         tuple(f"apply {o['kind']}/{o['metadata']['name']}" for o in bundle()),
+         tuple(f"apply {o['kind']}/{o['metadata']['name']}" for o in FluxBundle().objects()),
          check=_providing),
     Case(S.FLUX_NOT_SERVED,
          lambda w: w.inputs(gpu(), flux_api=own_flux(False)),

@@ -8,10 +8,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
+from kyma_gpu.extensions.own_flux.bundle import SHARD, SHARD_LABEL
 from kyma_gpu.extensions.own_flux.machine import Phase as OwnFlux
 from kyma_gpu.observe.store import Entry, version_of
 from kyma_gpu.observe.watches import CRDS, FLUX
-from kyma_gpu.plan.provision import PROVIDED_LABEL, REQUIRED_APIS, SHARD, SHARD_LABEL, CrdFacts
+from kyma_gpu.plan.provision import PROVIDED_LABEL, REQUIRED_APIS, CrdFacts
 from kyma_gpu.reconcile.machine import FINALIZER, Phase
 from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.rules.catalog import Catalog

@@ -15,7 +15,7 @@ import yaml
 
 from kyma_gpu.api import node_marks
 from kyma_gpu.extensions.base import Grant
-from kyma_gpu.plan.provision import bundle, bundle_crds
+from kyma_gpu.extensions.own_flux.bundle import FluxBundle
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu_tools.manager_policy import (
     ACCOUNT,
@@ -70,9 +70,9 @@ def test_three_policies_and_their_bindings_for_the_manager_only() -> None:
 def test_the_policy_names_the_bundles_crds_args_and_images() -> None:
     text = manager_policy_yaml(frozenset({Grant.FLUX_BUNDLE}))
     flat = " ".join(text.split())
-    for crd in bundle_crds():
+    for crd in FluxBundle().crds():
         assert f"'{crd}'" in flat
-    for obj in bundle():
+    for obj in FluxBundle().objects():
         if obj["kind"] != "Deployment":
             continue
         container = obj["spec"]["template"]["spec"]["containers"][0]
@@ -284,7 +284,7 @@ def test_the_policies_hold_only_what_the_registered_extensions_grant() -> None:
     assert not groups & {"apps", "apiextensions.k8s.io"}
     assert "deployment" not in [v["name"] for v in spec["variables"]]
     text = str(spec)
-    assert not any(crd in text for crd in bundle_crds())
+    assert not any(crd in text for crd in FluxBundle().crds())
     assert "apps/deployments" not in text
     nodes = manager_policy_yaml(frozenset({Grant.NODES}))
     names = [d["metadata"]["name"] for d in yaml.safe_load_all(nodes) if d]

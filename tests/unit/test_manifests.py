@@ -48,7 +48,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kyma_gpu.plan.provision import IMAGE_ENV, FluxImages
+from kyma_gpu.extensions.own_flux.bundle import IMAGE_ENV, FluxImages
 from tests.unit.builders import bundle_images
 
 Obj = dict[str, Any]

@@ -29,7 +29,8 @@ import pydantic
 
 _ALLOWED: typing.Mapping[str, str] = types.MappingProxyType({})
 """`module.name` -> why it must stay mutable: nothing does. The packaged data (the values
-allowlist, the Flux bundle) is parsed at import into frozen data; tables are MappingProxyType,
+allowlist) is parsed at import into frozen data, or kept by an owner that reads it when first
+needed (the own Flux's bundle: its configuration's `FluxBundle`); tables are MappingProxyType,
 tuples and frozensets, copied into plain dicts and lists where YAML or JSON dumps them."""
 
 _PACKAGES = ("kyma_gpu", "kyma_gpu_tools")

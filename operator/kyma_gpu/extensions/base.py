@@ -76,7 +76,7 @@ class Grant(StrEnum):
     admission policies' pieces that hold the account to these writes from the registered
     extensions' grants (kyma_gpu_tools/manager_policy.py); the runtime never reads them."""
 
-    FLUX_BUNDLE = "the Flux bundle (data/flux.yaml): its Deployments and CRDs, by name"
+    FLUX_BUNDLE = "the Flux bundle: its Deployments and CRDs, by name"
     NODES = "Nodes: a condition (nodes/status), the cordon and its annotation (nodes)"
 
 

@@ -1,5 +1,5 @@
 """The module's own Flux: on a cluster without Flux the module installs source-controller and
-helm-controller itself (the bundle, plan/provision.py), keeps them current, shards the plan's
+helm-controller itself (the bundle, bundle.py and flux.yaml), keeps them current, shards the plan's
 objects for them, and removes them (or hands their CRDs over) when the Gpu is deleted."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from kyma_gpu.extensions.base import Extension, Grant
+from kyma_gpu.extensions.own_flux.bundle import FluxBundle, FluxImages
 from kyma_gpu.extensions.own_flux.effects import list_flux, remove_flux
 from kyma_gpu.extensions.own_flux.machine import (
     ROWS,
@@ -18,15 +19,14 @@ from kyma_gpu.extensions.own_flux.machine import (
     sharded,
     to_provide,
 )
-from kyma_gpu.plan.provision import FluxImages
 from kyma_gpu.reconcile.machine import Point
 from kyma_gpu.reconcile.settings import LoopSettings
 
 
 def configure(environ: Mapping[str, str], settings: LoopSettings) -> OwnFluxConfig:
-    """Its controllers' images from the manager's environment (provision.IMAGE_ENV), the
-    removal's wait from the loop's settings."""
-    return OwnFluxConfig(FluxImages.from_env(environ), settings.removal_wait_seconds)
+    """Its bundle with its controllers' images from the manager's environment
+    (bundle.IMAGE_ENV), read when first needed; the removal's wait from the loop's settings."""
+    return OwnFluxConfig(FluxBundle(FluxImages.from_env(environ)), settings.removal_wait_seconds)
 
 
 EXTENSION = Extension(
