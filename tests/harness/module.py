@@ -21,7 +21,8 @@ from typing import Any, TypeVar
 
 import yaml
 
-from kyma_gpu.api.resources import FLUX_CRD_KINDS, FLUX_KINDS, HELM_RELEASE
+from kyma_gpu.api.resources import FLUX_KINDS, HELM_RELEASE
+from kyma_gpu.extensions.own_flux.bundle import FLUX_CRD_KINDS
 from tests.harness.cluster import LocalCluster
 from tests.harness.flux import flux_crd_files
 from tests.harness.nodes import DEMO_FLEET

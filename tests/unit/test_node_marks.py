@@ -141,7 +141,7 @@ def test_the_loop_marks_cordons_then_clears_and_writes_nothing_more(catalog: Cat
     assert world.api.writes() == []
     _set(world, gpu("a", "0"))
     world.run()
-    assert world.api.writes() == ["mark a", "status"]
+    assert world.api.writes() == ["mark Node a", "cordon Node a", "status"]
     mark = _facts(world, "a").mark
     assert mark is not None
     assert (mark.unhealthy, mark.cordoned, mark.unschedulable) == (True, True, True)
@@ -188,7 +188,7 @@ def test_a_deletion_clears_every_mark_before_it_releases_the_gpu(catalog: Catalo
     for plural in FLUX:
         world.store.replace(plural, {}, version_of(world.api.next_version()))
     assert world.run() is Phase.RELEASED
-    assert world.api.calls[0] == "mark a"
+    assert world.api.calls[:2] == ["mark Node a", "cordon Node a"]
     mark = _facts(world, "a").mark
     assert mark is not None
     assert (mark.unhealthy, mark.cordoned, mark.unschedulable) == (False, False, False)

@@ -23,9 +23,8 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from kyma_gpu.adapter import ObjectRef
+from kyma_gpu.adapter import ListQuery, ObjectRef, Patch
 from kyma_gpu.api.models import GpuStatus
-from kyma_gpu.api.node_marks import NodeWrite
 from kyma_gpu.api.resources import FLUX_KINDS
 from kyma_gpu.errors import ApiError, PermanentError
 from kyma_gpu.facts.gpu import GpuObject, gpu_object
@@ -53,15 +52,16 @@ _FLUX_PLURAL = MappingProxyType({k.kind: k.plural for k in FLUX_KINDS})
 
 
 class ClusterApi(Protocol):
-    """The adapter's write side (kyma_gpu.adapter.KubeAdapter), and the reads of the loop's
-    own: the Flux objects of every kind when the module's Flux goes, one of the module's Flux
-    objects again in the periodic safety pass."""
+    """The adapter's write side (kyma_gpu.adapter.KubeAdapter), and the reads a step makes:
+    one object again (the periodic safety pass), the first page of a LIST (an extension's
+    read). Generic calls: an extension's writes and reads are made of them."""
 
     async def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]: ...
 
     async def patch(
-        self, ref: ObjectRef, operations: Sequence[Mapping[str, Any]]
-    ) -> dict[str, Any]: ...
+        self, ref: ObjectRef, body: Sequence[Mapping[str, Any]] | Mapping[str, Any],
+        how: Patch = Patch.JSON, subresource: str = "", what: str = "",
+    ) -> dict[str, Any]: ...  # fmt: skip
 
     async def delete(self, ref: ObjectRef) -> dict[str, Any] | None: ...
 
@@ -73,15 +73,9 @@ class ClusterApi(Protocol):
 
     async def post_event(self, namespace: str, gpu: GpuRef, event: GpuEvent) -> None: ...
 
-    async def unlabel(
-        self, ref: ObjectRef, label: str, annotation: str
-    ) -> dict[str, Any] | None: ...
-
-    async def flux_objects(self, per_kind: int) -> list[tuple[str, dict[str, Any]]]: ...
-
-    async def mark_node(self, write: NodeWrite, now: str) -> dict[str, Any] | None: ...
-
     async def read(self, ref: ObjectRef) -> dict[str, Any] | None: ...
+
+    async def read_list(self, query: ListQuery, limit: int) -> dict[str, Any]: ...
 
 
 def now() -> str:
@@ -138,7 +132,7 @@ class WriteBack:
         self.store.put(GPUS, obj.name, Entry(version_of(obj.resource_version), obj))
 
     def node(self, body: Mapping[str, Any] | None) -> None:
-        """A Node as the manager's mark left it: the next step must not mark it again."""
+        """A Node as a write left it: the next step must not write it again."""
         meta = (body or {}).get("metadata") or {}
         facts = self.node_fold(body) if body is not None and body.get("kind") == "Node" else None
         if facts is not None:

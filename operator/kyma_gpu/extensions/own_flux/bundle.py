@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 from cachetools import LRUCache, cachedmethod
 
-from kyma_gpu.api.resources import HELM_RELEASE
+from kyma_gpu.api.resources import HELM_RELEASE, HELM_REPOSITORY, OCI_REPOSITORY, FluxKind
 from kyma_gpu.plan.provision import BUNDLE_HASH, FluxApi
 
 SHARD_LABEL = "sharding.fluxcd.io/key"
@@ -28,6 +28,18 @@ SHARD = "kyma-gpu"
 """The module's own Flux reconciles only objects with this sharding label (and value)."""
 MARKER_CRD = HELM_RELEASE.crd_name
 """Applied last: its bundle hash says the whole bundle is in place."""
+
+_SOURCE = "source.toolkit.fluxcd.io"
+FLUX_CRD_KINDS = (
+    HELM_RELEASE,
+    FluxKind(_SOURCE, "v1", "HelmChart", "helmcharts"),
+    HELM_REPOSITORY,
+    OCI_REPOSITORY,
+    FluxKind(_SOURCE, "v1", "GitRepository", "gitrepositories"),
+    FluxKind(_SOURCE, "v1", "Bucket", "buckets"),
+    FluxKind(_SOURCE, "v1", "ExternalArtifact", "externalartifacts"),
+)
+"""Every kind of the CRDs of the module's own Flux: what may still use them."""
 
 CONTROLLERS = ("source-controller", "helm-controller")
 IMAGE_ENV = MappingProxyType(
