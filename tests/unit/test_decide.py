@@ -30,7 +30,7 @@ from typing import Any, assert_never
 import pytest
 
 from kyma_gpu.api.models import GpuSpec
-from kyma_gpu.extensions import EXTENSIONS, MACHINE
+from kyma_gpu.extensions import EXTENSIONS, MACHINE, NODE_FOLDS
 from kyma_gpu.extensions.node_marks.machine import MarkNodes
 from kyma_gpu.extensions.node_marks.machine import Phase as MarksPhase
 from kyma_gpu.extensions.node_marks.machine import Situation as Marks
@@ -42,7 +42,13 @@ from kyma_gpu.extensions.workload_protection.machine import SKIP_PROTECTION_ANNO
 from kyma_gpu.extensions.workload_protection.machine import Phase as ProtectionPhase
 from kyma_gpu.extensions.workload_protection.machine import Situation as Protection
 from kyma_gpu.extensions.workload_protection.pods import PODS
-from kyma_gpu.facts import ClusterFacts, ObservedNode, cluster_facts, observe_node
+from kyma_gpu.facts import (
+    ClusterFacts,
+    MachineTypeRegistry,
+    ObservedNode,
+    cluster_facts,
+    observe_node,
+)
 from kyma_gpu.facts.gpu import GpuObject, gpu_object
 from kyma_gpu.facts.stack import FluxObjectFacts, flux_object_facts
 from kyma_gpu.plan import AllowedSources, Owner, Plan, make_plan
@@ -71,6 +77,12 @@ from kyma_gpu.status.snapshot import Snapshot
 from tests.unit.builders import cpu_node, node
 from tests.unit.test_node_marks import MARKED
 from tests.unit.test_node_marks import gpu as gpu_node
+
+
+def observed(body: Mapping[str, Any], registry: MachineTypeRegistry) -> ObservedNode:
+    """A Node body's facts, with what the registered extensions keep of it (node marks)."""
+    return observe_node(body, registry, NODE_FOLDS)
+
 
 NOW = "2026-12-01T10:00:00Z"
 classify, decide = MACHINE.classify, MACHINE.decide
@@ -108,7 +120,7 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(catalog: Catalog) -> World:
-    return World(catalog, tuple(observe_node(b, catalog.machine_types) for b in _BODIES.values()))
+    return World(catalog, tuple(observed(b, catalog.machine_types) for b in _BODIES.values()))
 
 
 _BODIES = {b["metadata"]["name"]: b for b in (node("gpu-1"), node("gpu-2"), cpu_node("cpu-1"))}
@@ -342,7 +354,7 @@ def _failed_lately_check(world: World, step: Step) -> None:
 
 
 def _world_of(world: World, *bodies: dict[str, Any]) -> World:
-    facts = tuple(observe_node(b, world.catalog.machine_types) for b in bodies)
+    facts = tuple(observed(b, world.catalog.machine_types) for b in bodies)
     return World(world.catalog, facts)
 
 
@@ -631,13 +643,13 @@ def test_nothing_in_decide_remembers(world: World) -> None:
     import copy
 
     warm = World(world.catalog, tuple(  # other Nodes: a memo must not have seen the inputs
-        observe_node(node(f"warm-{i}", pool="warm"), world.catalog.machine_types) for i in range(3)
+        observed(node(f"warm-{i}", pool="warm"), world.catalog.machine_types) for i in range(3)
     ))  # fmt: skip
     for case in CASES:
         decide(case.inputs(warm))  # modules import lazily; only the first calls may load
     before = _module_state()
     fresh, again = (World(world.catalog, tuple(
-        observe_node(copy.deepcopy(_BODIES[n.name]), world.catalog.machine_types)
+        observed(copy.deepcopy(_BODIES[n.name]), world.catalog.machine_types)
         for n in world.nodes
     )) for _ in range(2))  # fmt: skip
     first = [decide(case.inputs(fresh)) for case in CASES]

@@ -38,6 +38,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from kyma_gpu.extensions import NODE_FOLDS
 from kyma_gpu.extensions.own_flux.bundle import MARKER_CRD, FluxBundle
 from kyma_gpu.facts import observe_node
 from kyma_gpu.facts.gpu import GpuObject
@@ -147,7 +148,7 @@ class LoopMachine(RuleBasedStateMachine):
         if joins:
             self.nodes += 1
             body = node(f"gpu-{self.nodes}")
-            facts = observe_node(body, CATALOG.machine_types)
+            facts = observe_node(body, CATALOG.machine_types, NODE_FOLDS)
             self.world.store.put(NODES, facts.name, Entry(None, facts))
         elif self.nodes > 0:
             self.world.store.put(NODES, f"gpu-{self.nodes}", None)

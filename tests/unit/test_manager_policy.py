@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 import yaml
 
-from kyma_gpu.api import node_marks
 from kyma_gpu.extensions.base import Grant
+from kyma_gpu.extensions.node_marks import names as node_marks
 from kyma_gpu.extensions.own_flux.bundle import FluxBundle
+from kyma_gpu.facts import node as node_facts
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu_tools.manager_policy import (
     ACCOUNT,
@@ -210,7 +211,7 @@ def test_the_nodes_policys_binding_denies() -> None:
 
 
 def test_the_nodes_policy_holds_the_names_the_core_writes() -> None:
-    # the names the core writes (api/node_marks.py) are the names the policy holds
+    # the names node marks write (extensions/node_marks/names.py) are the names the policy holds
     assert NODE_CONDITION_TYPE == node_marks.NODE_CONDITION == "KymaGpuUnhealthy"
     assert NODE_CORDON_ANNOTATION == node_marks.CORDON_ANNOTATION
     assert NODE_CORDON_ANNOTATION == "gpu.kyma-project.io/cordoned"
@@ -218,8 +219,8 @@ def test_the_nodes_policy_holds_the_names_the_core_writes() -> None:
 
 def test_the_nodes_policy_names_the_marks_and_the_gpu_evidence() -> None:
     text = _nodes_text()
-    for name in (NODE_CONDITION_TYPE, NODE_CORDON_ANNOTATION, node_marks.GPU_RESOURCE,
-                 *node_marks.GPU_RESOURCE_PREFIXES, *MACHINE_TYPE_LABELS):  # fmt: skip
+    for name in (NODE_CONDITION_TYPE, NODE_CORDON_ANNOTATION, node_facts.GPU_RESOURCE,
+                 *node_facts.GPU_RESOURCE_PREFIXES, *MACHINE_TYPE_LABELS):  # fmt: skip
         assert f"'{name}'" in text, name
 
 

@@ -11,6 +11,8 @@ What an extension brings:
 - a classify hook per `Point` of the core's order: its situation there, or None;
 - a list-watch of its own, observed only while the inputs want it (`watch`: a `Watch`; its
   facts are in the snapshot's `observed` under its resource key);
+- its share of the Node fold (`node_fold`): what it keeps of each Node body, in
+  `ObservedNode.extras`;
 - a change to the plan's objects before they are compared and applied (`shapes`);
 - its configuration, from the manager's environment and the loop's settings (`config`);
 - its reads (what no informer watches; the answer is in the next snapshot's `reads`) and its
@@ -31,6 +33,7 @@ from types import MappingProxyType
 from typing import Any
 
 from kyma_gpu.facts.gpu import GpuObject
+from kyma_gpu.facts.node import NodeFold
 from kyma_gpu.observe.informers import OnDemand
 from kyma_gpu.reconcile.effects import ClusterApi, Recorder, WriteBack
 from kyma_gpu.reconcile.machine import (
@@ -104,6 +107,8 @@ class Extension:
     """One row per situation, in the order it checks them."""
     watch: Watch | None = None
     """A list-watch of its own, observed only while wanted (users' GPU pods)."""
+    node_fold: NodeFold | None = None
+    """What it keeps of each Node body beyond the NodeFacts (`ObservedNode.extras`)."""
     shapes: Shape | None = None
     """Changes the plan's objects before they are compared with the live ones and applied."""
     reads: Mapping[type[ExtensionRead], Fetch] = field(default_factory=lambda: MappingProxyType({}))

@@ -215,7 +215,8 @@ class Loop:
         self.on_demand = tuple(e.watch.resource for e in self.extensions if e.watch is not None)
         self.plans = PlanMemo(self.catalog)
         self.plan = self.plans.plan
-        self.write_back = WriteBack(self.store, node_watch(self.catalog.machine_types).fold)
+        folds = tuple(e.node_fold for e in self.extensions if e.node_fold is not None)
+        self.write_back = WriteBack(self.store, node_watch(self.catalog.machine_types, folds).fold)
         self.recorder = Recorder(self.writer, self.module_namespace)
         self.retries = Retries(self.settings)
         events = tuple(e.events for e in self.extensions if e.events is not None)

@@ -8,10 +8,15 @@ import logging
 from typing import Any
 
 from kyma_gpu.adapter import ObjectRef, Patch
-from kyma_gpu.api.node_marks import CORDON_ANNOTATION, CORDON_VALUE, NODE_CONDITION, NodeWrite
 from kyma_gpu.errors import NotFound
 from kyma_gpu.extensions.base import Context
 from kyma_gpu.extensions.node_marks.machine import MarkNodes
+from kyma_gpu.extensions.node_marks.names import (
+    CORDON_ANNOTATION,
+    CORDON_VALUE,
+    NODE_CONDITION,
+    NodeWrite,
+)
 from kyma_gpu.reconcile.effects import now
 
 log = logging.getLogger(__name__)
