@@ -45,9 +45,9 @@ ServiceAccount there, privileged and with the host's root mounted (issue 32, fin
 
 All are generated (the first two from the bundle, operator/kyma_gpu/extensions/own_flux/
 flux.yaml) by `make manifests`; a unit test fails when config/admission/manager_policy.yaml
-differs. What the Flux bundle and the Nodes need is there only while a registered extension
-grants it (extensions/base.py `Grant`: own_flux FLUX_BUNDLE, node_marks NODES): the
-Deployments' and CRDs' kinds and rules of kyma-gpu-manager and kyma-gpu-manager-mirrors, and
+differs. What the Flux bundle and the Nodes need is there only while the extension that writes
+them is registered (`GRANTS`: own-flux FLUX_BUNDLE, node-marks NODES): the Deployments' and
+CRDs' kinds and rules of kyma-gpu-manager and kyma-gpu-manager-mirrors, and
 kyma-gpu-manager-nodes.
 """
 
@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
@@ -62,7 +63,6 @@ from kyma_gpu.api.chart_sources import CONFIG_MAP_NAME
 from kyma_gpu.api.models import API_GROUP, PLURAL
 from kyma_gpu.api.resources import module_labels
 from kyma_gpu.extensions import EXTENSIONS
-from kyma_gpu.extensions.base import Grant
 from kyma_gpu.extensions.node_marks.names import CORDON_ANNOTATION, NODE_CONDITION
 from kyma_gpu.extensions.own_flux.bundle import MIRROR_LABEL, MIRROR_VALUE, FluxBundle
 from kyma_gpu.facts.node import (
@@ -94,10 +94,26 @@ TARGET_NAMESPACE = "gpu-operator"
 LEASE = "kyma-gpu-manager"
 
 
+class Grant(StrEnum):
+    """What an extension needs the manager's account to write beyond the core's objects (the
+    Gpu, its HelmRelease and chart source, its Lease, Events): the policies' pieces that hold
+    the account to these writes are there while the extension is registered."""
+
+    FLUX_BUNDLE = "the Flux bundle: its Deployments and CRDs, by name"
+    NODES = "Nodes: a condition (nodes/status), the cordon and its annotation (nodes)"
+
+
+GRANTS: Mapping[str, Grant] = MappingProxyType(
+    {"own-flux": Grant.FLUX_BUNDLE, "node-marks": Grant.NODES}
+)
+"""Which extension (by its name) writes what: the tools know the extensions' writes, the
+runtime's interface holds none of this."""
+
+
 def registered() -> frozenset[Grant]:
     """What the registered extensions need the manager to write (extensions/__init__.py): the
     policies hold the core's writes and these, no more."""
-    return frozenset(grant for extension in EXTENSIONS for grant in extension.grants)
+    return frozenset(GRANTS[e.name] for e in EXTENSIONS if e.name in GRANTS)
 
 
 def writable(grants: frozenset[Grant]) -> Mapping[str, tuple[str, ...]]:

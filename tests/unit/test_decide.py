@@ -487,7 +487,7 @@ CASES = [
 
 
 def test_every_situation_has_a_case_and_a_row() -> None:
-    situations = {*Situation, *(s for e in EXTENSIONS for s in e.situations)}
+    situations = {*Situation, *(s for e in EXTENSIONS for s in e.rows)}
     assert set(MACHINE.rows) == situations
     assert {c.situation for c in CASES} == situations
 

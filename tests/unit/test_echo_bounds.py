@@ -142,7 +142,7 @@ def test_hostile_objects_keep_the_status_and_events_small(
         assert len(condition.message) <= MESSAGE_LIMIT, condition.type
         assert len(condition.reason) <= REASON_LIMIT, condition.type
     assert len(status.driver_version or "") <= 200, status.driver_version
-    news = events_for({}, body, tuple(e.events for e in EXTENSIONS if e.events is not None))
+    news = events_for({}, body, tuple(e.status for e in EXTENSIONS if e.status is not None))
     for event in [*([news.transition] if news.transition else []), *news.findings]:
         assert len(event.message) <= EVENT_MESSAGE_LIMIT
         assert len(event.reason) <= REASON_LIMIT

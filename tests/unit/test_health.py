@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from kyma_gpu.api.conditions import HealthReason
 from kyma_gpu.api.models import STATUS_UNHEALTHY_LIMIT
 from kyma_gpu.extensions import NODE_FOLDS
+from kyma_gpu.extensions.node_marks.conditions import HealthReason
 from kyma_gpu.extensions.node_marks.events import health_event
 from kyma_gpu.extensions.node_marks.health import (
     gpu_health,

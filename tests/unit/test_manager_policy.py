@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 import yaml
 
-from kyma_gpu.extensions.base import Grant
 from kyma_gpu.extensions.node_marks import names as node_marks
 from kyma_gpu.extensions.own_flux.bundle import FluxBundle
 from kyma_gpu.facts import node as node_facts
@@ -31,6 +30,7 @@ from kyma_gpu_tools.manager_policy import (
     NODE_WRITABLE,
     NODES_NAME,
     WRITABLE,
+    Grant,
     _image_pattern,
     gpu_machine_types,
     manager_policy_yaml,
@@ -41,7 +41,7 @@ COMMITTED = ROOT / "config" / "admission" / "manager_policy.yaml"
 
 
 def _docs() -> list[dict[str, object]]:
-    """The policies with every extension's piece (extensions/base.py `Grant`): the tools
+    """The policies with every extension's piece (manager_policy.py `Grant`): the tools
     generate them whether or not an extension that grants them is registered."""
     return [d for d in yaml.safe_load_all(manager_policy_yaml(frozenset(Grant))) if d]
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from kyma_gpu.api.conditions import HealthReason
 from kyma_gpu.api.models import HealthSpec, Remediation
 from kyma_gpu.extensions import NODE_FOLDS
+from kyma_gpu.extensions.node_marks.conditions import HealthReason
 from kyma_gpu.extensions.node_marks.facts import GpuDevices, NodeMarkFacts, devices_of, mark_of
 from kyma_gpu.extensions.node_marks.health import gpu_health
 from kyma_gpu.extensions.node_marks.machine import Phase as MarksPhase

@@ -37,10 +37,10 @@ from kyma_gpu.reconcile.machine import Failure
 from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.status.events import (
     EVENT_WINDOW_SECONDS,
-    EventPart,
     GpuEvent,
     GpuRef,
     News,
+    Report,
     Sent,
     events_for,
     to_post,
@@ -237,8 +237,8 @@ class StatusWriter:
     """When each Gpu's status was last written (monotonic)."""
     due: dict[str, float] = field(default_factory=dict)
     """A coalesced (or failed) status write waits until then."""
-    events: tuple[EventPart, ...] = ()
-    """The extensions' parts of the Events of a status write."""
+    events: tuple[Report, ...] = ()
+    """What the extensions say: their parts of the Events of a status write."""
 
     async def write(self, gpu: GpuObject, status: GpuStatus) -> bool:
         """True when the status was written."""

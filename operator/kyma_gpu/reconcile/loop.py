@@ -219,7 +219,7 @@ class Loop:
         self.write_back = WriteBack(self.store, node_watch(self.catalog.machine_types, folds).fold)
         self.recorder = Recorder(self.writer, self.module_namespace)
         self.retries = Retries(self.settings)
-        events = tuple(e.events for e in self.extensions if e.events is not None)
+        events = tuple(e.status for e in self.extensions if e.status is not None)
         self.status = StatusWriter(self.writer, self.write_back, self.recorder, self._error,
                                    self.settings, events=events)  # fmt: skip
         self.resync_at = time.monotonic() + self.settings.resync_seconds
@@ -375,7 +375,7 @@ class Loop:
         """What the next snapshot needs and no informer watches, read by the extension that
         registers its type. A failed read is held back like a failed write; one that goes
         through does not end a failure: the writes it leads to may still fail."""
-        fetch = next(e.reads[type(read)] for e in self.extensions if type(read) in e.reads)
+        fetch = next(e.effects[type(read)] for e in self.extensions if type(read) in e.effects)
         try:
             found = await fetch(read, self._context(gpu))
         except ApiError as err:
@@ -411,8 +411,10 @@ class Loop:
 
     async def _carry(self, gpu: GpuObject, action: ExtensionAction) -> int:
         """An extension's action, carried out by the extension that registers its type."""
-        carry = next(e.actions[type(action)] for e in self.extensions if type(action) in e.actions)
-        return await carry(action, self._context(gpu))
+        carry = next(e.effects[type(action)] for e in self.extensions
+                     if type(action) in e.effects)  # fmt: skip
+        requests: int = await carry(action, self._context(gpu))
+        return requests
 
     def _context(self, gpu: GpuObject) -> Context:
         return Context(gpu, self.writer, self.write_back, self.recorder)

@@ -22,7 +22,6 @@ import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from kyma_gpu.api.conditions import NODE_FINDINGS, ConditionType, HealthReason
 from kyma_gpu.api.models import (
     STATUS_POOLS_LIMIT,
     STATUS_UNHEALTHY_LIMIT,
@@ -31,6 +30,7 @@ from kyma_gpu.api.models import (
     UnhealthyNode,
 )
 from kyma_gpu.api.operations import GpuStack
+from kyma_gpu.extensions.node_marks.conditions import NODE_FINDINGS, Conditions, HealthReason
 from kyma_gpu.extensions.node_marks.facts import GpuDevices, devices_of, mark_of, same_model
 from kyma_gpu.facts.node import DriverUpgradeState, ObservedNode
 from kyma_gpu.plan.plan import Plan
@@ -277,7 +277,7 @@ def _gpus(health: Health) -> str:
 def health_condition(health: Health, generation: int | None) -> Condition:
     """GpusHealthy: False with the most frequent finding, Unknown while GPU nodes advertise no
     GPUs yet, else True."""
-    ctype = str(ConditionType.GPUS_HEALTHY)
+    ctype = str(Conditions.GPUS_HEALTHY)
     if not health.node_count:
         return Condition(type=ctype, status="True", reason=str(HealthReason.NO_GPU_NODES),
                          message="no GPU nodes", observed_generation=generation)  # fmt: skip

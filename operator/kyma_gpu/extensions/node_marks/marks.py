@@ -29,8 +29,8 @@ import hashlib
 from collections.abc import Container, Iterable, Sequence
 from enum import StrEnum
 
-from kyma_gpu.api.conditions import REMEDIABLE
 from kyma_gpu.api.models import HealthSpec, Remediation
+from kyma_gpu.extensions.node_marks.conditions import REMEDIABLE
 from kyma_gpu.extensions.node_marks.facts import NodeMarkFacts, devices_of, mark_of
 from kyma_gpu.extensions.node_marks.health import Health, NodeHealth
 from kyma_gpu.extensions.node_marks.names import NodeWrite

@@ -1,9 +1,10 @@
 """The marks the manager may leave on a Node for GPU health (issue 33, opt-in): their names.
 
 With spec.health.remediation MarkNodes the manager sets the Node condition NODE_CONDITION
-(status True, the HealthReason as reason) on a node whose GPUs are unhealthy, and False when
-they recover; with MarkAndCordon it also cordons the node (spec.unschedulable) and records
-that it did with CORDON_ANNOTATION, and it uncordons only nodes carrying that annotation.
+(status True, the HealthReason as reason: conditions.py) on a node whose GPUs are unhealthy,
+and False when they recover; with MarkAndCordon it also cordons the node (spec.unschedulable)
+and records that it did with CORDON_ANNOTATION, and it uncordons only nodes carrying that
+annotation.
 
 These names are shared by the code that writes the marks and by the ValidatingAdmissionPolicy
 kyma-gpu-manager-nodes (kyma_gpu_tools/manager_policy.py), which holds the manager's account to

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kyma_gpu.extensions.base import Extension, Grant
+from kyma_gpu.extensions.base import Extension
 from kyma_gpu.extensions.own_flux.bundle import FluxBundle, FluxImages
 from kyma_gpu.extensions.own_flux.effects import list_flux, remove_flux
 from kyma_gpu.extensions.own_flux.machine import (
@@ -14,7 +14,6 @@ from kyma_gpu.extensions.own_flux.machine import (
     ListFlux,
     OwnFluxConfig,
     RemoveFlux,
-    Situation,
     left,
     sharded,
     to_provide,
@@ -31,12 +30,9 @@ def configure(environ: Mapping[str, str], settings: LoopSettings) -> OwnFluxConf
 
 EXTENSION = Extension(
     name="own-flux",
-    situations=Situation,
-    classify={Point.FLUX: to_provide, Point.UNINSTALLED: left},
     rows=ROWS,
+    classify={Point.FLUX: to_provide, Point.UNINSTALLED: left},
     shapes=sharded,
+    effects={ListFlux: list_flux, RemoveFlux: remove_flux},
     config=configure,
-    reads={ListFlux: list_flux},
-    actions={RemoveFlux: remove_flux},
-    grants=frozenset({Grant.FLUX_BUNDLE}),
 )
