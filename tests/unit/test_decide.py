@@ -35,7 +35,13 @@ from kyma_gpu.extensions.node_marks.machine import MarkNodes
 from kyma_gpu.extensions.node_marks.machine import Phase as MarksPhase
 from kyma_gpu.extensions.node_marks.machine import Situation as Marks
 from kyma_gpu.extensions.own_flux.bundle import MARKER_CRD, FluxBundle
-from kyma_gpu.extensions.own_flux.machine import FluxLeftovers, Leftover, ListFlux, RemoveFlux
+from kyma_gpu.extensions.own_flux.machine import (
+    FluxLeftovers,
+    Leftover,
+    ListFlux,
+    OwnFluxConfig,
+    RemoveFlux,
+)
 from kyma_gpu.extensions.own_flux.machine import Phase as OwnFluxPhase
 from kyma_gpu.extensions.own_flux.machine import Situation as OwnFlux
 from kyma_gpu.extensions.workload_protection.machine import SKIP_PROTECTION_ANNOTATION
@@ -70,7 +76,6 @@ from kyma_gpu.reconcile.machine import (
     Situation,
     Step,
 )
-from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status import DaemonSetFacts, OperatorStateFacts, daemonset_facts
 from kyma_gpu.status.snapshot import Snapshot
@@ -324,8 +329,8 @@ def _removal_key(world: World, step: Step) -> None:
 
 def _removal_waits(world: World, step: Step) -> None:
     """Nothing observes the terminating HelmChart: look again (and list again) after a while,
-    by default the loop's setting."""
-    assert step.requeue_after == LoopSettings().removal_wait_seconds
+    by default the own Flux's configuration's."""
+    assert step.requeue_after == OwnFluxConfig().removal_wait_seconds
 
 
 def _plan_failed(*_: Any) -> Plan:

@@ -9,6 +9,7 @@ import asyncio
 import dataclasses
 
 from kyma_gpu.extensions.own_flux.bundle import SHARD, SHARD_LABEL
+from kyma_gpu.extensions.own_flux.machine import OwnFluxConfig
 from kyma_gpu.extensions.own_flux.machine import Phase as OwnFlux
 from kyma_gpu.observe.store import Entry, version_of
 from kyma_gpu.observe.watches import CRDS, FLUX
@@ -181,10 +182,11 @@ def test_a_removal_that_waits_lists_again_on_the_next_pass(catalog: Catalog) -> 
 def test_removing_flux_looks_again_while_a_helmchart_terminates(catalog: Catalog) -> None:
     """The HelmChart of the module's release is not observed: nothing wakes the loop when
     source-controller finishes it. RemovingFlux lists again after `removal_wait_seconds`."""
-    settings = LoopSettings(
-        status_seconds=0.0, burst_seconds=0.0, removal_wait_seconds=0.05, freeze_heap=False
-    )
+    settings = LoopSettings(status_seconds=0.0, burst_seconds=0.0, freeze_heap=False)
     world = _provided_and_installed(catalog, settings)
+    world.loop.config = tuple(dataclasses.replace(c, removal_wait_seconds=0.05)
+                              if isinstance(c, OwnFluxConfig) else c
+                              for c in world.loop.config)  # fmt: skip
     chart = {"metadata": {"namespace": "kyma-system", "name": "kyma-system-gpu-operator",
                           "deletionTimestamp": "2026-11-30T10:00:01Z"}}  # fmt: skip
     world.api.others = [("HelmChart", chart)]

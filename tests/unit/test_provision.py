@@ -226,9 +226,8 @@ for info in pkgutil.walk_packages(kyma_gpu.__path__, "kyma_gpu."):
     importlib.import_module(info.name)
 from kyma_gpu.extensions import EXTENSIONS
 from kyma_gpu.plan.provision import FluxApi
-from kyma_gpu.reconcile.settings import LoopSettings
 
-configs = [e.config({}, LoopSettings()) for e in EXTENSIONS if e.config is not None]
+configs = [e.config({}) for e in EXTENSIONS if e.config is not None]
 print(len(opened))
 bundle = configs[0].bundle
 bundle.current(FluxApi())

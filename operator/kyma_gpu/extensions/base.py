@@ -18,8 +18,8 @@ does not name it. What an extension brings, and which of the three uses it:
 - `effects`: its actions (writes) and reads (what no informer watches; the answer is in the
   next snapshot's `reads`), by type, and how the loop carries each out with a `Context` (node
   marks: MarkNodes; the own Flux: ListFlux, RemoveFlux);
-- `config`: its configuration, from the manager's environment and the loop's settings (the own
-  Flux: its bundle and images, how long a removal waits);
+- `config`: its configuration, from the manager's environment (the own Flux: its bundle and
+  images);
 - `status`: what it says of the Gpu (status/events.py `Report`): its status part (conditions
   after the core's, the deletion's waits, GpuStatus fields), the conditions it writes with
   their reasons, its news and what the Events may not say (workload protection, node marks).
@@ -38,7 +38,6 @@ from kyma_gpu.facts.node import NodeFold
 from kyma_gpu.observe.informers import OnDemand
 from kyma_gpu.reconcile.effects import ClusterApi, Recorder, WriteBack
 from kyma_gpu.reconcile.machine import Hook, Inputs, Point, Row, Shape
-from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.status.events import Report
 
 
@@ -57,9 +56,9 @@ Effect = Callable[[Any, Context], Awaitable[Any]]
 """Carries one action or read (of the type it is registered for) out: an action returns the
 requests it made (an int), a read its answer, which the next snapshot holds (`Snapshot.reads`)."""
 
-Configure = Callable[[Mapping[str, str], LoopSettings], object]
-"""Builds an extension's configuration from the manager's environment and the loop's settings,
-once; `decide` hands it over in `Inputs.config`, where the extension finds it by its type."""
+Configure = Callable[[Mapping[str, str]], object]
+"""Builds an extension's configuration from the manager's environment, once (the loop);
+`decide` hands it over in `Inputs.config`, where the extension finds it by its type."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -151,7 +151,7 @@ class WriteBack:
         self.flux(obj["kind"], answer)
 
     def flux(self, kind: str, body: Mapping[str, Any]) -> None:
-        if kind not in _FLUX_PLURAL:  # the module's own Flux: only its CRDs are observed
+        if kind not in _FLUX_PLURAL:  # another kind (an extension's): only CRDs are observed
             self.crd(body)
             return
         plural = _FLUX_PLURAL[kind]

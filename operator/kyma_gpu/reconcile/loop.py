@@ -197,7 +197,8 @@ class Loop:
     """The planner `decide` gets: `plans.plan`, the memo's (a test may put another)."""
     machine: Machine = field(init=False)
     config: tuple[object, ...] = field(init=False)
-    """The extensions' configurations (`Extension.config`), for `Inputs.config`."""
+    """The extensions' configurations (`Extension.config`, from `environ`), for
+    `Inputs.config`."""
     on_demand: tuple[str, ...] = field(init=False)
     """The resource keys of the extensions' list-watches on demand (`Extension.watch`)."""
     wanted: dict[str, frozenset[str]] = field(default_factory=dict)
@@ -210,8 +211,7 @@ class Loop:
 
     def __post_init__(self) -> None:
         self.machine = Machine(self.extensions)
-        self.config = tuple(e.config(self.environ, self.settings) for e in self.extensions
-                            if e.config is not None)  # fmt: skip
+        self.config = tuple(e.config(self.environ) for e in self.extensions if e.config is not None)
         self.on_demand = tuple(e.watch.resource for e in self.extensions if e.watch is not None)
         self.plans = PlanMemo(self.catalog)
         self.plan = self.plans.plan

@@ -19,13 +19,12 @@ from kyma_gpu.extensions.own_flux.machine import (
     to_provide,
 )
 from kyma_gpu.reconcile.machine import Point
-from kyma_gpu.reconcile.settings import LoopSettings
 
 
-def configure(environ: Mapping[str, str], settings: LoopSettings) -> OwnFluxConfig:
+def configure(environ: Mapping[str, str]) -> OwnFluxConfig:
     """Its bundle with its controllers' images from the manager's environment
-    (bundle.IMAGE_ENV), read when first needed; the removal's wait from the loop's settings."""
-    return OwnFluxConfig(FluxBundle(FluxImages.from_env(environ)), settings.removal_wait_seconds)
+    (bundle.IMAGE_ENV), read when first needed."""
+    return OwnFluxConfig(FluxBundle(FluxImages.from_env(environ)))
 
 
 EXTENSION = Extension(

@@ -94,12 +94,13 @@ def hand_over_message(leftovers: Sequence[Leftover]) -> str:
 class OwnFluxConfig:
     """The module's own Flux's configuration (`Extension.config`): its bundle with its
     controllers' images (bundle.IMAGE_ENV in the manager's environment), read when first
-    needed, and how long a removal waits for one of the module's objects that terminates
-    (LoopSettings.removal_wait_seconds)."""
+    needed, and how long a removal waits for one of the module's objects that terminates."""
 
     bundle: FluxBundle = field(default_factory=FluxBundle)
     removal_wait_seconds: float = 5.0
-    """LoopSettings.removal_wait_seconds' default (tests/unit/test_decide.py holds them equal)."""
+    """RemovingFlux waits while one of the module's Flux objects terminates (a HelmChart its
+    source-controller finalizes): no informer watches that kind, so the machine looks again
+    after this long (a list of the Flux objects of every kind each time)."""
 
 
 def _config(inputs: Inputs) -> OwnFluxConfig:
@@ -240,7 +241,7 @@ ROWS: Mapping[StrEnum, Row] = MappingProxyType({
         "list the Flux objects of all kinds (metadata only)", True, _list_flux),
     S.OWN_FLUX_TERMINATING: Row(
         "... one of the module's Flux objects still terminates", Phase.REMOVING_FLUX,
-        "look and list again after `LoopSettings.removal_wait_seconds` (nothing observes a "
+        "look and list again after `OwnFluxConfig.removal_wait_seconds` (nothing observes a "
         "HelmChart)", False, _removal_waits),
     S.OWN_FLUX_IN_USE: Row(
         "... objects the module did not create use its Flux CRDs", Phase.REMOVING_FLUX,
