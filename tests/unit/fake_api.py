@@ -13,10 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kyma_gpu.adapter import ListQuery, ObjectRef, Patch
+from kyma_gpu.adapter import ListQuery, ObjectRef, Patch, plural
 from kyma_gpu.api.resources import FIELD_MANAGER
 from kyma_gpu.errors import classify
-from kyma_gpu.extensions.own_flux.bundle import FLUX_CRD_KINDS
 from kyma_gpu.reconcile.loop import now
 from kyma_gpu.status.events import GpuEvent, GpuRef
 
@@ -173,11 +172,12 @@ class FakeApi:
         return copy.deepcopy(obj)
 
     async def read_list(self, query: ListQuery, limit: int) -> dict[str, Any]:
-        """The Flux objects of the kind of `query.path` in all namespaces: what `others` holds
-        (objects the module did not create), plus what is left here."""
-        kind = next(k.kind for k in FLUX_CRD_KINDS if k.path() == query.path)
-        mine = [obj for (k, _), obj in self.objects.items() if k == kind]
-        return {"items": [*mine, *(obj for k, obj in self.others if k == kind)][:limit]}
+        """The objects of the kind of `query.path` (its plural, in all namespaces): what is
+        here, plus what `others` holds (Flux objects the module did not create)."""
+        resource = query.path.rsplit("/", 1)[-1]
+        mine = [obj for (k, _), obj in self.objects.items() if plural(k) == resource]
+        theirs = [obj for k, obj in self.others if plural(k) == resource]
+        return {"items": [*mine, *theirs][:limit]}
 
     async def read(self, ref: ObjectRef) -> dict[str, Any] | None:
         """A read is no write: counted in `reads`, not in `calls`."""
