@@ -27,8 +27,6 @@ from typing import Any
 
 import yaml
 
-from kyma_gpu.extensions.own_flux.bundle import FluxBundle
-
 from .binaries import require
 from .cluster import LocalCluster
 from .procs import ManagedProcess, free_port, http_ok
@@ -121,7 +119,10 @@ class ProvidedFluxRunner:
         (schedule, image pull) and restarts it if it exits, while this runner starts it at
         once and takes an exit for a crash. A controller started in the moment between the
         apply and the API's appearance in discovery exits ("no matches for
-        helm.toolkit.fluxcd.io/v2"), so the runner waits for discovery as a pod's start would."""
+        helm.toolkit.fluxcd.io/v2"), so the runner waits for discovery as a pod's start would.
+        The bundle is the own Flux's: imported here, so that the harness loads without it."""
+        from kyma_gpu.extensions.own_flux.bundle import FluxBundle
+
         for crd in FluxBundle().objects():
             if crd["kind"] != "CustomResourceDefinition":
                 continue

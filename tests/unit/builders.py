@@ -7,7 +7,6 @@ from typing import Any
 
 import yaml
 
-from kyma_gpu.extensions.own_flux.bundle import FluxBundle, FluxImages
 from kyma_gpu.facts import ClusterFacts, MachineTypeRegistry, cluster_facts, node_facts
 from kyma_gpu.plan import AllowedSources, allowed_sources_of
 
@@ -89,13 +88,3 @@ def allowing(*sources: Mapping[str, Any], nvidia: bool = True) -> AllowedSources
     allowed_sources = allowed_sources_of({"kind": "ConfigMap", "data": {"sources.yaml": text}})
     assert allowed_sources.error is None, allowed_sources.error
     return allowed_sources
-
-
-def bundle_images(images: FluxImages | None = None) -> dict[str, str]:
-    """Controller -> the image the Flux bundle deploys it with."""
-    return {
-        c["image"].rsplit("@", 1)[0].rsplit(":", 1)[0].rsplit("/", 1)[-1]: c["image"]
-        for o in FluxBundle(images or FluxImages()).objects()
-        if o["kind"] == "Deployment"
-        for c in o["spec"]["template"]["spec"]["containers"]
-    }

@@ -49,7 +49,7 @@ import pytest
 import yaml
 
 from kyma_gpu.extensions.own_flux.bundle import IMAGE_ENV, FluxImages
-from tests.unit.builders import bundle_images
+from tests.unit.test_provision import bundle_images
 
 Obj = dict[str, Any]
 

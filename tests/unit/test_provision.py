@@ -33,7 +33,17 @@ from kyma_gpu.plan.provision import (
     crd_facts,
     which_flux,
 )
-from tests.unit.builders import bundle_images
+
+
+def bundle_images(images: FluxImages | None = None) -> dict[str, str]:
+    """Controller -> the image the Flux bundle deploys it with."""
+    return {
+        c["image"].rsplit("@", 1)[0].rsplit(":", 1)[0].rsplit("/", 1)[-1]: c["image"]
+        for o in FluxBundle(images or FluxImages()).objects()
+        if o["kind"] == "Deployment"
+        for c in o["spec"]["template"]["spec"]["containers"]
+    }
+
 
 HR, REPO, OCI = REQUIRED_APIS
 
