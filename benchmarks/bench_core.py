@@ -27,7 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 
 from kyma_gpu.api.models import GpuSpec
-from kyma_gpu.extensions import MACHINE
+from kyma_gpu.extensions import MACHINE, NODE_FOLDS
 from kyma_gpu.extensions.node_marks.health import gpu_health
 from kyma_gpu.facts import DriverUpgradeState, ObservedNode, cluster_facts, observe_node
 from kyma_gpu.facts.node import LABEL_DRIVER_UPGRADE
@@ -77,7 +77,7 @@ def _unhealthy_rows(bodies: list[dict[str, Any]], catalog: Catalog, spec: GpuSpe
     """Every GPU node's GPU withdrawn by the device plugin: the health function's worst case."""
     broken = [dict(b, status={**b["status"], "allocatable": {"nvidia.com/gpu": "0"}})
               if "nvidia.com/gpu" in b["status"]["capacity"] else b for b in bodies]  # fmt: skip
-    observed = [observe_node(b, catalog.machine_types) for b in broken]
+    observed = [observe_node(b, catalog.machine_types, NODE_FOLDS) for b in broken]
     plan = make_plan(spec, cluster_facts(n.facts for n in observed), catalog, owner)
     nodes = _gpu_nodes(observed)
     gpus = len(nodes)
@@ -108,7 +108,7 @@ def _rollout_rows(bodies: list[dict[str, Any]], catalog: Catalog, spec: GpuSpec,
               DriverUpgradeState.POD_RESTART_REQUIRED)  # fmt: skip
     for i, body in enumerate(b for b in bodies if b["status"]["capacity"].get("nvidia.com/gpu")):
         body["metadata"]["labels"][LABEL_DRIVER_UPGRADE] = str(states[i % 3])
-    facts = [observe_node(b, catalog.machine_types) for b in bodies]
+    facts = [observe_node(b, catalog.machine_types, NODE_FOLDS) for b in bodies]
     cfacts = cluster_facts(n.facts for n in facts)
     plan = make_plan(spec, cfacts, catalog, owner)
     nodes = _gpu_nodes(facts)
@@ -127,7 +127,7 @@ def _rollout_rows(bodies: list[dict[str, Any]], catalog: Catalog, spec: GpuSpec,
         labels = bodies[at]["metadata"]["labels"]
         done = labels[LABEL_DRIVER_UPGRADE] == DriverUpgradeState.DONE
         labels[LABEL_DRIVER_UPGRADE] = "upgrade-required" if done else "upgrade-done"
-        facts[at] = observe_node(bodies[at], catalog.machine_types)
+        facts[at] = observe_node(bodies[at], catalog.machine_types, NODE_FOLDS)
         return plans.plan(spec, cluster_facts(n.facts for n in facts), owner, AllowedSources())
 
     timed("cluster_facts + plan after one upgrade label moved", 20, one_label_moved)
@@ -143,8 +143,8 @@ def main() -> None:
     print(f"fleet: {args.nodes} nodes, {sum(1 for i in range(args.nodes) if i % 3 == 0)} GPU nodes")
 
     timed("node_facts of one Node (per heartbeat)", 20000,
-          lambda: observe_node(bodies[0], registry))  # fmt: skip
-    observed = [observe_node(b, registry) for b in bodies]
+          lambda: observe_node(bodies[0], registry, NODE_FOLDS))  # fmt: skip
+    observed = [observe_node(b, registry, NODE_FOLDS) for b in bodies]
     facts = [n.facts for n in observed]
     timed("cluster_facts of the fleet", 50, lambda: cluster_facts(facts))
     cfacts = cluster_facts(facts)
@@ -170,7 +170,7 @@ def main() -> None:
     _unhealthy_rows(bodies, catalog, spec, owner)
 
     tracemalloc.start()
-    snapshot = [observe_node(b, registry) for b in bodies]
+    snapshot = [observe_node(b, registry, NODE_FOLDS) for b in bodies]
     facts_bytes = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
     tracemalloc.start()

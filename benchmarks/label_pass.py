@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "operator")]
 
 from benchmarks.scale.fleet import gpu_pool, is_gpu_index, scale_node  # noqa: E402
+from kyma_gpu.extensions import NODE_FOLDS  # noqa: E402
 from kyma_gpu.facts import observe_node  # noqa: E402
 from kyma_gpu.facts.gpu import gpu_object  # noqa: E402
 from kyma_gpu.facts.node import LABEL_DRIVER_UPGRADE  # noqa: E402
@@ -48,7 +49,9 @@ def main() -> None:
         body["status"]["images"] = []
         bodies[body["metadata"]["name"]] = body
     registry = catalog.machine_types
-    store.replace(NODES, {k: Entry(1, observe_node(b, registry)) for k, b in bodies.items()}, 1)
+    store.replace(
+        NODES, {k: Entry(1, observe_node(b, registry, NODE_FOLDS)) for k, b in bodies.items()}, 1
+    )
     for resource in (DAEMONSETS, *FLUX):
         store.replace(resource, {}, 1)
     store.replace(CRDS, {name: Entry(1, CrdFacts(uid=name)) for name in REQUIRED_APIS}, 1)
@@ -68,7 +71,7 @@ def main() -> None:
     began = time.process_time()
     for version, name in enumerate(names, start=2):
         bodies[name]["metadata"]["labels"][LABEL_DRIVER_UPGRADE] = "upgrade-done"
-        store.put(NODES, name, Entry(version, observe_node(bodies[name], registry)))
+        store.put(NODES, name, Entry(version, observe_node(bodies[name], registry, NODE_FOLDS)))
         asyncio.run(run_pass(loop))
     per_pass = (time.process_time() - began) / len(names) * 1000
     print(f"{args.nodes} Nodes ({len(gpu_names)} GPU): {per_pass:.1f} ms of CPU per upgrade label"

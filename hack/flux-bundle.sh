@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Render flux/ (kustomize) into operator/kyma_gpu/data/flux.yaml: the Flux
-# the GPU manager installs on a cluster that has none. It ships as package
-# data, so the manager image carries exactly what was reviewed here.
+# Render flux/ (kustomize) into operator/kyma_gpu/extensions/own_flux/flux.yaml:
+# the Flux the GPU manager installs on a cluster that has none (the own-Flux
+# extension's data). It ships as package data, so the manager image carries
+# exactly what was reviewed here; the manager reads it when it first needs it.
 #
 #   hack/flux-bundle.sh           # (re)render
 #   hack/flux-bundle.sh --check   # fail if the rendered bundle is stale
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-OUT="${ROOT}/operator/kyma_gpu/data/flux.yaml"
+OUT="${ROOT}/operator/kyma_gpu/extensions/own_flux/flux.yaml"
 KUBECTL="${KUBECTL:-${ROOT}/tools/bin/kubectl}"
 case "${1:-}" in
   --check|"") ;;

@@ -19,7 +19,7 @@ for tool in "$kubectl" "$kubeconform"; do
 done
 
 # The CRDs that define the custom resources the manifests contain.
-crds=(config/crd/bases/*.yaml operator/kyma_gpu/data/flux.yaml
+crds=(config/crd/bases/*.yaml operator/kyma_gpu/extensions/own_flux/flux.yaml
   "$klm_crds/operator.kyma-project.io_moduletemplates.yaml"
   "$klm_crds/operator.kyma-project.io_modulereleasemetas.yaml")
 # -mod=readonly with GOFLAGS from the environment unset: finds (or downloads) the exact module.
@@ -45,7 +45,7 @@ done
 # --check keeps them current): the module manifest KLM installs, the Flux bundle the manager
 # installs, the ModuleTemplate and the ModuleReleaseMeta.
 cp config/module/manifest.yaml config/module/moduletemplate.yaml \
-  config/module/modulereleasemeta.yaml operator/kyma_gpu/data/flux.yaml "$work/"
+  config/module/modulereleasemeta.yaml operator/kyma_gpu/extensions/own_flux/flux.yaml "$work/"
 
 validate() {
   "$kubeconform" -strict -summary -output text \

@@ -2,9 +2,10 @@
 
 Reads are paged LISTs and WATCH streams of raw JSON (never the client's model objects), used
 by the informers in `kyma_gpu.observe`, which run them in their own threads. Writes are
-server-side apply with one field manager, a delete, or a finalizer patch; they run in a
-thread too, so that the event loop never blocks. Every write is counted, so that tests and
-the benchmark can show that nothing is written when nothing changed.
+server-side apply with one field manager, a delete, or a patch of a given content type; they
+run in a thread too, so that the event loop never blocks. The calls are generic: what an
+extension writes or reads is its own code's, made of these. Every write is counted, so that
+tests and the benchmark can show that nothing is written when nothing changed.
 
 Errors are typed by HTTP status code (kyma_gpu.errors), never by message text.
 """
@@ -23,6 +24,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
@@ -33,8 +35,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kyma_gpu import __version__
 from kyma_gpu.api.models import API_GROUP, API_VERSION, KIND, PLURAL
-from kyma_gpu.api.node_marks import CORDON_ANNOTATION, CORDON_VALUE, NODE_CONDITION, NodeWrite
-from kyma_gpu.api.resources import FIELD_MANAGER, FLUX_CRD_KINDS, FLUX_KINDS
+from kyma_gpu.api.resources import FIELD_MANAGER, FLUX_KINDS
 from kyma_gpu.errors import (
     ApiError,
     NotFound,
@@ -50,9 +51,6 @@ EVENT_SOURCE = "kyma-gpu-operator"
 _LEASE_TIMEOUT = (3.0, 5.0)
 """Connect and read timeouts of Lease requests: a renewal must fail well within the deadline."""
 _APPLY = "application/apply-patch+yaml"
-_MERGE = "application/merge-patch+json"
-_JSON_PATCH = "application/json-patch+json"
-_STRATEGIC = "application/strategic-merge-patch+json"
 _METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 _METADATA_ONLY_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 _NO_FLUX = (
@@ -66,22 +64,21 @@ _POOL_SIZE = 32
 
 log = logging.getLogger(__name__)
 
-# apiVersion/kind -> plural, for the namespaced Flux objects the plan renders.
 PLURALS = MappingProxyType({(k.api_version, k.kind): k.plural for k in FLUX_KINDS})
-# ... and for the objects of the module's own Flux (plan/provision.py, data/flux.yaml).
-BUNDLE_PLURALS = MappingProxyType(
-    {
-        ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): "customresourcedefinitions",
-        ("v1", "ServiceAccount"): "serviceaccounts",
-        ("v1", "Service"): "services",
-        ("apps/v1", "Deployment"): "deployments",
-        ("rbac.authorization.k8s.io/v1", "Role"): "roles",
-        ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
-        ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies",
-    }
-)
-FLUX_CRD_PATHS = MappingProxyType({k.kind: k.path() for k in FLUX_CRD_KINDS})
-"""Every kind of the module's Flux CRDs, in all namespaces: what may still use them."""
+"""apiVersion/kind -> plural, for the Flux objects the plan renders; other kinds' plurals are
+the API machinery's guess (`plural`)."""
+
+
+class Patch(StrEnum):
+    """A patch's content type: how the API server reads its body."""
+
+    JSON = "application/json-patch+json"
+    """Operations (RFC 6902): `test` a value, `remove` it, ..."""
+    MERGE = "application/merge-patch+json"
+    """A JSON merge patch (RFC 7386): a null removes a key."""
+    STRATEGIC = "application/strategic-merge-patch+json"
+    """Kubernetes' strategic merge: lists of a built-in kind merge by their key (a Node's
+    conditions by type), so the others' entries stay as they are."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,12 +286,18 @@ class KubeAdapter:
             raise NotFound(err.what, err.status, err.reason, f"{err.message}{_NO_FLUX}") from err
 
     async def patch(
-        self, ref: ObjectRef, operations: Sequence[Mapping[str, Any]]
-    ) -> dict[str, Any]:
-        """A JSON patch of one of the module's objects (plan/ownership.py: removals, each after
-        a test of the value read). Returns the object as now stored."""
-        return await self._write(f"patch {ref}", "PATCH", _path(ref), body=list(operations),
-                                 content_type=_JSON_PATCH,
+        self, ref: ObjectRef, body: Sequence[Mapping[str, Any]] | Mapping[str, Any],
+        how: Patch = Patch.JSON, subresource: str = "", what: str = "",
+    ) -> dict[str, Any]:  # fmt: skip
+        """A patch of one object, or of its `subresource` (`status`), read as `how` says: the
+        core's JSON patch of its Flux objects (plan/ownership.py: removals, each after a test
+        of the value read), an extension's merge patch. `what` names the request in its
+        errors and the write counter (default: patch and the object). Returns the object as
+        now stored; NotFound when it is gone."""
+        path = f"{_path(ref)}/{subresource}" if subresource else _path(ref)
+        sent = dict(body) if isinstance(body, Mapping) else list(body)
+        return await self._write(what or f"patch {ref}", "PATCH", path, body=sent,
+                                 content_type=str(how),
                                  query=(("fieldManager", FIELD_MANAGER),))  # fmt: skip
 
     async def delete(self, ref: ObjectRef) -> dict[str, Any] | None:
@@ -305,48 +308,11 @@ class KubeAdapter:
         except NotFound:
             return None
 
-    async def unlabel(self, ref: ObjectRef, label: str, annotation: str) -> dict[str, Any] | None:
-        """Remove one label and one annotation (a JSON merge patch: nothing else changes).
-        Returns the object as now stored; None when it is gone."""
-        patch = {"metadata": {"labels": {label: None}, "annotations": {annotation: None}}}
-        try:
-            return await self._write(f"unlabel {ref}", "PATCH", _path(ref), body=patch,
-                                     content_type=_MERGE)  # fmt: skip
-        except NotFound:
-            return None
-
-    async def mark_node(self, write: NodeWrite, now: str) -> dict[str, Any] | None:
-        """Set the Node condition KymaGpuUnhealthy (a strategic merge patch of the status:
-        conditions merge by type, so the kubelet's stay as they are), then cordon or uncordon.
-        Returns the Node as now stored; None when it is gone."""
-        name = write.name
-        answer: dict[str, Any] | None = None
-        try:
-            if write.unhealthy is not None:
-                answer = await self._write(f"mark Node {name}", "PATCH",
-                                           f"/api/v1/nodes/{name}/status",
-                                           body=node_condition_patch(write, now),
-                                           content_type=_STRATEGIC)  # fmt: skip
-            if write.cordon is not None:
-                answer = await self._write(f"cordon Node {name}", "PATCH", f"/api/v1/nodes/{name}",
-                                           body=cordon_patch(write.cordon),
-                                           content_type=_STRATEGIC)  # fmt: skip
-        except NotFound:
-            return None
-        return answer
-
-    async def flux_objects(self, per_kind: int) -> list[tuple[str, dict[str, Any]]]:
-        """Up to per_kind objects of each Flux kind, in all namespaces, metadata only;
-        a kind whose CRD is gone has none."""
-        found: list[tuple[str, dict[str, Any]]] = []
-        for kind, path in FLUX_CRD_PATHS.items():
-            query = ListQuery(path, metadata_only=True)
-            try:
-                page = await asyncio.to_thread(self.list_page, query, per_kind)
-            except NotFound:
-                continue
-            found += [(kind, dict(item)) for item in page.get("items") or ()]
-        return found
+    async def read_list(self, query: ListQuery, limit: int) -> dict[str, Any]:
+        """The first page of a LIST (at most `limit` items, metadata only with
+        `query.metadata_only`), in a thread: what a step reads that no informer watches.
+        NotFound when the collection is not served."""
+        return await asyncio.to_thread(self.list_page, query, limit)
 
     async def read(self, ref: ObjectRef) -> dict[str, Any] | None:
         """One object as stored now (the loop's safety pass); None when it is not there."""
@@ -372,7 +338,7 @@ class KubeAdapter:
         """Replace the Gpu's finalizers, if it is still at resource_version (else 409)."""
         patch = {"metadata": {"finalizers": finalizers, "resourceVersion": resource_version}}
         return await self._write(f"patch finalizers of Gpu {name}", "PATCH", f"{_GPUS}/{name}",
-                                 body=patch, content_type=_MERGE)  # fmt: skip
+                                 body=patch, content_type=str(Patch.MERGE))  # fmt: skip
 
     async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The Lease, or None when there is none yet."""
@@ -430,35 +396,21 @@ class KubeAdapter:
         return await asyncio.to_thread(self._json, what, method, path, **kwargs)
 
 
-def node_condition_patch(write: NodeWrite, now: str) -> dict[str, Any]:
-    """The status patch of the manager's Node condition. lastTransitionTime only with a change
-    of its status: a new reason alone keeps the time (strategic merge keeps what is not sent)."""
-    condition: dict[str, Any] = {
-        "type": NODE_CONDITION,
-        "status": "True" if write.unhealthy else "False",
-        "reason": write.reason,
-        "message": write.message[:1024],
-        "lastHeartbeatTime": now,
-    }
-    if write.new_status:
-        condition["lastTransitionTime"] = now
-    return {"status": {"conditions": [condition]}}
-
-
-def cordon_patch(cordon: bool) -> dict[str, Any]:
-    """Cordon and annotate, or drop the annotation and uncordon."""
-    return {
-        "metadata": {"annotations": {CORDON_ANNOTATION: CORDON_VALUE if cordon else None}},
-        "spec": {"unschedulable": cordon},
-    }
+def plural(kind: str) -> str:
+    """The resource of a kind as the API machinery guesses it (apimachinery's
+    UnsafeGuessKindToResource): lower case, -s -> -ses, -y -> -ies, else -s. Right for every
+    built-in kind the module writes (Node, Deployment, CustomResourceDefinition, ...)."""
+    lower = kind.lower()
+    if lower.endswith("s"):
+        return f"{lower}es"
+    return f"{lower[:-1]}ies" if lower.endswith("y") else f"{lower}s"
 
 
 def _path(ref: ObjectRef) -> str:
-    key = (ref.api_version, ref.kind)
-    plural = PLURALS.get(key) or BUNDLE_PLURALS[key]
+    resource = PLURALS.get((ref.api_version, ref.kind)) or plural(ref.kind)
     base = "/api/v1" if ref.api_version == "v1" else f"/apis/{ref.api_version}"
     namespace = f"/namespaces/{ref.namespace}" if ref.namespace else ""
-    return f"{base}{namespace}/{plural}/{ref.name}"
+    return f"{base}{namespace}/{resource}/{ref.name}"
 
 
 def _status_error(what: str, status: Mapping[str, Any]) -> ApiError:

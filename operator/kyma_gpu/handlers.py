@@ -52,7 +52,7 @@ from aiohttp import web
 from kyma_gpu.adapter import KubeAdapter, ListQuery
 from kyma_gpu.api.chart_sources import CONFIG_MAP_NAME
 from kyma_gpu.api.models import API_GROUP, API_VERSION, PLURAL
-from kyma_gpu.extensions import EXTENSIONS
+from kyma_gpu.extensions import EXTENSIONS, NODE_FOLDS
 from kyma_gpu.facts.gpu import gpu_object
 from kyma_gpu.metrics import Metrics, serve
 from kyma_gpu.observe import Informers, Store
@@ -181,7 +181,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     store = Store()
     on_demand = {e.watch.resource: e.watch.list_watch for e in EXTENSIONS if e.watch is not None}
     informers = Informers(adapter, store, asyncio.get_running_loop(), on_demand=on_demand,
-                          settings=ours.watching)  # fmt: skip
+                          node_folds=NODE_FOLDS, settings=ours.watching)  # fmt: skip
     namespace = catalog.defaults.module_namespace
     elector = None
     if given.leader_election:

@@ -34,8 +34,8 @@ from kyma_gpu.api.chart_sources import (
     NVIDIA_REPOSITORY,
 )
 from kyma_gpu.api.resources import module_labels
+from kyma_gpu.extensions.own_flux.bundle import SHARD, SHARD_LABEL, FluxBundle
 from kyma_gpu.plan.flux_objects import CHART_SOURCE_LABEL, CHART_SOURCE_VALUE
-from kyma_gpu.plan.provision import SHARD, SHARD_LABEL, bundle
 from kyma_gpu.yamlio import dump
 
 NAME = "kyma-gpu-flux-objects"
@@ -256,7 +256,7 @@ CEL_RESERVED = frozenset({
 def spec_fields(plural: str) -> tuple[str, ...]:
     """Every spec property of a Flux kind, in every version its CRD (the module's Flux bundle,
     flux/crds) serves: what a writer other than the manager may not change."""
-    crd = next(o for o in bundle() if o["kind"] == "CustomResourceDefinition"
+    crd = next(o for o in FluxBundle().objects() if o["kind"] == "CustomResourceDefinition"
                and o["spec"]["names"]["plural"] == plural)  # fmt: skip
     return tuple(sorted({
         name

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from kyma_gpu.api.chart_sources import CONFIG_MAP_NAME
 from kyma_gpu.api.models import API_GROUP, API_VERSION, KIND, SINGLETON_NAME, Gpu, GpuSpec
+from kyma_gpu.extensions import NODE_FOLDS
 from kyma_gpu.facts import MachineTypeRegistry, NodeError, NodeFacts, ObservedNode, observe_node
 from kyma_gpu.plan import AllowedSources, Owner, allowed_sources_of
 from kyma_gpu_tools.crd import SINGLETON_MESSAGE
@@ -278,11 +279,11 @@ def fold_nodes(
     try:
         for index, body in enumerate(node_bodies(source)):
             try:
-                observed = observe_node(body, registry)
+                observed = observe_node(body, registry, NODE_FOLDS)
             except NodeError as err:
                 raise _item_error(path, index, body, err) from err
             fleet.facts.append(observed.facts)
-            if observed.is_gpu or observed.mark is not None:
+            if observed.is_gpu or observed.extras:  # what the extensions keep: a mark to clear
                 fleet.observed.append(observed)
             progress(source, index + 1)
     finally:

@@ -17,9 +17,9 @@ from typing import Any
 from kyma_gpu import __version__
 from kyma_gpu.api.models import DriverMode
 from kyma_gpu.api.operations import GpuStack
+from kyma_gpu.extensions.own_flux.bundle import FluxBundle
 from kyma_gpu.facts.node import NodeFacts, OsFamily
 from kyma_gpu.plan.plan import Plan
-from kyma_gpu.plan.provision import bundle
 from kyma_gpu.rules.catalog import Catalog, ChartFacts
 from kyma_gpu.rules.chart import image_reference
 
@@ -45,7 +45,7 @@ class Image:
 def module_images() -> list[Image]:
     """The manager and the Flux controllers it installs on a cluster without Flux."""
     found = [Image(f"{MANAGER_REPOSITORY}:{__version__}", "manager")]
-    for obj in bundle():
+    for obj in FluxBundle().objects():
         if obj["kind"] == "Deployment":
             for container in obj["spec"]["template"]["spec"]["containers"]:
                 found.append(Image(str(container["image"]), str(obj["metadata"]["name"])))

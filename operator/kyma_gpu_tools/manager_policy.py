@@ -43,40 +43,35 @@ ServiceAccount there, privileged and with the host's root mounted (issue 32, fin
   was. Every kubelet's status update meets its matchCondition (a string comparison), which is
   why kyma-gpu-manager itself never matches Nodes.
 
-All are generated (the first two from the bundle, operator/kyma_gpu/data/flux.yaml) by `make
-manifests`; a unit test fails when config/admission/manager_policy.yaml differs. What the Flux
-bundle and the Nodes need is there only while a registered extension grants it (extensions/
-base.py `Grant`: own_flux FLUX_BUNDLE, node_marks NODES): the Deployments' and CRDs' kinds and
-rules of kyma-gpu-manager and kyma-gpu-manager-mirrors, and kyma-gpu-manager-nodes.
+All are generated (the first two from the bundle, operator/kyma_gpu/extensions/own_flux/
+flux.yaml) by `make manifests`; a unit test fails when config/admission/manager_policy.yaml
+differs. What the Flux bundle and the Nodes need is there only while the extension that writes
+them is registered (`GRANTS`: own-flux FLUX_BUNDLE, node-marks NODES): the Deployments' and
+CRDs' kinds and rules of kyma-gpu-manager and kyma-gpu-manager-mirrors, and
+kyma-gpu-manager-nodes.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
 from kyma_gpu.api.chart_sources import CONFIG_MAP_NAME
 from kyma_gpu.api.models import API_GROUP, PLURAL
-from kyma_gpu.api.node_marks import (
-    CORDON_ANNOTATION,
-    GPU_RESOURCE,
-    GPU_RESOURCE_PREFIXES,
-    NODE_CONDITION,
-)
 from kyma_gpu.api.resources import module_labels
 from kyma_gpu.extensions import EXTENSIONS
-from kyma_gpu.extensions.base import Grant
-from kyma_gpu.facts.node import LABEL_INSTANCE_TYPE, LABEL_INSTANCE_TYPE_BETA
-from kyma_gpu.plan.provision import (
-    MIRROR_LABEL,
-    MIRROR_VALUE,
-    PROVIDED,
-    PROVIDED_LABEL,
-    bundle,
-    bundle_crds,
+from kyma_gpu.extensions.node_marks.names import CORDON_ANNOTATION, NODE_CONDITION
+from kyma_gpu.extensions.own_flux.bundle import MIRROR_LABEL, MIRROR_VALUE, FluxBundle
+from kyma_gpu.facts.node import (
+    GPU_RESOURCE,
+    GPU_RESOURCE_PREFIXES,
+    LABEL_INSTANCE_TYPE,
+    LABEL_INSTANCE_TYPE_BETA,
 )
+from kyma_gpu.plan.provision import PROVIDED, PROVIDED_LABEL
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.yamlio import dump
 from kyma_gpu_tools.image_policy import MIRRORS_EXPRESSION
@@ -99,10 +94,26 @@ TARGET_NAMESPACE = "gpu-operator"
 LEASE = "kyma-gpu-manager"
 
 
+class Grant(StrEnum):
+    """What an extension needs the manager's account to write beyond the core's objects (the
+    Gpu, its HelmRelease and chart source, its Lease, Events): the policies' pieces that hold
+    the account to these writes are there while the extension is registered."""
+
+    FLUX_BUNDLE = "the Flux bundle: its Deployments and CRDs, by name"
+    NODES = "Nodes: a condition (nodes/status), the cordon and its annotation (nodes)"
+
+
+GRANTS: Mapping[str, Grant] = MappingProxyType(
+    {"own-flux": Grant.FLUX_BUNDLE, "node-marks": Grant.NODES}
+)
+"""Which extension (by its name) writes what: the tools know the extensions' writes, the
+runtime's interface holds none of this."""
+
+
 def registered() -> frozenset[Grant]:
     """What the registered extensions need the manager to write (extensions/__init__.py): the
     policies hold the core's writes and these, no more."""
-    return frozenset(grant for extension in EXTENSIONS for grant in extension.grants)
+    return frozenset(GRANTS[e.name] for e in EXTENSIONS if e.name in GRANTS)
 
 
 def writable(grants: frozenset[Grant]) -> Mapping[str, tuple[str, ...]]:
@@ -131,9 +142,9 @@ kyma-gpu-manager-nodes matches these, for UPDATE only (a PATCH is an UPDATE at a
 kyma-gpu-manager does not (WRITABLE has no Nodes): the kubelets' status updates meet only the
 one matchCondition of kyma-gpu-manager-nodes."""
 NODE_CONDITION_TYPE = NODE_CONDITION
-"""The one Node condition the manager may write (api/node_marks.py)."""
+"""The one Node condition the manager may write (extensions/node_marks/names.py)."""
 NODE_CORDON_ANNOTATION = CORDON_ANNOTATION
-"""The one Node annotation the manager may write, with a cordon (api/node_marks.py)."""
+"""The one Node annotation the manager may write, with a cordon (extensions/node_marks/names.py)."""
 MACHINE_TYPE_LABELS = (LABEL_INSTANCE_TYPE, LABEL_INSTANCE_TYPE_BETA)
 """Where a Node names its machine type (the kubelet and the cloud provider set them; NFD may not
 write kubernetes.io labels), read as facts/node.py reads them."""
@@ -200,7 +211,7 @@ def _refused(words: str) -> str:
 
 
 def _deployments() -> dict[str, Mapping[str, Any]]:
-    return {o["metadata"]["name"]: o for o in bundle() if o["kind"] == "Deployment"}
+    return {o["metadata"]["name"]: o for o in FluxBundle().objects() if o["kind"] == "Deployment"}
 
 
 def _image_pattern(image: str, mirrored: bool) -> str:
@@ -392,7 +403,7 @@ def _bundle_names() -> list[dict[str, str]]:
     return [
         _rule(
             "variables.kind != 'apiextensions.k8s.io/customresourcedefinitions' || "
-            f"variables.target in {_list(bundle_crds())}",
+            f"variables.target in {_list(FluxBundle().crds())}",
             _refused("writes only the CRDs of its Flux bundle, by name"),
         ),
         _rule(
@@ -678,8 +689,10 @@ def manager_policy_yaml(grants: frozenset[Grant] | None = None) -> str:
     kyma-gpu-manager-nodes with Nodes."""
     grants = registered() if grants is None else grants
     header = (
-        "# Generated by `make manifests` from the Flux bundle (operator/kyma_gpu/data/flux.yaml)\n"
-        "# and api/node_marks.py by operator/kyma_gpu_tools/manager_policy.py. Do not edit.\n"
+        "# Generated by `make manifests` from the Flux bundle\n"
+        "# (operator/kyma_gpu/extensions/own_flux/flux.yaml) and\n"
+        "# operator/kyma_gpu/extensions/node_marks/names.py\n"
+        "# by operator/kyma_gpu_tools/manager_policy.py. Do not edit.\n"
     )
     param_ref = {"name": CONFIG_MAP_NAME, "namespace": NAMESPACE, "parameterNotFoundAction": "Deny"}
     docs = [policy(grants), _binding(NAME)]

@@ -12,9 +12,9 @@ from types import MappingProxyType
 from typing import Any
 
 from kyma_gpu.api.models import GpuNodeStatus, HealthSpec, Remediation
-from kyma_gpu.api.node_marks import NodeWrite
 from kyma_gpu.extensions.node_marks.health import Health, plan_health
 from kyma_gpu.extensions.node_marks.marks import node_writes
+from kyma_gpu.extensions.node_marks.names import NodeWrite
 from kyma_gpu.facts import ObservedNode
 from kyma_gpu.plan import Plan, Severity, Verdict
 from kyma_gpu.plan.driver import DriverPool, VersionSource

@@ -12,7 +12,6 @@ from kyma_gpu.api.conditions import (
     ConditionType,
     DriverReason,
     FluxReason,
-    HealthReason,
     NodesReason,
     PoolsReason,
     PreflightReason,
@@ -20,7 +19,6 @@ from kyma_gpu.api.conditions import (
     ReleaseReason,
     SourceReason,
     UninstallReason,
-    WorkloadsReason,
 )
 from kyma_gpu.api.values import (
     ALLOWLIST_DOC,
@@ -30,10 +28,11 @@ from kyma_gpu.api.values import (
     MAX_TEXT,
     ValueType,
 )
+from kyma_gpu.extensions import EXTENSIONS
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu_tools.crd import crd
 
-REASONS: Mapping[ConditionType, type[StrEnum]] = MappingProxyType(
+REASONS: Mapping[StrEnum, type[StrEnum]] = MappingProxyType(
     {
         ConditionType.READY: ReadyReason,
         ConditionType.NODES_DETECTED: NodesReason,
@@ -44,12 +43,14 @@ REASONS: Mapping[ConditionType, type[StrEnum]] = MappingProxyType(
         ConditionType.DRIVER_READY: DriverReason,
         ConditionType.COMPONENTS_READY: ComponentsReason,
         ConditionType.FLUX_AVAILABLE: FluxReason,
-        ConditionType.GPUS_HEALTHY: HealthReason,
-        ConditionType.WORKLOADS_PROTECTED: WorkloadsReason,
         ConditionType.UNINSTALLED: UninstallReason,
+        **{
+            c: r for e in EXTENSIONS if e.status is not None for c, r in e.status.conditions.items()
+        },
     }
 )
-"""Each condition and the enum of the reasons the module itself gives it."""
+"""Each condition and the enum of the reasons the module itself gives it: the core's
+(api/conditions.py), then the registered extensions' (`Report.conditions`)."""
 
 TYPE_TAKES: Mapping[ValueType, str] = MappingProxyType(
     {
@@ -184,7 +185,7 @@ def _values_rows() -> list[str]:
 
 
 def _condition_rows() -> list[str]:
-    """status.conditions: each type and the reasons the module gives it (api/conditions.py)."""
+    """status.conditions: each type and the reasons the module gives it (`REASONS`)."""
     rows = [
         "## Conditions",
         "",

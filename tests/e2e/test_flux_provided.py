@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from kyma_gpu.plan.provision import PROVIDED_LABEL, bundle_crds
+from kyma_gpu.extensions.own_flux.bundle import FluxBundle
+from kyma_gpu.plan.provision import PROVIDED_LABEL
 from tests.harness.cluster import LocalCluster
 from tests.harness.flux import FluxStack
 from tests.harness.module import (
@@ -89,7 +90,7 @@ def _enabled_through_own_flux(cluster: LocalCluster, flux: FluxStack) -> None:
     assert (flux_cond["status"], flux_cond["reason"]) == ("True", "ModuleFlux"), flux_cond
     assert flux.provided is not None
     assert flux.provided.running() == ["gpu-flux-helm-controller", "gpu-flux-source-controller"]
-    for name in bundle_crds():
+    for name in FluxBundle().crds():
         crd = _crd(cluster, name)
         assert crd is not None, name
         assert crd["metadata"]["labels"][PROVIDED_LABEL] == "provided"
@@ -105,7 +106,7 @@ def test_without_flux_the_module_brings_its_own_and_removes_it(
 ) -> None:
     _enabled_through_own_flux(local_cluster, no_flux)
     _disable(local_cluster)
-    wait_until(lambda: all(_crd(local_cluster, n) is None for n in bundle_crds()), 60,
+    wait_until(lambda: all(_crd(local_cluster, n) is None for n in FluxBundle().crds()), 60,
                "the module's Flux CRDs gone")  # fmt: skip
     deployments = local_cluster.kubectl("get", "deployments", "-n", MODULE_NAMESPACE, "-o",
                                         "name").stdout  # fmt: skip
@@ -135,7 +136,7 @@ def test_removing_the_module_keeps_flux_crds_a_user_relies_on(
     after = local_cluster.get_object("helmreleases.helm.toolkit.fluxcd.io", "app", USERS)
     assert after is not None, "the user's HelmRelease must survive the module's removal"
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
-    for name in bundle_crds():
+    for name in FluxBundle().crds():
         crd = _crd(local_cluster, name)
         assert crd is not None, f"CRD {name} removed although a user's HelmRelease uses it"
         assert PROVIDED_LABEL not in (crd["metadata"].get("labels") or {}), name

@@ -28,7 +28,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from kyma_gpu.api.node_marks import CORDON_ANNOTATION, NODE_CONDITION
+from kyma_gpu.extensions.node_marks.names import CORDON_ANNOTATION, NODE_CONDITION
 from tests.harness.cluster import LocalCluster
 from tests.harness.flux import FluxStack
 from tests.harness.module import (

@@ -21,9 +21,9 @@ from typing import Any, TypeVar
 
 import yaml
 
-from kyma_gpu.api.resources import FLUX_CRD_KINDS, FLUX_KINDS, HELM_RELEASE
+from kyma_gpu.api.resources import FLUX_KINDS, HELM_RELEASE
 from tests.harness.cluster import LocalCluster
-from tests.harness.flux import flux_crd_files
+from tests.harness.flux import HELM_CRDS, HELM_GROUP, SOURCE_CRDS, SOURCE_GROUP, flux_crd_files
 from tests.harness.nodes import DEMO_FLEET
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,8 +33,11 @@ IMAGES_POLICY = ROOT / "config" / "admission" / "gpu_images_policy.yaml"
 """The admission policy on image registries (the module manifest has it next to the CRD)."""
 NAMESPACE_MANIFEST = ROOT / "config" / "namespace" / "namespace.yaml"
 RELEASE_RBAC = ROOT / "config" / "rbac" / "release_rbac.yaml"
-FLUX_CRDS = tuple(k.crd_name for k in FLUX_CRD_KINDS)
-"""Every Flux CRD the harness or the manager's own Flux installs."""
+FLUX_CRDS = (
+    *(f"{n}.{HELM_GROUP}" for n in HELM_CRDS),
+    *(f"{n}.{SOURCE_GROUP}" for n in SOURCE_CRDS),
+)
+"""Every Flux CRD the harness or the manager's own Flux installs (flux/crds/)."""
 WRITTEN_FLUX_CRDS = tuple(k.crd_name for k in FLUX_KINDS)
 """The CRDs of the Flux kinds the manager writes."""
 MODULE_NAMESPACE = "kyma-system"

@@ -1,8 +1,8 @@
 """Plays kubelet for the Flux the GPU manager installs on a cluster without one.
 
-The manager applies its Flux bundle (operator/kyma_gpu/data/flux.yaml): CRDs, and in
-kyma-system two Deployments with their ServiceAccounts and Roles. kwok gives the Deployments'
-pods a Running status but runs nothing; this runner does what a kubelet would: while a
+The manager applies its Flux bundle (operator/kyma_gpu/extensions/own_flux/flux.yaml): CRDs,
+and in kyma-system two Deployments with their ServiceAccounts and Roles. kwok gives the
+Deployments' pods a Running status but runs nothing; this runner does what a kubelet would: while a
 Deployment ``gpu-flux-source-controller`` or ``gpu-flux-helm-controller`` exists, it runs the
 real controller binary as a local process
 
@@ -26,8 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from kyma_gpu.plan.provision import bundle
 
 from .binaries import require
 from .cluster import LocalCluster
@@ -121,8 +119,11 @@ class ProvidedFluxRunner:
         (schedule, image pull) and restarts it if it exits, while this runner starts it at
         once and takes an exit for a crash. A controller started in the moment between the
         apply and the API's appearance in discovery exits ("no matches for
-        helm.toolkit.fluxcd.io/v2"), so the runner waits for discovery as a pod's start would."""
-        for crd in bundle():
+        helm.toolkit.fluxcd.io/v2"), so the runner waits for discovery as a pod's start would.
+        The bundle is the own Flux's: imported here, so that the harness loads without it."""
+        from kyma_gpu.extensions.own_flux.bundle import FluxBundle
+
+        for crd in FluxBundle().objects():
             if crd["kind"] != "CustomResourceDefinition":
                 continue
             spec = crd["spec"]

@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 
 from kyma_gpu.api.chart_sources import CONFIG_MAP_NAME
+from kyma_gpu.extensions.own_flux.bundle import SHARD, SHARD_LABEL
 from kyma_gpu.extensions.own_flux.machine import shard
 from kyma_gpu.plan.flux_objects import CHART_SOURCE_LABEL, FluxSettings, flux_objects
-from kyma_gpu.plan.provision import SHARD, SHARD_LABEL
 from kyma_gpu.rules.catalog import Catalog
 from tests.harness.binaries import FLUX_CLI, binary
 from tests.harness.chart_sources import NVIDIA, chart_sources_config_map

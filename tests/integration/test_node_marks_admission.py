@@ -24,13 +24,13 @@ from typing import Any
 
 import pytest
 
-from kyma_gpu.api.node_marks import (
+from kyma_gpu.extensions.node_marks.names import (
     CORDON_ANNOTATION,
     CORDON_VALUE,
-    GPU_RESOURCE,
     NODE_CONDITION,
     UNTRUSTED_GPU_LABELS,
 )
+from kyma_gpu.facts.node import GPU_RESOURCE
 from kyma_gpu_tools.manager_policy import ACCOUNT, NODE_SPEC_FIELDS, NODE_STATUS_FIELDS, NODES_NAME
 from tests.harness.cluster import LocalCluster, close_client
 from tests.harness.module import install_crds, install_module_rbac, wait_until

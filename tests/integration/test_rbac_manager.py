@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from kyma_gpu.api.chart_sources import CONFIG_MAP_NAME, REGISTRIES_KEY
-from kyma_gpu.plan.provision import MIRROR_LABEL, PROVIDED, PROVIDED_LABEL, FluxImages, bundle
+from kyma_gpu.extensions.own_flux.bundle import MIRROR_LABEL, FluxBundle, FluxImages
+from kyma_gpu.plan.provision import PROVIDED, PROVIDED_LABEL
 from tests.harness.chart_sources import NVIDIA, chart_sources_config_map
 from tests.harness.cluster import LocalCluster
 from tests.harness.module import MODULE_NAMESPACE, install_crds, install_module_rbac, wait_until
@@ -71,7 +72,9 @@ def _refused(cluster: LocalCluster, body: Mapping[str, Any], words: str) -> None
 
 
 def _helm_controller(images: FluxImages | None = None) -> dict[str, Any]:
-    obj = next(o for o in bundle(images or FluxImages()) if o["metadata"]["name"] == HELM)
+    obj = next(
+        o for o in FluxBundle(images or FluxImages()).objects() if o["metadata"]["name"] == HELM
+    )
     return copy.deepcopy(dict(obj))
 
 
@@ -162,7 +165,7 @@ def test_it_runs_its_flux_only_as_the_bundle_renders_it(cluster: LocalCluster, c
 
 
 def test_the_bundle_itself_is_accepted(cluster: LocalCluster) -> None:
-    for obj in bundle():
+    for obj in FluxBundle().objects():
         if obj["kind"] == "Deployment":
             ok, said = _as_manager(cluster, "create", "-f", "-", body=obj)
             assert ok, said
@@ -191,7 +194,11 @@ def test_a_mirrored_flux_needs_a_mirror_the_administrator_lists(cluster: LocalCl
 
 
 def test_it_creates_only_the_bundles_crds(cluster: LocalCluster) -> None:
-    crd = next(copy.deepcopy(dict(o)) for o in bundle() if o["kind"] == "CustomResourceDefinition")
+    crd = next(
+        copy.deepcopy(dict(o))
+        for o in FluxBundle().objects()
+        if o["kind"] == "CustomResourceDefinition"
+    )
     group = "evil.example"
     crd["metadata"] = {"name": f"{crd['spec']['names']['plural']}.{group}"}
     crd["spec"]["group"] = group
@@ -238,7 +245,9 @@ CONVERSION = f"{POLICY_WORDS} never sets or changes a Flux CRD's spec.conversion
 
 
 def _bundle_crd(name: str, labelled: bool = True) -> dict[str, Any]:
-    crd = next(copy.deepcopy(dict(o)) for o in bundle() if o["metadata"]["name"] == name)
+    crd = next(
+        copy.deepcopy(dict(o)) for o in FluxBundle().objects() if o["metadata"]["name"] == name
+    )
     if not labelled:
         del crd["metadata"]["labels"][PROVIDED_LABEL]
     return crd

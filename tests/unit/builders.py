@@ -9,7 +9,6 @@ import yaml
 
 from kyma_gpu.facts import ClusterFacts, MachineTypeRegistry, cluster_facts, node_facts
 from kyma_gpu.plan import AllowedSources, allowed_sources_of
-from kyma_gpu.plan.provision import FluxImages, bundle
 
 GL = "Garden Linux 1877.21"
 UBUNTU = "Ubuntu 22.04.5 LTS"
@@ -89,13 +88,3 @@ def allowing(*sources: Mapping[str, Any], nvidia: bool = True) -> AllowedSources
     allowed_sources = allowed_sources_of({"kind": "ConfigMap", "data": {"sources.yaml": text}})
     assert allowed_sources.error is None, allowed_sources.error
     return allowed_sources
-
-
-def bundle_images(images: FluxImages | None = None) -> dict[str, str]:
-    """Controller -> the image the Flux bundle deploys it with."""
-    return {
-        c["image"].rsplit("@", 1)[0].rsplit(":", 1)[0].rsplit("/", 1)[-1]: c["image"]
-        for o in bundle(images or FluxImages())
-        if o["kind"] == "Deployment"
-        for c in o["spec"]["template"]["spec"]["containers"]
-    }

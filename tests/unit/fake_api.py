@@ -13,8 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kyma_gpu.adapter import ObjectRef, cordon_patch, node_condition_patch
-from kyma_gpu.api.node_marks import NodeWrite
+from kyma_gpu.adapter import ListQuery, ObjectRef, Patch, plural
 from kyma_gpu.api.resources import FIELD_MANAGER
 from kyma_gpu.errors import classify
 from kyma_gpu.reconcile.loop import now
@@ -31,6 +30,22 @@ def _held(fields: Mapping[str, Any], node: Any) -> dict[str, Any]:
         if key.startswith("f:") and isinstance(node, Mapping) and name in node:
             kept[key] = _held(child, node[name]) if child else {}
     return kept
+
+
+def _merged(into: dict[str, Any], patch: Mapping[str, Any]) -> None:
+    """A merge patch into `into`: a None removes the key, a mapping merges; a Node's
+    `conditions` merge by their type (strategic merge)."""
+    for key, value in patch.items():
+        if value is None:
+            into.pop(key, None)
+        elif key == "conditions":
+            old = {c["type"]: c for c in into.get(key) or []}
+            into[key] = [*(c for t, c in old.items() if t not in {n["type"] for n in value}),
+                         *({**old.get(n["type"], {}), **n} for n in value)]  # fmt: skip
+        elif isinstance(value, Mapping):
+            _merged(into.setdefault(key, {}), value)
+        else:
+            into[key] = copy.deepcopy(value)
 
 
 def fields_v1(node: Mapping[str, Any]) -> dict[str, Any]:
@@ -51,7 +66,7 @@ class FakeApi:
     others: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     """Flux objects of someone else's, found when the module's own Flux goes."""
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Node bodies by name, for mark_node."""
+    """Node bodies by name, for the node marks' patches."""
     drop: tuple[str, ...] = ()
     """spec fields the server drops on apply, as a CRD schema without them does (an older
     Flux)."""
@@ -84,11 +99,20 @@ class FakeApi:
         return copy.deepcopy(stored)
 
     async def patch(
+        self, ref: ObjectRef, body: Sequence[Mapping[str, Any]] | Mapping[str, Any],
+        how: Patch = Patch.JSON, subresource: str = "", what: str = "",
+    ) -> dict[str, Any]:  # fmt: skip
+        """A JSON patch of the module's Flux objects; a merge or strategic merge patch of a
+        Node (or its status) or of another object, as the API server applies them."""
+        self._maybe_fail(what or f"patch {ref.kind}")
+        if isinstance(body, Mapping):
+            return self._merge(ref, body)
+        return self._json_patch(ref, body)
+
+    def _json_patch(
         self, ref: ObjectRef, operations: Sequence[Mapping[str, Any]]
     ) -> dict[str, Any]:
-        """A JSON patch of `test` and `remove` operations, all or nothing, as the API server
-        applies one (a failed test is a 422)."""
-        self._maybe_fail(f"patch {ref.kind}")
+        """`test` and `remove` operations, all or nothing (a failed test is a 422)."""
         obj = copy.deepcopy(self.objects[(ref.kind, ref.name)])
         for op in operations:
             *parents, last = [k.replace("~1", "/").replace("~0", "~")
@@ -136,53 +160,30 @@ class FakeApi:
     async def post_event(self, namespace: str, gpu: GpuRef, event: GpuEvent) -> None:
         self.events.append(event)  # not a call: Events are told apart from the writes
 
-    async def unlabel(self, ref: ObjectRef, label: str, annotation: str) -> dict[str, Any] | None:
-        self._maybe_fail(f"unlabel {ref.kind}")
-        obj = self.objects.get((ref.kind, ref.name))
+    def _merge(self, ref: ObjectRef, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """A merge patch (a None removes a key); a Node's conditions merge by type, as a
+        strategic merge patch of nodes/status merges them. NotFound when it is not there."""
+        obj = self.nodes.get(ref.name) if ref.kind == "Node" else self.objects.get(
+            (ref.kind, ref.name))  # fmt: skip
         if obj is None:
-            return None
-        meta = obj["metadata"]
-        (meta.get("labels") or {}).pop(label, None)
-        (meta.get("annotations") or {}).pop(annotation, None)
-        meta["resourceVersion"] = str(next(_VERSIONS))
+            raise classify(f"patch {ref}", 404, "NotFound", "not found")
+        _merged(obj, patch)
+        obj["metadata"]["resourceVersion"] = str(next(_VERSIONS))
         return copy.deepcopy(obj)
 
-    async def flux_objects(self, per_kind: int) -> list[tuple[str, dict[str, Any]]]:
-        """What `others` holds (objects the module did not create), plus what is left here."""
-        flux = ("HelmRelease", "HelmRepository", "OCIRepository", "HelmChart")
-        mine = [(kind, obj) for (kind, _), obj in self.objects.items() if kind in flux]
-        return [*mine, *self.others]
+    async def read_list(self, query: ListQuery, limit: int) -> dict[str, Any]:
+        """The objects of the kind of `query.path` (its plural, in all namespaces): what is
+        here, plus what `others` holds (Flux objects the module did not create)."""
+        resource = query.path.rsplit("/", 1)[-1]
+        mine = [obj for (k, _), obj in self.objects.items() if plural(k) == resource]
+        theirs = [obj for k, obj in self.others if plural(k) == resource]
+        return {"items": [*mine, *theirs][:limit]}
 
     async def read(self, ref: ObjectRef) -> dict[str, Any] | None:
         """A read is no write: counted in `reads`, not in `calls`."""
         self.reads.append(f"get {ref.kind}")
         obj = self.objects.get((ref.kind, ref.name))
         return copy.deepcopy(obj) if obj is not None else None
-
-    async def mark_node(self, write: NodeWrite, now: str) -> dict[str, Any] | None:
-        """The manager's condition and cordon on a Node of `nodes`, as the strategic merge
-        patches of the adapter leave it."""
-        self._maybe_fail(f"mark {write.name}")
-        body = self.nodes.get(write.name)
-        if body is None:
-            return None
-        status, meta = body.setdefault("status", {}), body["metadata"]
-        if write.unhealthy is not None:
-            patch = node_condition_patch(write, now)["status"]["conditions"][0]
-            kept = [c for c in status.get("conditions") or [] if c["type"] != patch["type"]]
-            same = [c for c in status.get("conditions") or [] if c["type"] == patch["type"]]
-            old: dict[str, Any] = same[0] if same else {}
-            status["conditions"] = [*kept, {**old, **patch}]
-        if write.cordon is not None:
-            notes = meta.setdefault("annotations", {})
-            for key, value in cordon_patch(write.cordon)["metadata"]["annotations"].items():
-                if value is None:
-                    notes.pop(key, None)
-                else:
-                    notes[key] = value
-            body.setdefault("spec", {})["unschedulable"] = write.cordon
-        meta["resourceVersion"] = str(next(_VERSIONS))
-        return copy.deepcopy(body)
 
     def next_version(self) -> str:
         """The API server's next resourceVersion (one counter for every object)."""

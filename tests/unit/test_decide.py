@@ -30,33 +30,36 @@ from typing import Any, assert_never
 import pytest
 
 from kyma_gpu.api.models import GpuSpec
-from kyma_gpu.extensions import EXTENSIONS, MACHINE
+from kyma_gpu.extensions import EXTENSIONS, MACHINE, NODE_FOLDS
 from kyma_gpu.extensions.node_marks.machine import MarkNodes
 from kyma_gpu.extensions.node_marks.machine import Phase as MarksPhase
 from kyma_gpu.extensions.node_marks.machine import Situation as Marks
-from kyma_gpu.extensions.own_flux.machine import FluxLeftovers, Leftover, ListFlux, RemoveFlux
+from kyma_gpu.extensions.own_flux.bundle import MARKER_CRD, FluxBundle
+from kyma_gpu.extensions.own_flux.machine import (
+    FluxLeftovers,
+    Leftover,
+    ListFlux,
+    OwnFluxConfig,
+    RemoveFlux,
+)
 from kyma_gpu.extensions.own_flux.machine import Phase as OwnFluxPhase
 from kyma_gpu.extensions.own_flux.machine import Situation as OwnFlux
 from kyma_gpu.extensions.workload_protection.machine import SKIP_PROTECTION_ANNOTATION
 from kyma_gpu.extensions.workload_protection.machine import Phase as ProtectionPhase
 from kyma_gpu.extensions.workload_protection.machine import Situation as Protection
 from kyma_gpu.extensions.workload_protection.pods import PODS
-from kyma_gpu.facts import ClusterFacts, ObservedNode, cluster_facts, observe_node
+from kyma_gpu.facts import (
+    ClusterFacts,
+    MachineTypeRegistry,
+    ObservedNode,
+    cluster_facts,
+    observe_node,
+)
 from kyma_gpu.facts.gpu import GpuObject, gpu_object
 from kyma_gpu.facts.stack import FluxObjectFacts, flux_object_facts
 from kyma_gpu.plan import AllowedSources, Owner, Plan, make_plan
 from kyma_gpu.plan.actions import LiveObject, live_object
-from kyma_gpu.plan.provision import (
-    MARKER_CRD,
-    REQUIRED_APIS,
-    Api,
-    CrdFacts,
-    FluxApi,
-    bundle,
-    bundle_crds,
-    bundle_hash,
-    bundle_workloads,
-)
+from kyma_gpu.plan.provision import REQUIRED_APIS, Api, CrdFacts, FluxApi
 from kyma_gpu.reconcile import machine
 from kyma_gpu.reconcile.machine import (
     FINALIZER,
@@ -73,13 +76,18 @@ from kyma_gpu.reconcile.machine import (
     Situation,
     Step,
 )
-from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu.status import DaemonSetFacts, OperatorStateFacts, daemonset_facts
 from kyma_gpu.status.snapshot import Snapshot
 from tests.unit.builders import cpu_node, node
 from tests.unit.test_node_marks import MARKED
 from tests.unit.test_node_marks import gpu as gpu_node
+
+
+def observed(body: Mapping[str, Any], registry: MachineTypeRegistry) -> ObservedNode:
+    """A Node body's facts, with what the registered extensions keep of it (node marks)."""
+    return observe_node(body, registry, NODE_FOLDS)
+
 
 NOW = "2026-12-01T10:00:00Z"
 classify, decide = MACHINE.classify, MACHINE.decide
@@ -117,7 +125,7 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(catalog: Catalog) -> World:
-    return World(catalog, tuple(observe_node(b, catalog.machine_types) for b in _BODIES.values()))
+    return World(catalog, tuple(observed(b, catalog.machine_types) for b in _BODIES.values()))
 
 
 _BODIES = {b["metadata"]["name"]: b for b in (node("gpu-1"), node("gpu-2"), cpu_node("cpu-1"))}
@@ -203,7 +211,7 @@ def no_flux() -> FluxApi:
 
 def own_flux(served: bool, current: bool = True, deleting: bool = False) -> FluxApi:
     """The module's own Flux: its CRDs labelled as provided, with the bundle hash."""
-    digest = bundle_hash() if current else "an-older-bundle"
+    digest = FluxBundle().hash if current else "an-older-bundle"
     crds = {
         name: CrdFacts(uid=name, provided=True, deleting=deleting,
                        bundle_hash=digest if name == MARKER_CRD else None)
@@ -305,7 +313,7 @@ def _applying(world: World, step: Step) -> None:
 def _providing(world: World, step: Step) -> None:
     assert isinstance(step.action, Apply)
     assert step.action.objects[-1]["metadata"]["name"] == MARKER_CRD  # the marker last
-    assert step.key == f"flux-bundle-{bundle_hash()}"
+    assert step.key == f"flux-bundle-{FluxBundle().hash}"
 
 
 OTHERS = Leftover("HelmRelease", "team-a/app", terminating=False)
@@ -315,14 +323,14 @@ TERMINATING = Leftover("HelmChart", "kyma-system/kyma-system-gpu-operator", term
 def _removal_key(world: World, step: Step) -> None:
     assert step.key == "flux-remove"  # a failed removal holds the list back, and the other way
     if isinstance(step.action, RemoveFlux):  # the step names what goes, the loop only deletes
-        assert step.action.workloads == bundle_workloads()
-        assert step.action.crds == bundle_crds()
+        assert step.action.workloads == FluxBundle().workloads()
+        assert step.action.crds == FluxBundle().crds()
 
 
 def _removal_waits(world: World, step: Step) -> None:
     """Nothing observes the terminating HelmChart: look again (and list again) after a while,
-    by default the loop's setting."""
-    assert step.requeue_after == LoopSettings().removal_wait_seconds
+    by default the own Flux's configuration's."""
+    assert step.requeue_after == OwnFluxConfig().removal_wait_seconds
 
 
 def _plan_failed(*_: Any) -> Plan:
@@ -351,7 +359,7 @@ def _failed_lately_check(world: World, step: Step) -> None:
 
 
 def _world_of(world: World, *bodies: dict[str, Any]) -> World:
-    facts = tuple(observe_node(b, world.catalog.machine_types) for b in bodies)
+    facts = tuple(observed(b, world.catalog.machine_types) for b in bodies)
     return World(world.catalog, facts)
 
 
@@ -452,12 +460,12 @@ CASES = [
          Phase.FLUX_INCOMPATIBLE, (), state="Error", reason="FluxIncompatible"),
     Case(OwnFlux.FLUX_TO_PROVIDE, lambda w: w.inputs(gpu(), flux_api=no_flux()),
          OwnFluxPhase.PROVIDING_FLUX,
-         tuple(f"apply {o['kind']}/{o['metadata']['name']}" for o in bundle()),
+         tuple(f"apply {o['kind']}/{o['metadata']['name']}" for o in FluxBundle().objects()),
          check=_providing),
     Case(OwnFlux.FLUX_TO_PROVIDE,
          lambda w: w.inputs(gpu(), flux_api=own_flux(True, current=False)),
          OwnFluxPhase.PROVIDING_FLUX,
-         tuple(f"apply {o['kind']}/{o['metadata']['name']}" for o in bundle()),
+         tuple(f"apply {o['kind']}/{o['metadata']['name']}" for o in FluxBundle().objects()),
          check=_providing),
     Case(S.FLUX_NOT_SERVED,
          lambda w: w.inputs(gpu(), flux_api=own_flux(False)),
@@ -484,7 +492,7 @@ CASES = [
 
 
 def test_every_situation_has_a_case_and_a_row() -> None:
-    situations = {*Situation, *(s for e in EXTENSIONS for s in e.situations)}
+    situations = {*Situation, *(s for e in EXTENSIONS for s in e.rows)}
     assert set(MACHINE.rows) == situations
     assert {c.situation for c in CASES} == situations
 
@@ -640,13 +648,13 @@ def test_nothing_in_decide_remembers(world: World) -> None:
     import copy
 
     warm = World(world.catalog, tuple(  # other Nodes: a memo must not have seen the inputs
-        observe_node(node(f"warm-{i}", pool="warm"), world.catalog.machine_types) for i in range(3)
+        observed(node(f"warm-{i}", pool="warm"), world.catalog.machine_types) for i in range(3)
     ))  # fmt: skip
     for case in CASES:
         decide(case.inputs(warm))  # modules import lazily; only the first calls may load
     before = _module_state()
     fresh, again = (World(world.catalog, tuple(
-        observe_node(copy.deepcopy(_BODIES[n.name]), world.catalog.machine_types)
+        observed(copy.deepcopy(_BODIES[n.name]), world.catalog.machine_types)
         for n in world.nodes
     )) for _ in range(2))  # fmt: skip
     first = [decide(case.inputs(fresh)) for case in CASES]

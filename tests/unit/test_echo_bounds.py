@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from kyma_gpu.api import GpuSpec
-from kyma_gpu.extensions import EXTENSIONS, MACHINE
+from kyma_gpu.extensions import EXTENSIONS, MACHINE, NODE_FOLDS
 from kyma_gpu.facts.echo import ELLIPSIS, MESSAGE_LIMIT, NAME_LIMIT, REASON_LIMIT, TEXT_LIMIT
 from kyma_gpu.facts.gpu import GpuObject
 from kyma_gpu.facts.node import observe_node
@@ -99,7 +99,7 @@ def _snapshot(plan: Plan, nodes: list[dict[str, Any]], catalog: Catalog) -> Snap
     policy = {"status": {"state": "s" * HUGE, "conditions": [
         {"type": "Error", "status": "True", "message": "e" * HUGE}]}}  # fmt: skip
     return Snapshot(
-        nodes=tuple(observe_node(n, catalog.machine_types) for n in nodes),
+        nodes=tuple(observe_node(n, catalog.machine_types, NODE_FOLDS) for n in nodes),
         flux_status=(
             flux_object_facts(_flux("HelmRelease", plan.helm_release["metadata"]["name"])),
             flux_object_facts(_flux(plan.source["kind"], plan.source["metadata"]["name"])),
@@ -142,7 +142,7 @@ def test_hostile_objects_keep_the_status_and_events_small(
         assert len(condition.message) <= MESSAGE_LIMIT, condition.type
         assert len(condition.reason) <= REASON_LIMIT, condition.type
     assert len(status.driver_version or "") <= 200, status.driver_version
-    news = events_for({}, body, tuple(e.events for e in EXTENSIONS if e.events is not None))
+    news = events_for({}, body, tuple(e.status for e in EXTENSIONS if e.status is not None))
     for event in [*([news.transition] if news.transition else []), *news.findings]:
         assert len(event.message) <= EVENT_MESSAGE_LIMIT
         assert len(event.reason) <= REASON_LIMIT

@@ -4,13 +4,14 @@ status fields."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
-from kyma_gpu.api.conditions import HealthReason
 from kyma_gpu.api.models import STATUS_UNHEALTHY_LIMIT
-from kyma_gpu.api.node_marks import NODE_CONDITION
+from kyma_gpu.extensions import NODE_FOLDS
+from kyma_gpu.extensions.node_marks.conditions import HealthReason
 from kyma_gpu.extensions.node_marks.events import health_event
 from kyma_gpu.extensions.node_marks.health import (
     gpu_health,
@@ -19,8 +20,15 @@ from kyma_gpu.extensions.node_marks.health import (
     same_model,
     unhealthy_nodes,
 )
-from kyma_gpu.facts import MachineTypeRegistry, observe_node
+from kyma_gpu.extensions.node_marks.names import NODE_CONDITION
+from kyma_gpu.facts import MachineTypeRegistry, ObservedNode, observe_node
 from tests.unit.builders import node
+
+
+def observed(body: Mapping[str, Any], registry: MachineTypeRegistry) -> ObservedNode:
+    """A Node body's facts, with what the registered extensions keep of it (node marks)."""
+    return observe_node(body, registry, NODE_FOLDS)
+
 
 R = HealthReason
 
@@ -89,7 +97,7 @@ def test_node_health(
     shared: bool,
     want: tuple[HealthReason | None, int, int, bool],
 ) -> None:
-    judged = node_health(observe_node(node_body, registry), "gpu", shared=shared,
+    judged = node_health(observed(node_body, registry), "gpu", shared=shared,
                          device_plugin=True)  # fmt: skip
     assert (judged.reason, judged.healthy, judged.total, judged.advertised) == want, case
     assert bool(judged.message) == (judged.reason is not None)
@@ -100,14 +108,14 @@ def test_mig_instances_withdrawn_count_in_whole_gpus(registry: MachineTypeRegist
                labels={"nvidia.com/mig.config": "all-1g.5gb"})  # fmt: skip
     mig["status"]["capacity"]["nvidia.com/mig-1g.5gb"] = "56"
     mig["status"]["allocatable"] = {"nvidia.com/mig-1g.5gb": "49"}
-    judged = node_health(observe_node(mig, registry), "gpu", shared=False, device_plugin=True)
+    judged = node_health(observed(mig, registry), "gpu", shared=False, device_plugin=True)
     assert (judged.reason, judged.total, judged.healthy) == (R.GPUS_UNHEALTHY, 8, 7)
 
 
 def test_the_dra_stack_judges_without_capacity(registry: MachineTypeRegistry) -> None:
     """No nvidia.com/gpu on the DRA stack: GFD and the upgrade label still count."""
-    quiet = observe_node(body(capacity=None, allocatable=None, labels=GFD4), registry)
-    short = observe_node(body(capacity=None, allocatable=None,
+    quiet = observed(body(capacity=None, allocatable=None, labels=GFD4), registry)
+    short = observed(body(capacity=None, allocatable=None,
                             labels={**GFD4, "nvidia.com/gpu.count": "3"}), registry)  # fmt: skip
     assert node_health(quiet, "gpu", shared=False, device_plugin=False).reason is None
     assert node_health(quiet, "gpu", shared=False, device_plugin=False).advertised
@@ -126,7 +134,7 @@ def test_same_model(registry_model: str, product: str, same: bool) -> None:
 
 
 def test_the_fleet_condition_and_pools(registry: MachineTypeRegistry) -> None:
-    facts = [observe_node(b, registry) for b in (
+    facts = [observed(b, registry) for b in (
         body(name="a-1", pool="a"), body(name="a-2", pool="a", allocatable="2"),
         body(name="b-1", pool="b", capacity="3", allocatable="3"),
         body(name="b-2", pool="b", labels=FAILED),
@@ -145,9 +153,12 @@ def test_the_fleet_condition_and_pools(registry: MachineTypeRegistry) -> None:
 
 
 def test_the_condition_while_healthy_waiting_and_empty(registry: MachineTypeRegistry) -> None:
-    healthy = gpu_health([observe_node(body(), registry)])
+    healthy = gpu_health([observed(body(), registry)])
     waiting = gpu_health(
-        [observe_node(body(), registry), observe_node(body(name="new", capacity=None), registry)]
+        [
+            observed(body(), registry),
+            observed(body(name="new", capacity=None), registry),
+        ]
     )
     assert (health_condition(healthy, 1).status, health_condition(healthy, 1).reason) == (
         "True", "GpusHealthy")  # fmt: skip
@@ -161,7 +172,7 @@ def test_the_unhealthy_list_is_bounded_and_marks_show(registry: MachineTypeRegis
     many = [body(name=f"n-{i:03}", allocatable="0") for i in range(STATUS_UNHEALTHY_LIMIT + 7)]
     many[0]["status"]["conditions"] = [
         {"type": NODE_CONDITION, "status": "True", "reason": "GpusUnhealthy"}]  # fmt: skip
-    health = gpu_health([observe_node(b, registry) for b in many])
+    health = gpu_health([observed(b, registry) for b in many])
     shown = unhealthy_nodes(health)
     assert len(shown) == STATUS_UNHEALTHY_LIMIT
     assert len(health.unhealthy) == len(many)
@@ -205,7 +216,7 @@ def test_health_events_once_per_transition(
 
 def test_no_allocatable_reported_is_no_withdrawal(registry: MachineTypeRegistry) -> None:
     """A body without status.allocatable (a dump, a test fleet) says nothing of withdrawn GPUs."""
-    judged = node_health(observe_node(body(allocatable=None), registry), "gpu", shared=False,
+    judged = node_health(observed(body(allocatable=None), registry), "gpu", shared=False,
                          device_plugin=True)  # fmt: skip
     assert (judged.reason, judged.healthy) == (None, 4)
 
@@ -220,9 +231,9 @@ def test_the_sums_are_what_node_health_judges(
 ) -> None:  # fmt: skip
     """gpu_health sums the nodes every source agrees on without judging them one by one: the
     same sums, findings and waiting nodes as node_health's, for every case and flag."""
-    observed = observe_node(node_body, registry)
-    judged = node_health(observed, "gpu", shared=shared, device_plugin=device_plugin)
-    health = gpu_health([observed], shared=shared, device_plugin=device_plugin)
+    facts = observed(node_body, registry)
+    judged = node_health(facts, "gpu", shared=shared, device_plugin=device_plugin)
+    health = gpu_health([facts], shared=shared, device_plugin=device_plugin)
     assert (health.healthy_gpus, health.total_gpus) == (judged.healthy, judged.total), case
     assert health.unhealthy == ((judged,) if judged.reason is not None else ()), case
     assert health.unadvertised == (() if judged.advertised else (judged,)), case

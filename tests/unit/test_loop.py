@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from kyma_gpu.extensions import NODE_FOLDS
 from kyma_gpu.facts import observe_node
 from kyma_gpu.facts.gpu import GpuObject, gpu_object
 from kyma_gpu.observe.store import Entry, Store, version_of
@@ -97,7 +98,7 @@ def new_world(
     store = Store()
     registry = catalog.machine_types
     bodies = [node("gpu-1"), node("gpu-2"), cpu_node("cpu-1")]
-    nodes = {b["metadata"]["name"]: Entry(1, observe_node(b, registry)) for b in bodies}
+    nodes = {b["metadata"]["name"]: Entry(1, observe_node(b, registry, NODE_FOLDS)) for b in bodies}
     store.replace(NODES, nodes, 1)
     for resource in (DAEMONSETS, *FLUX):
         store.replace(resource, {}, 1)

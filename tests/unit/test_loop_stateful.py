@@ -38,11 +38,13 @@ from hypothesis.stateful import (
     rule,
 )
 
+from kyma_gpu.extensions import NODE_FOLDS
+from kyma_gpu.extensions.own_flux.bundle import MARKER_CRD, FluxBundle
 from kyma_gpu.facts import observe_node
 from kyma_gpu.facts.gpu import GpuObject
 from kyma_gpu.observe.store import Entry, version_of
 from kyma_gpu.observe.watches import CRDS, FLUX, NODES
-from kyma_gpu.plan.provision import MARKER_CRD, PROVIDED_LABEL, bundle_crds
+from kyma_gpu.plan.provision import PROVIDED_LABEL
 from kyma_gpu.reconcile.loop import Done
 from kyma_gpu.reconcile.machine import FINALIZER, Step
 from kyma_gpu.rules.catalog import Catalog
@@ -146,7 +148,7 @@ class LoopMachine(RuleBasedStateMachine):
         if joins:
             self.nodes += 1
             body = node(f"gpu-{self.nodes}")
-            facts = observe_node(body, CATALOG.machine_types)
+            facts = observe_node(body, CATALOG.machine_types, NODE_FOLDS)
             self.world.store.put(NODES, facts.name, Entry(None, facts))
         elif self.nodes > 0:
             self.world.store.put(NODES, f"gpu-{self.nodes}", None)
@@ -194,7 +196,7 @@ class LoopMachine(RuleBasedStateMachine):
         assert self.deleting, "the finalizer went from a Gpu that is not being deleted"
         flux = [k for k in self.world.api.objects if k[0] in FLUX_KINDS]
         assert flux == [], f"the finalizer went while {flux} remain"
-        for name in bundle_crds():
+        for name in FluxBundle().crds():
             crd = self.world.api.objects.get(("CustomResourceDefinition", name))
             if crd is not None:
                 meta = crd["metadata"]

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
-from kyma_gpu.api import node_marks
-from kyma_gpu.extensions.base import Grant
-from kyma_gpu.plan.provision import bundle, bundle_crds
+from kyma_gpu.extensions.node_marks import names as node_marks
+from kyma_gpu.extensions.own_flux.bundle import FluxBundle
+from kyma_gpu.facts import node as node_facts
 from kyma_gpu.rules.catalog import Catalog
 from kyma_gpu_tools.manager_policy import (
     ACCOUNT,
@@ -30,6 +30,7 @@ from kyma_gpu_tools.manager_policy import (
     NODE_WRITABLE,
     NODES_NAME,
     WRITABLE,
+    Grant,
     _image_pattern,
     gpu_machine_types,
     manager_policy_yaml,
@@ -40,7 +41,7 @@ COMMITTED = ROOT / "config" / "admission" / "manager_policy.yaml"
 
 
 def _docs() -> list[dict[str, object]]:
-    """The policies with every extension's piece (extensions/base.py `Grant`): the tools
+    """The policies with every extension's piece (manager_policy.py `Grant`): the tools
     generate them whether or not an extension that grants them is registered."""
     return [d for d in yaml.safe_load_all(manager_policy_yaml(frozenset(Grant))) if d]
 
@@ -70,9 +71,9 @@ def test_three_policies_and_their_bindings_for_the_manager_only() -> None:
 def test_the_policy_names_the_bundles_crds_args_and_images() -> None:
     text = manager_policy_yaml(frozenset({Grant.FLUX_BUNDLE}))
     flat = " ".join(text.split())
-    for crd in bundle_crds():
+    for crd in FluxBundle().crds():
         assert f"'{crd}'" in flat
-    for obj in bundle():
+    for obj in FluxBundle().objects():
         if obj["kind"] != "Deployment":
             continue
         container = obj["spec"]["template"]["spec"]["containers"][0]
@@ -210,7 +211,7 @@ def test_the_nodes_policys_binding_denies() -> None:
 
 
 def test_the_nodes_policy_holds_the_names_the_core_writes() -> None:
-    # the names the core writes (api/node_marks.py) are the names the policy holds
+    # the names node marks write (extensions/node_marks/names.py) are the names the policy holds
     assert NODE_CONDITION_TYPE == node_marks.NODE_CONDITION == "KymaGpuUnhealthy"
     assert NODE_CORDON_ANNOTATION == node_marks.CORDON_ANNOTATION
     assert NODE_CORDON_ANNOTATION == "gpu.kyma-project.io/cordoned"
@@ -218,8 +219,8 @@ def test_the_nodes_policy_holds_the_names_the_core_writes() -> None:
 
 def test_the_nodes_policy_names_the_marks_and_the_gpu_evidence() -> None:
     text = _nodes_text()
-    for name in (NODE_CONDITION_TYPE, NODE_CORDON_ANNOTATION, node_marks.GPU_RESOURCE,
-                 *node_marks.GPU_RESOURCE_PREFIXES, *MACHINE_TYPE_LABELS):  # fmt: skip
+    for name in (NODE_CONDITION_TYPE, NODE_CORDON_ANNOTATION, node_facts.GPU_RESOURCE,
+                 *node_facts.GPU_RESOURCE_PREFIXES, *MACHINE_TYPE_LABELS):  # fmt: skip
         assert f"'{name}'" in text, name
 
 
@@ -284,7 +285,7 @@ def test_the_policies_hold_only_what_the_registered_extensions_grant() -> None:
     assert not groups & {"apps", "apiextensions.k8s.io"}
     assert "deployment" not in [v["name"] for v in spec["variables"]]
     text = str(spec)
-    assert not any(crd in text for crd in bundle_crds())
+    assert not any(crd in text for crd in FluxBundle().crds())
     assert "apps/deployments" not in text
     nodes = manager_policy_yaml(frozenset({Grant.NODES}))
     names = [d["metadata"]["name"] for d in yaml.safe_load_all(nodes) if d]

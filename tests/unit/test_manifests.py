@@ -48,8 +48,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kyma_gpu.plan.provision import IMAGE_ENV, FluxImages
-from tests.unit.builders import bundle_images
+from kyma_gpu.extensions.own_flux.bundle import IMAGE_ENV, FluxImages
+from tests.unit.test_provision import bundle_images
 
 Obj = dict[str, Any]
 

@@ -32,8 +32,10 @@ _ALLOWED: typing.Mapping[str, str] = types.MappingProxyType({
     "(nothing is read at import), kept in a bounded cachetools cache by directory: what a "
     "validation without the Catalog's list holds spec.values to",
 })  # fmt: skip
-"""`module.name` -> why it must stay mutable. Nothing else: tables are MappingProxyType, tuples
-and frozensets, copied into plain dicts and lists where YAML or JSON dumps them."""
+"""`module.name` -> why it must stay mutable. Nothing else: other packaged data is kept by an
+owner that reads it when first needed (the own Flux's bundle: its configuration's `FluxBundle`);
+tables are MappingProxyType, tuples and frozensets, copied into plain dicts and lists where YAML
+or JSON dumps them."""
 
 _PACKAGES = ("kyma_gpu", "kyma_gpu_tools")
 

@@ -5,13 +5,15 @@ never writing twice."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
-from kyma_gpu.api.conditions import HealthReason
 from kyma_gpu.api.models import HealthSpec, Remediation
-from kyma_gpu.api.node_marks import CORDON_ANNOTATION, NODE_CONDITION
+from kyma_gpu.extensions import NODE_FOLDS
+from kyma_gpu.extensions.node_marks.conditions import HealthReason
+from kyma_gpu.extensions.node_marks.facts import GpuDevices, NodeMarkFacts, devices_of, mark_of
 from kyma_gpu.extensions.node_marks.health import gpu_health
 from kyma_gpu.extensions.node_marks.machine import Phase as MarksPhase
 from kyma_gpu.extensions.node_marks.marks import (
@@ -21,6 +23,7 @@ from kyma_gpu.extensions.node_marks.marks import (
     markable,
     node_writes,
 )
+from kyma_gpu.extensions.node_marks.names import CORDON_ANNOTATION, NODE_CONDITION
 from kyma_gpu.facts import MachineTypeRegistry, ObservedNode, observe_node
 from kyma_gpu.observe.store import Entry, version_of
 from kyma_gpu.observe.watches import FLUX, NODES
@@ -28,6 +31,12 @@ from kyma_gpu.reconcile.machine import Phase
 from kyma_gpu.rules.catalog import Catalog
 from tests.unit.builders import cpu_node, node
 from tests.unit.test_loop import World, installed, new_world
+
+
+def observed(body: Mapping[str, Any], registry: MachineTypeRegistry) -> ObservedNode:
+    """A Node body's facts, with what the registered extensions keep of it (node marks)."""
+    return observe_node(body, registry, NODE_FOLDS)
+
 
 MARK = HealthSpec(remediation=Remediation.MARK_NODES)
 CORDON = HealthSpec(remediation=Remediation.MARK_AND_CORDON)
@@ -49,7 +58,7 @@ OURS = {"annotations": {CORDON_ANNOTATION: NODE_CONDITION}}
 
 def writes(registry: MachineTypeRegistry, spec: HealthSpec, *bodies: dict[str, Any]) -> list[
         tuple[str, bool | None, bool | None]]:  # fmt: skip
-    facts = [observe_node(b, registry) for b in bodies]
+    facts = [observed(b, registry) for b in bodies]
     health = gpu_health([f for f in facts if f.is_gpu])
     return [(w.name, w.unhealthy, w.cordon) for w in node_writes(health, spec, facts)]
 
@@ -66,6 +75,7 @@ def test_mark_an_unhealthy_node_once(registry: MachineTypeRegistry) -> None:
 def test_recovery_and_off_clear_the_mark_and_uncordon_only_ours(
     registry: MachineTypeRegistry,
 ) -> None:
+
     mine = gpu("a", status=MARKED, metadata=OURS, spec={"unschedulable": True})
     theirs = gpu("b", spec={"unschedulable": True})
     assert writes(registry, CORDON, mine, theirs) == [("a", False, False)]
@@ -114,7 +124,7 @@ def test_a_node_that_left_the_gpu_pools_is_cleared_never_marked(
 def _world(catalog: Catalog, spec: dict[str, Any], *bodies: dict[str, Any]) -> World:
     world = new_world(catalog, spec=spec)
     registry = catalog.machine_types
-    world.store.replace(NODES, {b["metadata"]["name"]: Entry(1, observe_node(b, registry))
+    world.store.replace(NODES, {b["metadata"]["name"]: Entry(1, observed(b, registry))
                                 for b in bodies}, 1)  # fmt: skip
     world.api.nodes = {b["metadata"]["name"]: copy.deepcopy(b) for b in bodies}
     return installed(world)
@@ -124,7 +134,7 @@ def _set(world: World, body: dict[str, Any]) -> None:
     """The kubelet (or a test) changed a Node."""
     name = body["metadata"]["name"]
     world.api.nodes[name] = copy.deepcopy(body)
-    facts = observe_node(body, world.loop.catalog.machine_types)
+    facts = observed(body, world.loop.catalog.machine_types)
     world.store.put(NODES, name, Entry(int(world.api.next_version()), facts))
 
 
@@ -141,8 +151,8 @@ def test_the_loop_marks_cordons_then_clears_and_writes_nothing_more(catalog: Cat
     assert world.api.writes() == []
     _set(world, gpu("a", "0"))
     world.run()
-    assert world.api.writes() == ["mark a", "status"]
-    mark = _facts(world, "a").mark
+    assert world.api.writes() == ["mark Node a", "cordon Node a", "status"]
+    mark = mark_of(_facts(world, "a"))
     assert mark is not None
     assert (mark.unhealthy, mark.cordoned, mark.unschedulable) == (True, True, True)
     assert world.api.nodes["a"]["status"]["conditions"][0]["reason"] == "GpusUnhealthy"
@@ -159,7 +169,7 @@ def test_the_loop_marks_cordons_then_clears_and_writes_nothing_more(catalog: Cat
         },
     )
     world.run()
-    mark = _facts(world, "a").mark
+    mark = mark_of(_facts(world, "a"))
     assert mark is not None
     assert (mark.unhealthy, mark.cordoned, mark.unschedulable) == (False, False, False)
     assert world.api.gpu["status"]["gpus"] == "2/2"
@@ -179,7 +189,7 @@ def test_a_deletion_clears_every_mark_before_it_releases_the_gpu(catalog: Catalo
     world = _world(catalog, {"health": {"remediation": "MarkAndCordon"}}, gpu("a"), gpu("b"))
     _set(world, gpu("a", "0"))
     world.run()
-    mark = _facts(world, "a").mark
+    mark = mark_of(_facts(world, "a"))
     assert mark is not None
     assert (mark.unhealthy, mark.cordoned) == (True, True)
     world.edit(deletionTimestamp="2026-12-04T00:00:00Z")
@@ -188,8 +198,8 @@ def test_a_deletion_clears_every_mark_before_it_releases_the_gpu(catalog: Catalo
     for plural in FLUX:
         world.store.replace(plural, {}, version_of(world.api.next_version()))
     assert world.run() is Phase.RELEASED
-    assert world.api.calls[0] == "mark a"
-    mark = _facts(world, "a").mark
+    assert world.api.calls[:2] == ["mark Node a", "cordon Node a"]
+    mark = mark_of(_facts(world, "a"))
     assert mark is not None
     assert (mark.unhealthy, mark.cordoned, mark.unschedulable) == (False, False, False)
 
@@ -236,7 +246,7 @@ def test_what_grounds_a_mark(
 ) -> None:
     """Only facts no tenant writes: the kubelet's GPU resources, the registry's machine type,
     the mark itself; never NFD's or GFD's labels, nor the opt-in label."""
-    facts = observe_node(body, registry)
+    facts = observed(body, registry)
     assert facts.is_gpu
     assert mark_ground(facts) is ground
 
@@ -247,7 +257,7 @@ def test_a_cpu_node_with_nfd_labels_is_never_marked_or_cordoned(
     """Issue 43: an m5.large labelled by NFD rules is a GPU node to detection, judged
     DriverFailed, and still never marked nor cordoned, at any share of its pool."""
     every = HealthSpec(remediation=Remediation.MARK_AND_CORDON, max_marked_percent=50)
-    facts = observe_node(_labelled_cpu(), registry)
+    facts = observed(_labelled_cpu(), registry)
     assert facts.is_gpu
     assert not markable(facts)
     health = gpu_health([facts])
@@ -272,7 +282,7 @@ def test_a_label_alone_never_marks_a_node(registry: MachineTypeRegistry) -> None
     bare = node("a", pool="gpu", labels=FAILED_UPGRADE)
     forged = node("b", pool="gpu", labels={"nvidia.com/gpu.count": "0"},
                   capacity={"nvidia.com/gpu": "1"})  # fmt: skip
-    facts = [observe_node(b, registry) for b in (bare, forged)]
+    facts = [observed(b, registry) for b in (bare, forged)]
     health = gpu_health(facts)
     assert {(n.name, n.reason, n.grounded) for n in health.unhealthy} == {
         ("a", HealthReason.DRIVER_FAILED, False),
@@ -317,3 +327,20 @@ def test_a_marked_node_that_lost_its_gpus_keeps_its_mark_and_is_cleared(
         sections={"status": MARKED, "metadata": OURS, "spec": {"unschedulable": True}},
     )
     assert writes(registry, CORDON, back) == [("a", False, False)]
+
+
+def test_node_marks_keep_their_facts_in_the_nodes_extras(registry: MachineTypeRegistry) -> None:
+    """Issue 50, point 4: GPU health's devices and the mark are the extension's share of the
+    Node fold (facts.py `node_fold`), kept in ObservedNode.extras; the core's fold alone keeps
+    none, and a node the extension has nothing to say of shares the one empty tuple."""
+    marked = gpu("a", "0", status=MARKED, metadata=OURS, spec={"unschedulable": True})
+    assert observe_node(marked, registry).extras == ()
+    kept = observed(marked, registry)
+    assert [type(x) for x in kept.extras] == [GpuDevices, NodeMarkFacts]
+    assert devices_of(kept) == GpuDevices(expected=1, capacity=1, allocatable=0, model_matches=True)
+    mark = NodeMarkFacts(unhealthy=True, reason="GpusUnhealthy", unschedulable=True,
+                         cordoned=True, condition=True)  # fmt: skip
+    assert mark_of(kept) == mark
+    assert observed(marked, registry).facts == observe_node(marked, registry).facts
+    assert observed(cpu_node(), registry).extras is ()  # noqa: F632 (the shared empty tuple)
+    assert mark_of(observed(gpu("b"), registry)) is None

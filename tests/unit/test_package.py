@@ -1,5 +1,5 @@
-"""The built wheel carries values-rules/ and works outside the source tree; built from the
-image's context (no release tooling) it is the runtime alone."""
+"""The built wheel carries values-rules/ and the own Flux's bundle and works outside the source
+tree; built from the image's context (no release tooling) it is the runtime alone."""
 
 from __future__ import annotations
 
@@ -17,15 +17,19 @@ import pytest
 from kyma_gpu.rules.catalog import ENV_RULES_DIR
 
 REPO = Path(__file__).resolve().parents[2]
+BUNDLE = "kyma_gpu/extensions/own_flux/flux.yaml"
+"""The own Flux's bundle (hack/flux-bundle.sh), read by the extension when first needed."""
 
 PROBE = """
 import json, kyma_gpu
+from kyma_gpu.extensions.own_flux.bundle import FluxBundle
 from kyma_gpu.rules.catalog import Catalog
 catalog = Catalog()
 catalog.check()
 print(json.dumps({"package": kyma_gpu.__file__, "rules": str(catalog.root),
                   "chart": catalog.defaults.chart_version,
-                  "rule_count": len(catalog.rules.rules)}))
+                  "rule_count": len(catalog.rules.rules),
+                  "flux_crds": len(FluxBundle().crds())}))
 """
 
 
@@ -76,6 +80,7 @@ def test_the_image_wheel_is_the_runtime_alone(tmp_path: Path) -> None:
     tops = {n.split("/")[0] for n in zipfile.ZipFile(built).namelist()}
     assert tops == {"kyma_gpu", built.name.split("-py")[0] + ".dist-info"}
     assert _scripts(built) == {"kyma-gpu-manager"}
+    assert BUNDLE in zipfile.ZipFile(built).namelist()  # the own Flux's, package data
 
 
 def test_the_wheel_ships_the_rule_data(wheel: Path) -> None:
@@ -111,6 +116,7 @@ def test_the_installed_package_loads_its_rules_outside_the_tree(
     assert Path(found["package"]).is_relative_to(site)
     assert Path(found["rules"]) == site / "kyma_gpu" / "values-rules"
     assert found["chart"] == "v26.7.0"
+    assert found["flux_crds"] == 7  # the bundle, read from the installed package
     # The environment still wins over the package data (the Dockerfile and tests use it).
     env[ENV_RULES_DIR] = str(REPO / "values-rules")
     result = subprocess.run(

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from kyma_gpu.api.models import GpuSpec
+from kyma_gpu.extensions import NODE_FOLDS
 from kyma_gpu.facts import ClusterFacts, MachineTypeRegistry, cluster_facts, observe_node
 from kyma_gpu.facts.node import LABEL_DRIVER_UPGRADE
 from kyma_gpu.plan import AllowedSources, Owner, Plan, make_plan
@@ -63,8 +64,8 @@ def test_a_change_only_the_status_reads_is_not_planned_again(
     made: list[ClusterFacts],
 ) -> None:  # fmt: skip
     """The node's ObservedNode changes, its planning facts do not: the same plan object."""
-    before = observe_node(gpu_body("gpu-2", {}), registry)
-    after = observe_node(gpu_body("gpu-2", change), registry)
+    before = observe_node(gpu_body("gpu-2", {}), registry, NODE_FOLDS)
+    after = observe_node(gpu_body("gpu-2", change), registry, NODE_FOLDS)
     assert after != before
     assert after.facts == before.facts
     memo = PlanMemo(catalog)

@@ -1,39 +1,49 @@
-"""Which Flux the module relies on (plan/provision.py): the table of which Flux, the bundle; and
-of the module's own Flux (extensions/own_flux/machine.py), the sharding of the module's objects
-and the removal decision."""
+"""Which Flux the module relies on (plan/provision.py): the table of which Flux; and of the
+module's own Flux (extensions/own_flux/: bundle.py, the bundle; machine.py), the sharding of
+the module's objects and the removal decision."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
 
-from kyma_gpu.extensions.own_flux.machine import Leftover, Removal, removal, shard
-from kyma_gpu.plan.provision import (
-    BUNDLE_HASH,
+from kyma_gpu.extensions.own_flux.bundle import (
     IMAGE_ENV,
     MARKER_CRD,
     MIRROR_LABEL,
     MIRROR_VALUE,
+    SHARD,
+    SHARD_LABEL,
+    FluxBundle,
+    FluxImages,
+)
+from kyma_gpu.extensions.own_flux.machine import Leftover, Removal, removal, shard
+from kyma_gpu.plan.provision import (
+    BUNDLE_HASH,
     PROVIDED,
     PROVIDED_LABEL,
     REQUIRED_APIS,
-    SHARD,
-    SHARD_LABEL,
     Api,
     CrdFacts,
     FluxApi,
-    FluxImages,
     FluxMode,
-    bundle,
-    bundle_crds,
-    bundle_current,
-    bundle_hash,
-    bundle_workloads,
     crd_facts,
     which_flux,
 )
-from tests.unit.builders import bundle_images
+
+
+def bundle_images(images: FluxImages | None = None) -> dict[str, str]:
+    """Controller -> the image the Flux bundle deploys it with."""
+    return {
+        c["image"].rsplit("@", 1)[0].rsplit(":", 1)[0].rsplit("/", 1)[-1]: c["image"]
+        for o in FluxBundle(images or FluxImages()).objects()
+        if o["kind"] == "Deployment"
+        for c in o["spec"]["template"]["spec"]["containers"]
+    }
+
 
 HR, REPO, OCI = REQUIRED_APIS
 
@@ -103,30 +113,30 @@ def test_which_flux(flux: FluxApi, mode: FluxMode, served: bool, says: str) -> N
 
 
 def test_the_bundle_is_the_rendered_flux_base_with_its_hash_and_the_marker_last() -> None:
-    objects = bundle()
+    objects = FluxBundle().objects()
     assert objects[-1]["metadata"]["name"] == MARKER_CRD
-    assert {o["metadata"]["annotations"][BUNDLE_HASH] for o in objects} == {bundle_hash()}
+    assert {o["metadata"]["annotations"][BUNDLE_HASH] for o in objects} == {FluxBundle().hash}
     assert all(o["metadata"]["labels"][PROVIDED_LABEL] == PROVIDED for o in objects)
-    assert len(bundle_crds()) == 7
-    assert set(REQUIRED_APIS) <= set(bundle_crds())
-    kinds = sorted({o["kind"] for o in bundle_workloads()})
+    assert len(FluxBundle().crds()) == 7
+    assert set(REQUIRED_APIS) <= set(FluxBundle().crds())
+    kinds = sorted({o["kind"] for o in FluxBundle().workloads()})
     assert kinds == ["Deployment"]  # the rest ships with the module (flux/access, issue 32)
-    namespaces = {o["metadata"].get("namespace") for o in bundle_workloads()}
+    namespaces = {o["metadata"].get("namespace") for o in FluxBundle().workloads()}
     assert namespaces == {"kyma-system"}
     assert not [o for o in objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
 
 
 def test_the_bundle_controllers_see_only_the_module_shard_in_kyma_system() -> None:
-    for dep in (o for o in bundle() if o["kind"] == "Deployment"):
+    for dep in (o for o in FluxBundle().objects() if o["kind"] == "Deployment"):
         args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
         assert "--watch-all-namespaces=false" in args
         assert f"--watch-label-selector={SHARD_LABEL}={SHARD}" in args
 
 
 def test_bundle_current_reads_the_marker_crd() -> None:
-    assert bundle_current(api(ours(HR, digest=bundle_hash())))
-    assert not bundle_current(api(ours(HR, digest="older")))
-    assert not bundle_current(api({}))
+    assert FluxBundle().current(api(ours(HR, digest=FluxBundle().hash)))
+    assert not FluxBundle().current(api(ours(HR, digest="older")))
+    assert not FluxBundle().current(api({}))
 
 
 def test_localised_flux_images_are_deployed_and_change_the_hash() -> None:
@@ -137,14 +147,14 @@ def test_localised_flux_images_are_deployed_and_change_the_hash() -> None:
     deployed = bundle_images(images)
     assert deployed["helm-controller"] == f"{mirror}/helm-controller:v1.6.4"
     assert deployed["source-controller"] == bundle_images()["source-controller"]
-    assert bundle_hash(images) != bundle_hash()
-    assert {o["metadata"]["annotations"][BUNDLE_HASH] for o in bundle(images)} == {
-        bundle_hash(images)
+    assert FluxBundle(images).hash != FluxBundle().hash
+    assert {o["metadata"]["annotations"][BUNDLE_HASH] for o in FluxBundle(images).objects()} == {
+        FluxBundle(images).hash
     }
-    assert not bundle_current(api(ours(HR, digest=bundle_hash())), images)
-    assert bundle_current(api(ours(HR, digest=bundle_hash(images))), images)
+    assert not FluxBundle(images).current(api(ours(HR, digest=FluxBundle().hash)))
+    assert FluxBundle(images).current(api(ours(HR, digest=FluxBundle(images).hash)))
     assert FluxImages.from_env({}) == FluxImages()
-    assert bundle(FluxImages.from_env({})) == bundle()
+    assert FluxBundle(FluxImages.from_env({})).objects() == FluxBundle().objects()
 
 
 def test_a_mirrored_controller_is_labelled_for_the_mirror_policy() -> None:
@@ -152,12 +162,16 @@ def test_a_mirrored_controller_is_labelled_for_the_mirror_policy() -> None:
     is not the bundle's to a registry mirror an administrator lists; the label selects it."""
     mirror = "registry.example.internal/mirror/fluxcd/helm-controller:v1.6.4"
     images = FluxImages.from_env({IMAGE_ENV["helm-controller"]: mirror})
-    labels = {o["metadata"]["name"]: o["metadata"].get("labels", {}) for o in bundle(images)}
+    labels = {
+        o["metadata"]["name"]: o["metadata"].get("labels", {}) for o in FluxBundle(images).objects()
+    }
     assert labels["gpu-flux-helm-controller"][MIRROR_LABEL] == MIRROR_VALUE
     assert MIRROR_LABEL not in labels["gpu-flux-source-controller"]
     same = FluxImages.from_env({IMAGE_ENV["helm-controller"]: bundle_images()["helm-controller"]})
-    assert all(MIRROR_LABEL not in o["metadata"].get("labels", {}) for o in bundle(same))
-    assert all(MIRROR_LABEL not in o["metadata"].get("labels", {}) for o in bundle())
+    assert all(
+        MIRROR_LABEL not in o["metadata"].get("labels", {}) for o in FluxBundle(same).objects()
+    )
+    assert all(MIRROR_LABEL not in o["metadata"].get("labels", {}) for o in FluxBundle().objects())
 
 
 def test_crd_facts_from_metadata() -> None:
@@ -209,3 +223,33 @@ def test_shard_labels_sources_releases_and_their_helmcharts_without_changing_the
 )
 def test_removal(leftovers: list[Leftover], expected: Removal) -> None:
     assert removal(leftovers, "kyma-system") is expected
+
+
+_READS = """
+import importlib, pkgutil, sys
+
+opened = []
+sys.addaudithook(lambda event, args: opened.append(args[0]) if event == "open"
+                 and str(args[0]).endswith("own_flux/flux.yaml") else None)
+import kyma_gpu
+for info in pkgutil.walk_packages(kyma_gpu.__path__, "kyma_gpu."):
+    importlib.import_module(info.name)
+from kyma_gpu.extensions import EXTENSIONS
+from kyma_gpu.plan.provision import FluxApi
+
+configs = [e.config({}) for e in EXTENSIONS if e.config is not None]
+print(len(opened))
+bundle = configs[0].bundle
+bundle.current(FluxApi())
+bundle.objects(), bundle.crds(), bundle.workloads(), bundle.hash
+print(len(opened))
+"""
+
+
+def test_the_bundle_is_read_when_first_needed_not_at_import() -> None:
+    """Issue 50, point 5: importing every module of the manager and building the extensions'
+    configurations reads no bundle (a cluster with a Flux of its own never needs it); the
+    first question to the bundle reads it, and the answers after it read nothing again."""
+    ran = subprocess.run([sys.executable, "-c", _READS], capture_output=True, text=True,
+                         check=True, timeout=120)  # fmt: skip
+    assert ran.stdout.split() == ["0", "1"], ran.stderr

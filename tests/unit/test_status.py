@@ -4,12 +4,13 @@ gives, the DaemonSet readiness rule, and transition times that only move on a ch
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from enum import StrEnum
 from typing import Any, get_type_hints
 
 import pytest
 
 from kyma_gpu.api import GpuSpec, GpuState
-from kyma_gpu.api.conditions import ConditionType, FluxMirrored, Reason
+from kyma_gpu.api.conditions import FluxMirrored, Reason
 from kyma_gpu.api.models import Condition, GpuStatus
 from kyma_gpu.extensions import MACHINE
 from kyma_gpu.facts import DriverUpgradeState
@@ -942,7 +943,8 @@ def test_reasons_are_typed_end_to_end() -> None:
     call with "Ready" fails it). These annotations are what that proof stands on."""
     assert get_type_hints(cond)["reason"] == Reason
     assert get_type_hints(FluxCondition)["reason"] is FluxMirrored
-    assert get_type_hints(Wait)["type"] is ConditionType
+    assert get_type_hints(Wait)["type"] is StrEnum  # ConditionType, or an extension's enum
+    assert get_type_hints(Wait)["reason"] is StrEnum
 
 
 def test_a_clusterpolicy_ready_before_it_saw_the_gpu_nodes_is_not_ready(

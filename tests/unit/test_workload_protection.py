@@ -11,12 +11,11 @@ from typing import Any
 import pytest
 
 from kyma_gpu.api import GpuState
-from kyma_gpu.api.conditions import DeletionReason, WorkloadsReason
 from kyma_gpu.extensions.workload_protection import EXTENSION
+from kyma_gpu.extensions.workload_protection.conditions import WorkloadsReason
 from kyma_gpu.extensions.workload_protection.machine import Phase as Protection
 from kyma_gpu.extensions.workload_protection.pods import PODS, is_gpu_workload, requests_gpu
 from kyma_gpu.extensions.workload_protection.status import (
-    EVENTS,
     PODS_SHOWN,
     without_pod_names,
     workloads_wait,
@@ -35,6 +34,10 @@ from tests.unit.test_observe import ScriptedReader
 from tests.unit.test_status import aggregate, plans, world
 
 __all__ = ("plans",)  # the fixture
+
+assert EXTENSION.status is not None
+REPORT = (EXTENSION.status,)
+"""What workload protection says (its `Report`): its Events redact users' pod names."""
 
 
 @pytest.mark.parametrize(
@@ -253,7 +256,7 @@ def test_the_users_gpu_pods_are_listed_only_while_a_deletion_wants_them() -> Non
     ],
 )
 def test_workload_waits(
-    pods: tuple[str, ...], skipped: bool, reason: DeletionReason, state: GpuState
+    pods: tuple[str, ...], skipped: bool, reason: WorkloadsReason, state: GpuState
 ) -> None:
     wait = workloads_wait(pods, skipped)
     assert (wait.reason, wait.state) == (reason, state)
@@ -287,14 +290,14 @@ def test_the_workloads_message_loses_the_pod_names_and_keeps_the_count() -> None
 
 def test_a_deletion_event_says_how_many_pods_and_not_which() -> None:
     two = _deleting(workloads_wait(NAMED[:2], skipped=False).message)
-    event = event_for({}, two, (EVENTS,))
+    event = event_for({}, two, REPORT)
     assert event is not None
     assert (event.type, event.reason) == (EventType.WARNING, "Deleting")
     assert "ml/trainer" not in event.message
     assert "deletion waits for 2 pods" in event.message
     # Other pods, as many: nothing new to say. One fewer: said.
     other = _deleting(workloads_wait(NAMED[2:4], skipped=False).message)
-    assert event_for(two, other, (EVENTS,)) is None
-    one = event_for(two, _deleting(workloads_wait(NAMED[:1], skipped=False).message), (EVENTS,))
+    assert event_for(two, other, REPORT) is None
+    one = event_for(two, _deleting(workloads_wait(NAMED[:1], skipped=False).message), REPORT)
     assert one is not None
     assert "deletion waits for 1 pod that uses GPUs" in one.message

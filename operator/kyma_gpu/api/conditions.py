@@ -1,4 +1,5 @@
-"""The conditions of Gpu.status and the reasons each may carry: one enum per condition.
+"""The core's conditions of Gpu.status and the reasons each may carry: one enum per condition.
+An extension's conditions and reasons are its own (its folder's conditions.py).
 
 Reasons mirrored from Flux (the HelmRelease's and the chart source's Ready condition) are
 Flux's own and not listed here; `FluxMirrored` names that case. `Reason` is every reason a
@@ -23,8 +24,6 @@ class ConditionType(StrEnum):
     DRIVER_READY = "DriverReady"
     COMPONENTS_READY = "ComponentsReady"
     FLUX_AVAILABLE = "FluxAvailable"
-    GPUS_HEALTHY = "GpusHealthy"
-    WORKLOADS_PROTECTED = "WorkloadsProtected"
     UNINSTALLED = "Uninstalled"
 
 
@@ -157,39 +156,6 @@ class ComponentsReason(StrEnum):
     back to DevicePlugin): the NVIDIA operator runs neither next to the other."""
 
 
-class HealthReason(StrEnum):
-    """GpusHealthy, and (a GPU node's finding) the reason of the Node condition KymaGpuUnhealthy.
-    The first four are a node's findings, worst first: a node shows the first it has."""
-
-    DRIVER_FAILED = "DriverFailed"
-    """The NVIDIA upgrade controller labelled the node upgrade-failed: its driver did not come
-    up."""
-    GPUS_MISSING = "GpusMissing"
-    """The node has fewer GPUs than its machine type (or its gpu-count label) says: the kubelet's
-    nvidia.com/gpu capacity, or the count GPU feature discovery saw, is lower."""
-    GPUS_UNHEALTHY = "GpusUnhealthy"
-    """The device plugin withdrew GPUs it found unhealthy (an XID error, a GPU off the bus):
-    allocatable is below capacity."""
-    WRONG_GPU_MODEL = "WrongGpuModel"
-    """GPU feature discovery saw another GPU model than the machine type has (reported only:
-    a new machine of the type would not differ)."""
-    HEALTHY = "GpusHealthy"
-    NO_GPU_NODES = "NoGpuNodes"
-    NOT_ADVERTISED = "NotAdvertised"
-    """Some GPU nodes advertise no GPUs yet (the device plugin starts there after the driver)."""
-
-
-NODE_FINDINGS = (
-    HealthReason.DRIVER_FAILED,
-    HealthReason.GPUS_MISSING,
-    HealthReason.GPUS_UNHEALTHY,
-    HealthReason.WRONG_GPU_MODEL,
-)
-"""A node's health findings, worst first."""
-REMEDIABLE = frozenset(NODE_FINDINGS[:3])
-"""The findings a new machine of the same type cures: the ones spec.health.remediation marks."""
-
-
 class FluxReason(StrEnum):
     MODULE_FLUX = "ModuleFlux"
     CLUSTER_FLUX = "ClusterFlux"
@@ -198,23 +164,11 @@ class FluxReason(StrEnum):
     UNKNOWN = "Unknown"
 
 
-class WorkloadsReason(StrEnum):
-    """WorkloadsProtected, during a deletion."""
-
-    GPU_WORKLOADS_RUNNING = "GpuWorkloadsRunning"
-    NO_GPU_WORKLOADS = "NoGpuWorkloads"
-    PROTECTION_SKIPPED = "ProtectionSkipped"
-
-
 class UninstallReason(StrEnum):
     """Uninstalled, during a deletion."""
 
     UNINSTALL_IN_PROGRESS = "UninstallInProgress"
     UNINSTALL_STALLED = "UninstallStalled"
-
-
-DeletionReason = WorkloadsReason | UninstallReason
-"""The reasons of the deletion's two conditions."""
 
 
 FluxMirrored = NewType("FluxMirrored", str)
@@ -231,9 +185,7 @@ Reason = (
     | DriverReason
     | ComponentsReason
     | FluxReason
-    | WorkloadsReason
     | UninstallReason
-    | HealthReason
     | FluxMirrored
 )
 """The reason of a condition of Gpu.status: one of the module's enums, or Flux's own word."""

@@ -43,17 +43,6 @@ OCI_REPOSITORY = FluxKind(_SOURCE, "v1", "OCIRepository", "ocirepositories")
 FLUX_KINDS = (HELM_RELEASE, HELM_REPOSITORY, OCI_REPOSITORY)
 """The Flux kinds the plan renders (Flux 2.6 or newer serves all three)."""
 
-FLUX_CRD_KINDS = (
-    HELM_RELEASE,
-    FluxKind(_SOURCE, "v1", "HelmChart", "helmcharts"),
-    HELM_REPOSITORY,
-    OCI_REPOSITORY,
-    FluxKind(_SOURCE, "v1", "GitRepository", "gitrepositories"),
-    FluxKind(_SOURCE, "v1", "Bucket", "buckets"),
-    FluxKind(_SOURCE, "v1", "ExternalArtifact", "externalartifacts"),
-)
-"""Every kind of the CRDs of the module's own Flux: what may still use them."""
-
 FIELD_MANAGER = "kyma-gpu"
 """The module's field manager: every write of the manager names it."""
 

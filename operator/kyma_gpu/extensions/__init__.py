@@ -27,3 +27,5 @@ def _load(folder: str) -> Extension:
 EXTENSIONS: tuple[Extension, ...] = tuple(_load(folder) for folder in REGISTERED)
 MACHINE = Machine(EXTENSIONS)
 """The core's table with every registered extension's."""
+NODE_FOLDS = tuple(e.node_fold for e in EXTENSIONS if e.node_fold is not None)
+"""The registered extensions' shares of the Node fold (facts/node.py `observe_node`)."""

@@ -1,25 +1,28 @@
-"""The one interface of an extension: what it adds to the state machine and the loop.
+"""The one interface of an extension: what it adds to the state machine, the observation and
+the loop.
 
 An extension is an extra beyond the card (detect nodes, hand the Gpu to Flux, mirror Flux's
 state into the status): it lives in one folder of kyma_gpu/extensions/ and is registered by
 one line of `REGISTERED` (extensions/__init__.py). Removing it means deleting both; the core
-(reconcile/machine.py's `Situation` and `ROWS`) does not name it.
+does not name it. What an extension brings, and which of the three uses it:
 
-What an extension brings:
-
-- its situations, as a StrEnum of its own, and their rows (phase, step, retried or not);
-- a classify hook per `Point` of the core's order: its situation there, or None;
-- a list-watch of its own, observed only while the inputs want it (`watch`: a `Watch`; its
-  facts are in the snapshot's `observed` under its resource key);
-- a change to the plan's objects before they are compared and applied (`shapes`);
-- its configuration, from the manager's environment and the loop's settings (`config`);
-- its reads (what no informer watches; the answer is in the next snapshot's `reads`) and its
-  actions, and how the loop carries each out (`reads`, `actions`, with a `Context`);
-- its part of the Gpu's status (`status`): conditions after the core's, the deletion's waits
-  before the core's Uninstalled, GpuStatus fields (status/aggregate.py `StatusPart`), and
-  its part of the Events of a status write (`events`: its news, what they may not say);
-- what the manager's account writes for it (`grants`), from which the tools compose the
-  admission policies (config/admission/manager_policy.yaml).
+- `rows`: its situations (a StrEnum of its own) and their rows (phase, step, retried or not),
+  in the order it checks them (all three);
+- `classify`: a hook per `Point` of the core's order, its situation there or None (all three);
+- `watch`: a list-watch of its own, observed only while the inputs want it; its facts are in
+  the snapshot's `observed` under its resource key (workload protection: users' GPU pods);
+- `node_fold`: its share of the Node fold, what it keeps of each Node body in
+  `ObservedNode.extras` (node marks: GPU devices, the mark);
+- `shapes`: a change to the plan's objects before they are compared and applied (the own
+  Flux: its sharding label);
+- `effects`: its actions (writes) and reads (what no informer watches; the answer is in the
+  next snapshot's `reads`), by type, and how the loop carries each out with a `Context` (node
+  marks: MarkNodes; the own Flux: ListFlux, RemoveFlux);
+- `config`: its configuration, from the manager's environment (the own Flux: its bundle and
+  images);
+- `status`: what it says of the Gpu (status/events.py `Report`): its status part (conditions
+  after the core's, the deletion's waits, GpuStatus fields), the conditions it writes with
+  their reasons, its news and what the Events may not say (workload protection, node marks).
 """
 
 from __future__ import annotations
@@ -31,26 +34,17 @@ from types import MappingProxyType
 from typing import Any
 
 from kyma_gpu.facts.gpu import GpuObject
+from kyma_gpu.facts.node import NodeFold
 from kyma_gpu.observe.informers import OnDemand
 from kyma_gpu.reconcile.effects import ClusterApi, Recorder, WriteBack
-from kyma_gpu.reconcile.machine import (
-    ExtensionAction,
-    ExtensionRead,
-    Hook,
-    Inputs,
-    Point,
-    Row,
-    Shape,
-)
-from kyma_gpu.reconcile.settings import LoopSettings
-from kyma_gpu.status.aggregate import StatusHook
-from kyma_gpu.status.events import EventPart
+from kyma_gpu.reconcile.machine import Hook, Inputs, Point, Row, Shape
+from kyma_gpu.status.events import Report
 
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    """What the loop hands an extension's action: the Gpu, the writer (the adapter) and where
-    answers go (the store's write-back, the Event recorder)."""
+    """What the loop hands an extension's action or read: the Gpu, the writer (the adapter)
+    and where answers go (the store's write-back, the Event recorder)."""
 
     gpu: GpuObject
     writer: ClusterApi
@@ -58,26 +52,13 @@ class Context:
     recorder: Recorder
 
 
-Carry = Callable[[Any, Context], Awaitable[int]]
-"""Carries one action (of the type it is registered for) out; returns the requests made."""
+Effect = Callable[[Any, Context], Awaitable[Any]]
+"""Carries one action or read (of the type it is registered for) out: an action returns the
+requests it made (an int), a read its answer, which the next snapshot holds (`Snapshot.reads`)."""
 
-Configure = Callable[[Mapping[str, str], LoopSettings], object]
-"""Builds an extension's configuration from the manager's environment and the loop's settings,
-once; `decide` hands it over in `Inputs.config`, where the extension finds it by its type."""
-
-Fetch = Callable[[Any, Context], Awaitable[object]]
-"""Carries one read (of the type it is registered for) out; returns its answer, which the next
-snapshot holds (`Snapshot.reads`)."""
-
-
-class Grant(StrEnum):
-    """What an extension needs the manager's account to write beyond the core's objects (the
-    Gpu, its HelmRelease and chart source, its Lease, Events). Data only: the tools generate the
-    admission policies' pieces that hold the account to these writes from the registered
-    extensions' grants (kyma_gpu_tools/manager_policy.py); the runtime never reads them."""
-
-    FLUX_BUNDLE = "the Flux bundle (data/flux.yaml): its Deployments and CRDs, by name"
-    NODES = "Nodes: a condition (nodes/status), the cordon and its annotation (nodes)"
+Configure = Callable[[Mapping[str, str]], object]
+"""Builds an extension's configuration from the manager's environment, once (the loop);
+`decide` hands it over in `Inputs.config`, where the extension finds it by its type."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,33 +78,29 @@ class Watch:
 @dataclass(frozen=True, slots=True)
 class Extension:
     name: str
-    situations: type[StrEnum]
+    rows: Mapping[StrEnum, Row]
+    """One row per situation (the members of one StrEnum of its own), in the order it checks
+    them."""
     classify: Mapping[Point, Hook]
     """Where `classify` asks it (reconcile/machine.py's `Point`), and what it sees there."""
-    rows: Mapping[StrEnum, Row]
-    """One row per situation, in the order it checks them."""
     watch: Watch | None = None
-    """A list-watch of its own, observed only while wanted (users' GPU pods)."""
+    """A list-watch of its own, observed only while wanted."""
+    node_fold: NodeFold | None = None
+    """What it keeps of each Node body beyond the NodeFacts (`ObservedNode.extras`)."""
     shapes: Shape | None = None
     """Changes the plan's objects before they are compared with the live ones and applied."""
-    reads: Mapping[type[ExtensionRead], Fetch] = field(default_factory=lambda: MappingProxyType({}))
-    """Its reads, and how the loop carries each out."""
-    actions: Mapping[type[ExtensionAction], Carry] = field(
-        default_factory=lambda: MappingProxyType({})
-    )
-    """Its actions, and how the loop carries each out."""
-    status: StatusHook | None = None
-    """Its part of the Gpu's status: conditions, the deletion's waits, fields (pure)."""
+    effects: Mapping[type, Effect] = field(default_factory=lambda: MappingProxyType({}))
+    """Its actions (`ExtensionAction`) and reads (`ExtensionRead`) by type, and how the loop
+    carries each out."""
     config: Configure | None = None
-    """Its configuration (the module's own Flux: its images, how long a removal waits)."""
-    events: EventPart | None = None
-    """Its part of the Events of a status write: its news, what they may not say."""
-    grants: frozenset[Grant] = frozenset()
-    """What the manager's account writes for it: its pieces of the admission policies."""
+    """Its configuration, built once by the loop."""
+    status: Report | None = None
+    """What it says of the Gpu: its status part (pure), its conditions, its Events."""
 
     def __post_init__(self) -> None:
-        if list(self.rows) != list(self.situations):
+        kinds = {type(situation) for situation in self.rows}
+        if len(kinds) != 1 or list(self.rows) != list(kinds.pop()):
             raise ValueError(f"the extension {self.name} needs one row per situation, in order")
         # frozen: no module holds mutable state
-        for name in ("classify", "rows", "reads", "actions"):
+        for name in ("classify", "rows", "effects"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))

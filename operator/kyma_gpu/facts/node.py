@@ -1,25 +1,21 @@
 """A Node becomes a compact, immutable NodeFacts record.
 
 Only what the plan needs is kept: a few strings and ints per Node, never the body.
-Heartbeats change nothing here, so equal facts mean "nothing to do".
+Heartbeats change nothing here, so equal facts mean "nothing to do". The extensions may keep
+facts of their own of each Node (`NodeFold`): the core keeps them with the node
+(`ObservedNode.extras`) and reads none.
 """
 
 from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, overload
 
-from kyma_gpu.api.node_marks import (
-    CORDON_ANNOTATION,
-    GPU_RESOURCE,
-    GPU_RESOURCE_PREFIXES,
-    NODE_CONDITION,
-)
 from kyma_gpu.facts.machines import MachineType, MachineTypeRegistry
 
 # Node labels this module reads. Documented in docs/user-guide.md.
@@ -51,6 +47,11 @@ MIG_DISABLED = "all-disabled"
 """The MIG manager's configuration without MIG (the chart's default)."""
 LABEL_SHARING_PROFILE = "nvidia.com/device-plugin.config"
 """The sharing profile the device plugin's config manager picks for the node."""
+GPU_RESOURCE = "nvidia.com/gpu"
+"""The extended resource the NVIDIA device plugin advertises through the kubelet."""
+GPU_RESOURCE_PREFIXES = (f"{GPU_RESOURCE}.", "nvidia.com/mig-")
+"""Its other names: a shared GPU renamed (nvidia.com/gpu.shared), a MIG instance of the Mixed
+strategy (nvidia.com/mig-1g.10gb). Any of them above zero is the kubelet reporting GPUs."""
 RESOURCE_GPU = GPU_RESOURCE
 
 
@@ -148,59 +149,10 @@ def parse_provider(provider_id: str | None) -> str:
     return _PROVIDERS.get(scheme, scheme or "unknown")
 
 
-def _tokens(model: str) -> set[str]:
-    return {t for t in re.split(r"[^A-Z0-9]+", model.upper()) if t}
-
-
-def same_model(registry: str, product: str) -> bool:
-    """Does GFD's product name (`NVIDIA-A100-SXM4-80GB`, `Tesla-T4-SHARED`) name the registry's
-    model (`A100 80GB`, `T4`)? Every word of the registry's model is a word of the product."""
-    return _tokens(registry) <= _tokens(product)
-
-
 def is_gpu_resource(name: str) -> bool:
     """nvidia.com/gpu, a renamed shared GPU (nvidia.com/gpu.shared) or a MIG instance of the
     Mixed strategy (nvidia.com/mig-1g.10gb)."""
     return name == RESOURCE_GPU or name.startswith(GPU_RESOURCE_PREFIXES)
-
-
-@dataclass(frozen=True, slots=True)
-class GpuDevices:
-    """A GPU node's devices as the kubelet and GPU feature discovery report them. Changes only
-    when a device plugin registers, withdraws or returns a device, or GFD relabels: never with
-    a heartbeat."""
-
-    expected: int | None = None
-    """GPUs it must have: its machine type's (registry), else its gpu-count label."""
-    capacity: int | None = None
-    """nvidia.com/gpu (and .shared, mig-*) the kubelet reports; None: no device plugin yet."""
-    allocatable: int | None = None
-    """Of those, the ones the device plugin calls healthy."""
-    gfd_count: int | None = None
-    """GPUs GPU feature discovery saw (LABEL_GFD_COUNT)."""
-    gfd_product: str | None = None
-    """The model GPU feature discovery saw (LABEL_GFD_PRODUCT), e.g. NVIDIA-L4."""
-    replicas: int | None = None
-    """Replicas per GPU GFD reports with sharing (LABEL_GFD_REPLICAS)."""
-    model_matches: bool = True
-    """GFD's product names the model of the registry's machine type (`same_model`), or either
-    is unknown: judged once per Node change, not per status."""
-
-
-@dataclass(frozen=True, slots=True)
-class NodeMarkFacts:
-    """The manager's mark on a node: its condition NODE_CONDITION, and its cordon."""
-
-    unhealthy: bool = False
-    """NODE_CONDITION is True."""
-    reason: str = ""
-    """Its reason while True."""
-    unschedulable: bool = False
-    """spec.unschedulable, by anyone."""
-    cordoned: bool = False
-    """The manager cordoned it (CORDON_ANNOTATION)."""
-    condition: bool = False
-    """NODE_CONDITION is there at all (True or False)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,16 +202,15 @@ class NodeFacts:
 @dataclass(frozen=True, slots=True)
 class ObservedNode:
     """One Node as the manager keeps it: what planning reads (`facts`), and the per-node state
-    only the status reads. A change of that state (the NVIDIA upgrade controller's label, a GPU
-    withdrawn, the manager's mark) leaves `facts` equal, so the plan stays the one made."""
+    only the status reads. A change of that state (the NVIDIA upgrade controller's label, what
+    an extension keeps) leaves `facts` equal, so the plan stays the one made."""
 
     facts: NodeFacts
     driver_upgrade: DriverUpgradeState | None = None
     """The node's state in the NVIDIA upgrade controller's driver rollout (LABEL_DRIVER_UPGRADE)."""
-    devices: GpuDevices | None = None
-    """What the kubelet and GPU feature discovery say of its GPUs (GPU health)."""
-    mark: NodeMarkFacts | None = None
-    """The manager's own mark and cordon on it (GPU health's node marks); None: neither."""
+    extras: tuple[Hashable, ...] = ()
+    """What the extensions' Node folds keep of it (`NodeFold`), each finds its own by type; the
+    core reads none of it. Empty (one shared tuple) on most nodes."""
 
     @property
     def name(self) -> str:
@@ -270,7 +221,9 @@ class ObservedNode:
         return self.facts.is_gpu
 
 
-def _int(value: Any) -> int | None:
+def as_int(value: Any) -> int | None:
+    """A count of a Node body (a label's or a resource's value): a non-negative int, else
+    None."""
     if value is None:
         return None
     if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 19:
@@ -296,7 +249,8 @@ FIELD_LIMIT = 256
 (and the findings that quote them) must stay small whatever a Node says."""
 
 
-def _bounded(value: Any) -> str:
+def bounded(value: Any) -> str:
+    """A string of a Node body, cut to FIELD_LIMIT."""
     text = str(value or "")
     return text if len(text) <= FIELD_LIMIT else text[: FIELD_LIMIT - 3] + "..."
 
@@ -306,8 +260,9 @@ _DRIVER_IN_IMAGE = (OsFamily.FLATCAR, OsFamily.BOTTLEROCKET, OsFamily.TALOS)
 
 
 @dataclass(frozen=True, slots=True)
-class _NodeParts:
-    """The parts of a Node body that detection reads, each checked to be a mapping."""
+class NodeParts:
+    """The parts of a Node body that detection (and an extension's `NodeFold`) reads, each
+    checked to be a mapping."""
 
     name: str
     labels: dict[str, str]
@@ -319,7 +274,7 @@ class _NodeParts:
     annotations: Mapping[str, Any]
 
 
-def _parts(node: Mapping[str, Any]) -> _NodeParts:
+def _parts(node: Mapping[str, Any]) -> NodeParts:
     """Raises NodeError when the body is not a Node or lacks metadata.name."""
     if not isinstance(node, Mapping):
         raise NodeError(f"expected a Node object, got {type(node).__name__}")
@@ -342,60 +297,7 @@ def _parts(node: Mapping[str, Any]) -> _NodeParts:
     capacity = _mapping(status.get("capacity"), f"{where}: status.capacity")
     allocatable = _mapping(status.get("allocatable"), f"{where}: status.allocatable")
     annotations = _mapping(meta.get("annotations"), f"{where}: metadata.annotations")
-    return _NodeParts(name, labels, spec, info, capacity, allocatable, status, annotations)
-
-
-def _gpu_resources(resources: Mapping[str, Any]) -> int | None:
-    """The GPU resources of a capacity or allocatable, summed; None when it names none."""
-    found = [_int(v) for k, v in resources.items() if k.startswith(_NVIDIA) and is_gpu_resource(k)]
-    return sum(n or 0 for n in found) if found else None
-
-
-_NVIDIA = "nvidia.com/"
-
-
-def _devices(parts: _NodeParts, known: MachineType | None) -> GpuDevices | None:
-    """None on a node whose labels and status say nothing of GPUs (a CPU node): most nodes,
-    so they cost a few lookups."""
-    labels = parts.labels
-    capacity = _gpu_resources(parts.capacity)
-    gfd = labels.get(LABEL_GFD_COUNT) or labels.get(LABEL_GFD_PRODUCT)
-    expected = (known.count if known is not None else None) or _int(labels.get(LABEL_COUNT))
-    if capacity is None and gfd is None and expected is None:
-        return None
-    product = _labelled(labels, LABEL_GFD_PRODUCT)
-    model = known.gpu if known is not None and not known.unofficial else None
-    return GpuDevices(
-        expected=expected,
-        capacity=capacity,
-        allocatable=_gpu_resources(parts.allocatable),
-        gfd_count=_int(labels.get(LABEL_GFD_COUNT)),
-        gfd_product=product,
-        replicas=_int(labels.get(LABEL_GFD_REPLICAS)),
-        model_matches=not (model and product) or same_model(model, product),
-    )
-
-
-def _mark(parts: _NodeParts) -> NodeMarkFacts | None:
-    """The manager's condition and cordon; None when the node has neither (most nodes)."""
-    unschedulable = parts.spec.get("unschedulable") is True
-    cordoned = CORDON_ANNOTATION in parts.annotations
-    conditions = parts.status.get("conditions")
-    ours: Mapping[str, Any] | None = None
-    if isinstance(conditions, list):
-        for condition in conditions:
-            if isinstance(condition, Mapping) and condition.get("type") == NODE_CONDITION:
-                ours = condition
-    if ours is None and not unschedulable and not cordoned:
-        return None
-    unhealthy = ours is not None and ours.get("status") == "True"
-    return NodeMarkFacts(
-        unhealthy=unhealthy,
-        reason=_bounded(ours.get("reason")) if ours is not None and unhealthy else "",
-        unschedulable=unschedulable,
-        cordoned=cordoned,
-        condition=ours is not None,
-    )
+    return NodeParts(name, labels, spec, info, capacity, allocatable, status, annotations)
 
 
 EVIDENCE_KINDS = ("registry", "nfd-pci", "gpu-present", "capacity", "opt-in")
@@ -425,12 +327,13 @@ def _evidence(
 def _arch(info: Mapping[str, Any], labels: Mapping[str, str], known: MachineType | None) -> str:
     """The kubelet's word, else the node label, else the registry's."""
     found = info.get("architecture") or labels.get(LABEL_ARCH) or (known and known.arch)
-    return _bounded(found) or "unknown"
+    return bounded(found) or "unknown"
 
 
-def _labelled(labels: Mapping[str, str], key: str, ignored: str = "") -> str | None:
+def labelled(labels: Mapping[str, str], key: str, ignored: str = "") -> str | None:
+    """A label's value, cut to FIELD_LIMIT; None when it is missing, empty or `ignored`."""
     value = labels.get(key)
-    return _bounded(value) if value and value != ignored else None
+    return bounded(value) if value and value != ignored else None
 
 
 @overload
@@ -445,33 +348,43 @@ def _shared(text: str | None) -> str | None:
     return sys.intern(text) if type(text) is str else text
 
 
+NodeFold = Callable[[NodeParts, NodeFacts], tuple[Hashable, ...]]
+"""An extension's share of the Node fold (extensions/base.py `Extension.node_fold`): what it
+keeps of a Node body beyond the NodeFacts, as compact, immutable facts of its own types; `()`
+on a node where it has nothing to keep (most nodes). It runs for every Node event, in the
+informer's thread, so it reads a few keys of the body and nothing else."""
+
+
 def node_facts(node: Mapping[str, Any], registry: MachineTypeRegistry) -> NodeFacts:
     """What planning reads of one Node body (as the API or `kubectl get node -o yaml` gives
     it). Raises NodeError when the body is not a Node or lacks metadata.name."""
     return observe_node(node, registry).facts
 
 
-def observe_node(node: Mapping[str, Any], registry: MachineTypeRegistry) -> ObservedNode:
-    """Compact facts of one Node body, and its per-node state.
+def observe_node(
+    node: Mapping[str, Any], registry: MachineTypeRegistry, folds: Sequence[NodeFold] = ()
+) -> ObservedNode:
+    """Compact facts of one Node body, its per-node state, and what the extensions' `folds`
+    keep of it.
 
     Raises NodeError when the body is not a Node or lacks metadata.name.
     """
     parts = _parts(node)
     labels, info = parts.labels, parts.info
-    os_image = _bounded(info.get("osImage"))
+    os_image = bounded(info.get("osImage"))
     family, version = parse_os_image(os_image)
     provider_id = parts.spec.get("providerID")
-    provider = _bounded(parse_provider(provider_id if isinstance(provider_id, str) else None))
+    provider = bounded(parse_provider(provider_id if isinstance(provider_id, str) else None))
     machine_type = labels.get(LABEL_INSTANCE_TYPE) or labels.get(LABEL_INSTANCE_TYPE_BETA)
     known = registry.lookup(provider, machine_type)
-    capacity_gpus = _int(parts.capacity.get(RESOURCE_GPU))
+    capacity_gpus = as_int(parts.capacity.get(RESOURCE_GPU))
     known_model, known_count = (known.gpu, known.count) if known is not None else (None, None)
     model = labels.get(LABEL_MODEL) or known_model or labels.get(LABEL_GFD_PRODUCT)
     count = (
-        _int(labels.get(LABEL_COUNT))
+        as_int(labels.get(LABEL_COUNT))
         or known_count
         or capacity_gpus
-        or _int(labels.get(LABEL_GFD_COUNT))
+        or as_int(labels.get(LABEL_GFD_COUNT))
     )
     excluded = labels.get(LABEL_DEPLOY_DRIVER) == "false"
     preinstalled = (
@@ -487,7 +400,7 @@ def observe_node(node: Mapping[str, Any], registry: MachineTypeRegistry) -> Obse
         os_version=_shared(version),
         os_image=_shared(os_image),
         arch=_shared(_arch(info, labels, known)),
-        kernel=_shared(_bounded(info.get("kernelVersion")) or None),
+        kernel=_shared(bounded(info.get("kernelVersion")) or None),
         pool=_shared(labels.get(LABEL_POOL)),
         evidence=_evidence(labels, known is not None, capacity_gpus),
         preinstalled_driver=preinstalled,
@@ -495,12 +408,10 @@ def observe_node(node: Mapping[str, Any], registry: MachineTypeRegistry) -> Obse
         nfd_missing=not all(labels.get(key) for key in NFD_LABELS_NEEDED),
         driver_excluded=excluded,
         machine=known,
-        mig_config=_labelled(labels, LABEL_MIG_CONFIG, MIG_DISABLED),
-        sharing_profile=_labelled(labels, LABEL_SHARING_PROFILE),
+        mig_config=labelled(labels, LABEL_MIG_CONFIG, MIG_DISABLED),
+        sharing_profile=labelled(labels, LABEL_SHARING_PROFILE),
     )
-    return ObservedNode(
-        facts,
-        driver_upgrade=parse_upgrade_state(labels.get(LABEL_DRIVER_UPGRADE)),
-        devices=_devices(parts, known),
-        mark=_mark(parts),
-    )
+    extras: tuple[Hashable, ...] = ()
+    for fold in folds:
+        extras += fold(parts, facts)
+    return ObservedNode(facts, parse_upgrade_state(labels.get(LABEL_DRIVER_UPGRADE)), extras)

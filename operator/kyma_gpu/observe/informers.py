@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import Any
 
 from kyma_gpu.facts.machines import MachineTypeRegistry
+from kyma_gpu.facts.node import NodeFold
 from kyma_gpu.observe import watches
 from kyma_gpu.observe.informer import GcPause, Informer, ListWatch, Reader, WatchSettings
 from kyma_gpu.observe.store import Store
@@ -30,6 +31,8 @@ class Informers:
     running: dict[str, Informer] = field(default_factory=dict)
     on_demand: Mapping[str, OnDemand] = field(default_factory=lambda: MappingProxyType({}))
     """The extensions' list-watches by their resource key, observed only while wanted."""
+    node_folds: tuple[NodeFold, ...] = ()
+    """The extensions' shares of the Node fold (`Extension.node_fold`)."""
     stack_namespaces: tuple[str, ...] = ()
     """The module's and the GPU operator's namespaces, for the list-watches on demand."""
     settings: WatchSettings = field(default_factory=WatchSettings)
@@ -42,7 +45,7 @@ class Informers:
         self.stack_namespaces = tuple(dict.fromkeys((module_ns, target_ns)))
         self.store.listen(watches.CRDS, self._crd_changed)
         for watch in (
-            watches.node_watch(registry),
+            watches.node_watch(registry, self.node_folds),
             watches.daemonset_watch(target_ns),
             watches.pull_watch(target_ns),
             *(watches.flux_watch(plural, module_ns) for plural in watches.FLUX),

@@ -35,6 +35,7 @@ from kyma_gpu.api.resources import FLUX_KINDS, OURS, FluxKind
 from kyma_gpu.facts import NodeError, ObservedNode, observe_node
 from kyma_gpu.facts.gpu import GpuObject
 from kyma_gpu.facts.machines import MachineTypeRegistry
+from kyma_gpu.facts.node import NodeFold
 from kyma_gpu.observe.informer import ListWatch
 from kyma_gpu.observe.store import Resource
 from kyma_gpu.plan.actions import LiveObject, live_object
@@ -86,10 +87,12 @@ The ClusterPolicy and the GPUCluster are not among them: a CRD of our own chart 
 delay anything."""
 
 
-def node_watch(registry: MachineTypeRegistry) -> ListWatch:
+def node_watch(registry: MachineTypeRegistry, folds: tuple[NodeFold, ...] = ()) -> ListWatch:
+    """Every Node, folded into an ObservedNode with what the extensions' `folds` keep of it."""
+
     def fold(body: Mapping[str, Any]) -> Any:
         try:
-            return observe_node(body, registry)
+            return observe_node(body, registry, folds)
         except NodeError as err:
             log.warning("ignoring a Node: %s", err)
             return None

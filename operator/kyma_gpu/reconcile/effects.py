@@ -23,9 +23,8 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from kyma_gpu.adapter import ObjectRef
+from kyma_gpu.adapter import ListQuery, ObjectRef, Patch
 from kyma_gpu.api.models import GpuStatus
-from kyma_gpu.api.node_marks import NodeWrite
 from kyma_gpu.api.resources import FLUX_KINDS
 from kyma_gpu.errors import ApiError, PermanentError
 from kyma_gpu.facts.gpu import GpuObject, gpu_object
@@ -38,10 +37,10 @@ from kyma_gpu.reconcile.machine import Failure
 from kyma_gpu.reconcile.settings import LoopSettings
 from kyma_gpu.status.events import (
     EVENT_WINDOW_SECONDS,
-    EventPart,
     GpuEvent,
     GpuRef,
     News,
+    Report,
     Sent,
     events_for,
     to_post,
@@ -53,15 +52,16 @@ _FLUX_PLURAL = MappingProxyType({k.kind: k.plural for k in FLUX_KINDS})
 
 
 class ClusterApi(Protocol):
-    """The adapter's write side (kyma_gpu.adapter.KubeAdapter), and the reads of the loop's
-    own: the Flux objects of every kind when the module's Flux goes, one of the module's Flux
-    objects again in the periodic safety pass."""
+    """The adapter's write side (kyma_gpu.adapter.KubeAdapter), and the reads a step makes:
+    one object again (the periodic safety pass), the first page of a LIST (an extension's
+    read). Generic calls: an extension's writes and reads are made of them."""
 
     async def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]: ...
 
     async def patch(
-        self, ref: ObjectRef, operations: Sequence[Mapping[str, Any]]
-    ) -> dict[str, Any]: ...
+        self, ref: ObjectRef, body: Sequence[Mapping[str, Any]] | Mapping[str, Any],
+        how: Patch = Patch.JSON, subresource: str = "", what: str = "",
+    ) -> dict[str, Any]: ...  # fmt: skip
 
     async def delete(self, ref: ObjectRef) -> dict[str, Any] | None: ...
 
@@ -73,15 +73,9 @@ class ClusterApi(Protocol):
 
     async def post_event(self, namespace: str, gpu: GpuRef, event: GpuEvent) -> None: ...
 
-    async def unlabel(
-        self, ref: ObjectRef, label: str, annotation: str
-    ) -> dict[str, Any] | None: ...
-
-    async def flux_objects(self, per_kind: int) -> list[tuple[str, dict[str, Any]]]: ...
-
-    async def mark_node(self, write: NodeWrite, now: str) -> dict[str, Any] | None: ...
-
     async def read(self, ref: ObjectRef) -> dict[str, Any] | None: ...
+
+    async def read_list(self, query: ListQuery, limit: int) -> dict[str, Any]: ...
 
 
 def now() -> str:
@@ -138,7 +132,7 @@ class WriteBack:
         self.store.put(GPUS, obj.name, Entry(version_of(obj.resource_version), obj))
 
     def node(self, body: Mapping[str, Any] | None) -> None:
-        """A Node as the manager's mark left it: the next step must not mark it again."""
+        """A Node as a write left it: the next step must not write it again."""
         meta = (body or {}).get("metadata") or {}
         facts = self.node_fold(body) if body is not None and body.get("kind") == "Node" else None
         if facts is not None:
@@ -157,7 +151,7 @@ class WriteBack:
         self.flux(obj["kind"], answer)
 
     def flux(self, kind: str, body: Mapping[str, Any]) -> None:
-        if kind not in _FLUX_PLURAL:  # the module's own Flux: only its CRDs are observed
+        if kind not in _FLUX_PLURAL:  # another kind (an extension's): only CRDs are observed
             self.crd(body)
             return
         plural = _FLUX_PLURAL[kind]
@@ -243,8 +237,8 @@ class StatusWriter:
     """When each Gpu's status was last written (monotonic)."""
     due: dict[str, float] = field(default_factory=dict)
     """A coalesced (or failed) status write waits until then."""
-    events: tuple[EventPart, ...] = ()
-    """The extensions' parts of the Events of a status write."""
+    events: tuple[Report, ...] = ()
+    """What the extensions say: their parts of the Events of a status write."""
 
     async def write(self, gpu: GpuObject, status: GpuStatus) -> bool:
         """True when the status was written."""

@@ -197,7 +197,8 @@ class Loop:
     """The planner `decide` gets: `plans.plan`, the memo's (a test may put another)."""
     machine: Machine = field(init=False)
     config: tuple[object, ...] = field(init=False)
-    """The extensions' configurations (`Extension.config`), for `Inputs.config`."""
+    """The extensions' configurations (`Extension.config`, from `environ`), for
+    `Inputs.config`."""
     on_demand: tuple[str, ...] = field(init=False)
     """The resource keys of the extensions' list-watches on demand (`Extension.watch`)."""
     wanted: dict[str, frozenset[str]] = field(default_factory=dict)
@@ -210,15 +211,15 @@ class Loop:
 
     def __post_init__(self) -> None:
         self.machine = Machine(self.extensions)
-        self.config = tuple(e.config(self.environ, self.settings) for e in self.extensions
-                            if e.config is not None)  # fmt: skip
+        self.config = tuple(e.config(self.environ) for e in self.extensions if e.config is not None)
         self.on_demand = tuple(e.watch.resource for e in self.extensions if e.watch is not None)
         self.plans = PlanMemo(self.catalog)
         self.plan = self.plans.plan
-        self.write_back = WriteBack(self.store, node_watch(self.catalog.machine_types).fold)
+        folds = tuple(e.node_fold for e in self.extensions if e.node_fold is not None)
+        self.write_back = WriteBack(self.store, node_watch(self.catalog.machine_types, folds).fold)
         self.recorder = Recorder(self.writer, self.module_namespace)
         self.retries = Retries(self.settings)
-        events = tuple(e.events for e in self.extensions if e.events is not None)
+        events = tuple(e.status for e in self.extensions if e.status is not None)
         self.status = StatusWriter(self.writer, self.write_back, self.recorder, self._error,
                                    self.settings, events=events)  # fmt: skip
         self.resync_at = time.monotonic() + self.settings.resync_seconds
@@ -374,7 +375,7 @@ class Loop:
         """What the next snapshot needs and no informer watches, read by the extension that
         registers its type. A failed read is held back like a failed write; one that goes
         through does not end a failure: the writes it leads to may still fail."""
-        fetch = next(e.reads[type(read)] for e in self.extensions if type(read) in e.reads)
+        fetch = next(e.effects[type(read)] for e in self.extensions if type(read) in e.effects)
         try:
             found = await fetch(read, self._context(gpu))
         except ApiError as err:
@@ -410,8 +411,10 @@ class Loop:
 
     async def _carry(self, gpu: GpuObject, action: ExtensionAction) -> int:
         """An extension's action, carried out by the extension that registers its type."""
-        carry = next(e.actions[type(action)] for e in self.extensions if type(action) in e.actions)
-        return await carry(action, self._context(gpu))
+        carry = next(e.effects[type(action)] for e in self.extensions
+                     if type(action) in e.effects)  # fmt: skip
+        requests: int = await carry(action, self._context(gpu))
+        return requests
 
     def _context(self, gpu: GpuObject) -> Context:
         return Context(gpu, self.writer, self.write_back, self.recorder)

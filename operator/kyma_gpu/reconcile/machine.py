@@ -57,6 +57,7 @@ from kyma_gpu.plan.actions import Actions, LiveObject, plan_actions
 from kyma_gpu.plan.provision import FluxMode, which_flux
 from kyma_gpu.status.aggregate import StatusHook
 from kyma_gpu.status.deletion import Deleting, Uninstall, uninstall_of
+from kyma_gpu.status.events import Report
 from kyma_gpu.status.snapshot import (
     Snapshot,
     error_status,
@@ -308,7 +309,7 @@ class Part(Protocol):
     def shapes(self) -> Shape | None: ...
 
     @property
-    def status(self) -> StatusHook | None: ...
+    def status(self) -> Report | None: ...
 
 
 def _classify_running(machine: Machine, inputs: Inputs, plan: Plan) -> Seen:
@@ -547,7 +548,7 @@ class Machine:
     @property
     def status_hooks(self) -> tuple[StatusHook, ...]:
         """The extensions' status parts, in their order."""
-        return tuple(p.status for p in self.parts if p.status is not None)
+        return tuple(p.status.part for p in self.parts if p.status is not None)
 
     def ask(self, point: Point, inputs: Inputs, plan: Plan | None) -> Seen | None:
         """The first extension's situation at `point`, or None."""

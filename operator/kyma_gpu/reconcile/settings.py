@@ -51,10 +51,6 @@ class LoopSettings:
     """After the first pass, collect once and freeze what survived (observe.informer.freeze_heap):
     no later collection walks the facts of every Node again. Off in tests that run many loops in
     one process."""
-    removal_wait_seconds: float = 5.0
-    """RemovingFlux waits while one of the module's Flux objects terminates (a HelmChart its
-    source-controller finalizes): no informer watches that kind, so the machine looks again
-    after this long (a list of the Flux objects of every kind each time)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -89,8 +89,8 @@ class Evidence:
     image_pulls: tuple[PullFailure, ...] = ()
     """Pods of the GPU operator's namespace that cannot pull an image."""
     gpu_nodes: tuple[ObservedNode, ...] = ()
-    """The GPU nodes with their per-node state (devices, marks, upgrade label): read by GPU
-    health's status part (extensions/node_marks/)."""
+    """The GPU nodes with their per-node state (the upgrade label, what the extensions keep):
+    read by the extensions' status parts."""
     deleting: bool = False
     annotations: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     """The Gpu's annotations of the module's (`GpuObject.annotations`): read by the
@@ -348,7 +348,9 @@ def _deletion_waits(
     uninstall = None if any(p.holds for p in parts) else uninstall_wait(observed.uninstall)
     if uninstall is not None:
         waits.append(uninstall)
-    return [(cond(w.type, w.status, w.reason, w.message, generation), w.state) for w in waits]
+    return [(Condition(type=str(w.type), status=w.status, reason=str(w.reason),
+                       message=w.message, observed_generation=generation), w.state)
+            for w in waits]  # fmt: skip
 
 
 def _deletion_summary(deletion: Sequence[tuple[Condition, GpuState]]) -> tuple[GpuState, str]:

@@ -2,8 +2,8 @@
 
 A deletion waits, in this order, for:
 
-1. what the extensions' status parts wait for (workload protection: users' GPU pods,
-   WorkloadsProtected; extensions/workload_protection/status.py);
+1. what the extensions' status parts wait for (their `StatusPart.waits`, each a condition of
+   their own);
 2. Flux to uninstall the chart (Uninstalled). helm-controller removes the HelmRelease's
    finalizer once the release is gone. If it has not within the HelmRelease's uninstall timeout
    plus a grace period, helm-controller is missing or failing: the Gpu turns Error and names the
@@ -15,13 +15,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from types import MappingProxyType
 
-from kyma_gpu.api.conditions import (
-    ConditionType,
-    DeletionReason,
-    UninstallReason,
-)
+from kyma_gpu.api.conditions import ConditionType, UninstallReason
 from kyma_gpu.api.models import ConditionStatus, GpuState
 
 UNINSTALL_GRACE_SECONDS = 60.0
@@ -51,9 +48,11 @@ class Uninstall:
 class Wait:
     """What the deletion shows: one condition (type, status, reason, message) and the state."""
 
-    type: ConditionType
+    type: StrEnum
+    """Uninstalled (`ConditionType`), or an extension's condition."""
     status: ConditionStatus
-    reason: DeletionReason
+    reason: StrEnum
+    """One of the condition's reasons (`UninstallReason`, or the extension's enum)."""
     message: str
     state: GpuState
 

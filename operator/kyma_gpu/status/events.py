@@ -12,23 +12,24 @@ namespace only in `default`, where anyone with a RoleBinding there reads it. The
 the module's namespace (kyma-system) instead, with that namespace in their involvedObject, as
 kopf posts its own about cluster-scoped objects; so `kubectl describe gpu gpu` (which looks for
 an involvedObject without a namespace) does not list them, and `kubectl events -n kyma-system
---for gpu/gpu` does. An extension's part (`EventPart.redact`) keeps out what an Event may not
-say: workload protection's, the names of users' pods (a reader of kyma-system's Events need not
-be one who may list pods everywhere).
+--for gpu/gpu` does. An extension's `Report.redact` keeps out what an Event may not say of the
+status message (the names of users' pods: a reader of kyma-system's Events need not be one who
+may list pods everywhere).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any
 
 from kyma_gpu.api.conditions import ReadyReason, ReleaseReason
 from kyma_gpu.api.models import GpuState
 from kyma_gpu.facts.echo import cut, echoed_reason
 from kyma_gpu.plan.actions import LiveObject
-from kyma_gpu.status.aggregate import ConditionType, flux_failed
+from kyma_gpu.status.aggregate import ConditionType, StatusHook, flux_failed
 
 MESSAGE_LIMIT = 1024
 """The API server refuses longer Event messages (an Event's reason is cut to
@@ -64,13 +65,25 @@ class GpuEvent:
 
 
 @dataclass(frozen=True, slots=True)
-class EventPart:
-    """What an extension adds to the Events of a status write (`Extension.events`): its own
-    news from the status before and after (`news`), and what an Event may not say of the
-    status message (`redact`)."""
+class Report:
+    """What an extension says of the Gpu (`Extension.status`): its part of the status, the
+    conditions it writes, and its part of the Events of a status write."""
 
+    part: StatusHook
+    """Its part of the status (status/aggregate.py): conditions after the core's, the
+    deletion's waits, GpuStatus fields. Pure."""
+    conditions: Mapping[StrEnum, type[StrEnum]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    """The conditions `part` writes, each with the enum of its reasons (the CRD reference
+    lists them with the core's)."""
     news: Callable[[Mapping[str, Any], Mapping[str, Any]], GpuEvent | None] | None = None
+    """Its own news from the status before and after a write: an Event, or None."""
     redact: Callable[[str], str] | None = None
+    """What an Event may not say of the status message: the message without it."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "conditions", MappingProxyType(dict(self.conditions)))
 
 
 def condition_of(status: Mapping[str, Any], type_: str) -> Mapping[str, Any]:
@@ -109,7 +122,7 @@ def foreign_removed(objects: Sequence[LiveObject]) -> GpuEvent:
     return GpuEvent(EventType.WARNING, FOREIGN_REMOVED, event_message(message))
 
 
-def _message(status: Mapping[str, Any], parts: Sequence[EventPart]) -> str:
+def _message(status: Mapping[str, Any], parts: Sequence[Report]) -> str:
     """The status message as an Event may say it: as the extensions redact it (workload
     protection: without users' pod names)."""
     message = str(status.get("message") or f"state {status.get('state')}")
@@ -118,7 +131,7 @@ def _message(status: Mapping[str, Any], parts: Sequence[EventPart]) -> str:
     return message
 
 
-def _key(status: Mapping[str, Any], parts: Sequence[EventPart]) -> tuple[Any, ...]:
+def _key(status: Mapping[str, Any], parts: Sequence[Report]) -> tuple[Any, ...]:
     ready = _ready(status)
     reason = ready.get("reason")
     deleting = status.get("state") == GpuState.DELETING or reason == ReadyReason.DELETING
@@ -126,7 +139,7 @@ def _key(status: Mapping[str, Any], parts: Sequence[EventPart]) -> tuple[Any, ..
 
 
 def event_for(
-    before: Mapping[str, Any], after: Mapping[str, Any], parts: Sequence[EventPart] = ()
+    before: Mapping[str, Any], after: Mapping[str, Any], parts: Sequence[Report] = ()
 ) -> GpuEvent | None:
     """The Event for a status write from `before` to `after` (both as the API stores them)."""
     if not after or _key(before, parts) == _key(after, parts):
@@ -161,7 +174,7 @@ class News:
 
 
 def events_for(
-    before: Mapping[str, Any], after: Mapping[str, Any], parts: Sequence[EventPart] = ()
+    before: Mapping[str, Any], after: Mapping[str, Any], parts: Sequence[Report] = ()
 ) -> News:
     """The news of a status write from `before` to `after` (both as the API stores them):
     the transition (event_for), each finding or failure that is new by reason and message,

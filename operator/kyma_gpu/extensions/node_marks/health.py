@@ -1,7 +1,7 @@
 """GPU health: what the Node objects already say of each GPU node's GPUs, judged. Pure.
 
-Signals, all from the Node body the manager watches anyway (facts/node.py GpuDevices), so no
-request and no watch is added and a heartbeat changes nothing:
+Signals, all from the Node body the manager watches anyway (facts.py GpuDevices, the extension's
+share of the Node fold), so no request and no watch is added and a heartbeat changes nothing:
 
 - the kubelet's nvidia.com/gpu capacity against what the machine type has (GpusMissing);
 - allocatable against capacity: the device plugin withdraws unhealthy GPUs so
@@ -22,7 +22,6 @@ import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from kyma_gpu.api.conditions import NODE_FINDINGS, ConditionType, HealthReason
 from kyma_gpu.api.models import (
     STATUS_POOLS_LIMIT,
     STATUS_UNHEALTHY_LIMIT,
@@ -31,7 +30,9 @@ from kyma_gpu.api.models import (
     UnhealthyNode,
 )
 from kyma_gpu.api.operations import GpuStack
-from kyma_gpu.facts.node import DriverUpgradeState, GpuDevices, ObservedNode, same_model
+from kyma_gpu.extensions.node_marks.conditions import NODE_FINDINGS, Conditions, HealthReason
+from kyma_gpu.extensions.node_marks.facts import GpuDevices, devices_of, mark_of, same_model
+from kyma_gpu.facts.node import DriverUpgradeState, ObservedNode
 from kyma_gpu.plan.plan import Plan
 from kyma_gpu.plan.pools import pool_of
 
@@ -159,7 +160,7 @@ def node_health(node: ObservedNode, pool: str, *, shared: bool, device_plugin: b
     """One GPU node judged. `shared`: the plan configures GPU sharing or the node is in MIG mode
     (the kubelet's count is not GPUs unless GFD says the replicas); `device_plugin`: the stack
     advertises nvidia.com/gpu (the DRA stack does not)."""
-    devices = node.devices or GpuDevices()
+    devices = devices_of(node) or GpuDevices()
     per_gpu = _per_gpu(devices, shared or node.facts.mig_mode)
     seen = _seen(devices, per_gpu, device_plugin)
     found = _finding(node, seen, devices)
@@ -169,7 +170,8 @@ def node_health(node: ObservedNode, pool: str, *, shared: bool, device_plugin: b
     else:
         present = seen.total if seen.present is None else seen.present
         healthy = max(min(present, seen.total) - seen.withdrawn, 0)
-    marked = node.mark is not None and node.mark.unhealthy
+    mark = mark_of(node)
+    marked = mark is not None and mark.unhealthy
     reason, message = found if found is not None else (None, "")
     grounded = found is not None and kubelet_short(node)
     return NodeHealth(node.name, pool, seen.total, healthy, reason, message, advertised, marked,
@@ -181,7 +183,7 @@ def kubelet_short(node: ObservedNode) -> bool:
     withdrew some (allocatable below capacity), or it advertises fewer GPU resources than its
     machine type has GPUs (the registry's count; sharing only multiplies them). A node in MIG
     mode is judged by the first only (its resources are MIG instances)."""
-    devices = node.devices
+    devices = devices_of(node)
     if devices is None or devices.capacity is None:
         return False
     allocatable = devices.allocatable
@@ -195,8 +197,11 @@ def _plain(node: ObservedNode, plain_flags: bool) -> int | None:
     """The GPUs of a node every source agrees on, all healthy: what node_health judges healthy
     with nothing to say; None: judge it with node_health. Most nodes most of the time, so that
     a status of thousands of GPU nodes costs a few attribute reads per node."""
-    devices = node.devices
-    if devices is None or not plain_flags or node.driver_upgrade is DriverUpgradeState.FAILED:
+    if not plain_flags or node.driver_upgrade is DriverUpgradeState.FAILED:
+        return None
+    extras = node.extras  # node_fold puts the devices first: read them without a call
+    devices = extras[0] if extras and type(extras[0]) is GpuDevices else devices_of(node)
+    if not isinstance(devices, GpuDevices):
         return None
     capacity = devices.capacity
     if (
@@ -272,7 +277,7 @@ def _gpus(health: Health) -> str:
 def health_condition(health: Health, generation: int | None) -> Condition:
     """GpusHealthy: False with the most frequent finding, Unknown while GPU nodes advertise no
     GPUs yet, else True."""
-    ctype = str(ConditionType.GPUS_HEALTHY)
+    ctype = str(Conditions.GPUS_HEALTHY)
     if not health.node_count:
         return Condition(type=ctype, status="True", reason=str(HealthReason.NO_GPU_NODES),
                          message="no GPU nodes", observed_generation=generation)  # fmt: skip

@@ -13,9 +13,10 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from kyma_gpu.api.models import HealthSpec, Remediation
-from kyma_gpu.api.node_marks import NodeWrite
+from kyma_gpu.extensions.node_marks.facts import any_marked, mark_of
 from kyma_gpu.extensions.node_marks.health import Health, plan_health
 from kyma_gpu.extensions.node_marks.marks import marks_key, node_writes
+from kyma_gpu.extensions.node_marks.names import NodeWrite
 from kyma_gpu.facts import ObservedNode
 from kyma_gpu.plan import Plan
 from kyma_gpu.reconcile.machine import ExtensionAction, Inputs, Row, Seen, Step, status_of
@@ -48,9 +49,7 @@ def to_mark(inputs: Inputs, plan: Plan | None) -> Seen | None:
     """Applied: the node marks' writes; none (and no work) while they are off and no
     node carries a mark of the manager's."""
     nodes = inputs.snap.nodes
-    if plan is None or (
-        plan.health.remediation is Remediation.OFF and not any(n.mark for n in nodes)
-    ):
+    if plan is None or (plan.health.remediation is Remediation.OFF and not any_marked(nodes)):
         return None
     gpu_nodes = [n for n in nodes if n.is_gpu]
     marks = node_writes(plan_health(plan, gpu_nodes), plan.health, nodes)
@@ -65,7 +64,8 @@ def left(inputs: Inputs, plan: Plan | None) -> Seen | None:
 
 
 def _cleared(nodes: Sequence[ObservedNode]) -> tuple[NodeWrite, ...]:
-    if not any(n.mark is not None and (n.mark.unhealthy or n.mark.cordoned) for n in nodes):
+    marks = (mark_of(n) for n in nodes)
+    if not any(m is not None and (m.unhealthy or m.cordoned) for m in marks):
         return ()
     return node_writes(Health(), HealthSpec(), nodes)
 

@@ -7,7 +7,7 @@ marks with the Node condition KymaGpuUnhealthy, cordons, clears and uncordons. P
   that labels alone say (GPU feature discovery's count, the upgrade controller's
   upgrade-failed, which a NodeFeature object can forge where NFD takes them) is reported only;
   a node marked on a grounded finding keeps its mark while a finding stays.
-- Only on facts no tenant writes (MarkGround, api/node_marks.py): the kubelet reports GPUs on
+- Only on facts no tenant writes (MarkGround, names.py): the kubelet reports GPUs on
   it, its machine type is a GPU type of the registry, or it carries the mark already. A node
   that is a GPU node by NFD's or GFD's labels alone is reported, never marked, and takes no
   place in its pool's share.
@@ -29,11 +29,12 @@ import hashlib
 from collections.abc import Container, Iterable, Sequence
 from enum import StrEnum
 
-from kyma_gpu.api.conditions import REMEDIABLE
 from kyma_gpu.api.models import HealthSpec, Remediation
-from kyma_gpu.api.node_marks import NodeWrite
+from kyma_gpu.extensions.node_marks.conditions import REMEDIABLE
+from kyma_gpu.extensions.node_marks.facts import NodeMarkFacts, devices_of, mark_of
 from kyma_gpu.extensions.node_marks.health import Health, NodeHealth
-from kyma_gpu.facts.node import NodeMarkFacts, ObservedNode
+from kyma_gpu.extensions.node_marks.names import NodeWrite
+from kyma_gpu.facts.node import ObservedNode
 
 RECOVERED = "GpusHealthy"
 """The reason of a cleared mark (status False)."""
@@ -97,12 +98,13 @@ class MarkGround(StrEnum):
 def mark_ground(node: ObservedNode) -> MarkGround | None:
     """The fact that lets the manager mark the node; None: none (NFD's or GFD's labels, the
     NVIDIA upgrade controller's label, an opt-in label alone never do)."""
-    devices = node.devices
+    devices = devices_of(node)
     if devices is not None and ((devices.capacity or 0) > 0 or (devices.allocatable or 0) > 0):
         return MarkGround.REPORTED
     if node.facts.machine is not None:
         return MarkGround.MACHINE_TYPE
-    if node.mark is not None and node.mark.unhealthy:
+    mark = mark_of(node)
+    if mark is not None and mark.unhealthy:
         return MarkGround.MARKED
     return None
 
@@ -125,9 +127,10 @@ def node_writes(
     writes = []
     for node in known:
         want = picked.get(node.name)
-        if node.mark is None and want is None:
+        found = mark_of(node)
+        if found is None and want is None:
             continue
-        mark = node.mark or NodeMarkFacts()
+        mark = found or NodeMarkFacts()
         unhealthy, reason, message = _condition(mark, want)
         cordon = _cordon(mark, cordons and want is not None)
         if unhealthy is not None or cordon is not None:

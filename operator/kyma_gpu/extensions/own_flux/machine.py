@@ -1,6 +1,6 @@
 """The module's own Flux: its situations, rows, read and action. Pure.
 
-A cluster without Flux gets the module's own (the bundle, plan/provision.py): the manager
+A cluster without Flux gets the module's own (the bundle, bundle.py): the manager
 applies it once the plan is compatible (FluxToProvide), keeps it current, and labels the
 plan's objects for its shard (`shapes`). A deletion, once Flux uninstalled the release,
 removes it: the Flux objects of every kind are listed first (`ListFlux`, no informer watches
@@ -17,22 +17,10 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
+from kyma_gpu.extensions.own_flux.bundle import SHARD, SHARD_LABEL, FluxBundle
 from kyma_gpu.facts.echo import listed
 from kyma_gpu.plan import Plan
-from kyma_gpu.plan.provision import (
-    PROVIDED_LABEL,
-    SHARD,
-    SHARD_LABEL,
-    FluxApi,
-    FluxImages,
-    FluxMode,
-    bundle,
-    bundle_crds,
-    bundle_current,
-    bundle_hash,
-    bundle_workloads,
-    which_flux,
-)
+from kyma_gpu.plan.provision import PROVIDED_LABEL, FluxApi, FluxMode, which_flux
 from kyma_gpu.reconcile.machine import (
     Apply,
     ExtensionAction,
@@ -104,22 +92,21 @@ def hand_over_message(leftovers: Sequence[Leftover]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class OwnFluxConfig:
-    """The module's own Flux's configuration (`Extension.config`): its controllers' images
-    (provision.IMAGE_ENV in the manager's environment) and how long a removal waits for one of
-    the module's objects that terminates (LoopSettings.removal_wait_seconds)."""
+    """The module's own Flux's configuration (`Extension.config`): its bundle with its
+    controllers' images (bundle.IMAGE_ENV in the manager's environment), read when first
+    needed, and how long a removal waits for one of the module's objects that terminates."""
 
-    images: FluxImages = field(default_factory=FluxImages)
+    bundle: FluxBundle = field(default_factory=FluxBundle)
     removal_wait_seconds: float = 5.0
-    """LoopSettings.removal_wait_seconds' default (tests/unit/test_decide.py holds them equal)."""
-
-
-_DEFAULT = OwnFluxConfig()
-"""Without the loop's (a test's `decide`): the bundle's own images, the default wait."""
+    """RemovingFlux waits while one of the module's Flux objects terminates (a HelmChart its
+    source-controller finalizes): no informer watches that kind, so the machine looks again
+    after this long (a list of the Flux objects of every kind each time)."""
 
 
 def _config(inputs: Inputs) -> OwnFluxConfig:
+    """The loop's; without it (a test's `decide`) the bundle's own images, the default wait."""
     found = (c for c in inputs.config if isinstance(c, OwnFluxConfig))
-    return next(found, _DEFAULT)
+    return next(found, None) or OwnFluxConfig()
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +146,7 @@ def to_provide(inputs: Inputs, plan: Plan | None) -> Seen | None:
     bundle hash."""
     api = inputs.snap.flux_api
     wanted = which_flux(api).mode in (FluxMode.ABSENT, FluxMode.PROVIDED)
-    if wanted and not bundle_current(api, _config(inputs).images):
+    if wanted and not _config(inputs).bundle.current(api):
         return Seen(Situation.FLUX_TO_PROVIDE, plan)
     return None
 
@@ -211,9 +198,9 @@ def _own_flux_left(api: FluxApi) -> bool:
 
 def _providing_flux(seen: Seen, inputs: Inputs) -> Step:
     assert seen.plan is not None
-    images = _config(inputs).images
-    key = f"flux-bundle-{bundle_hash(images)}"
-    return Step(Phase.PROVIDING_FLUX, Apply(bundle(images)), key=key,
+    bundle = _config(inputs).bundle
+    key = f"flux-bundle-{bundle.hash}"
+    return Step(Phase.PROVIDING_FLUX, Apply(bundle.objects()), key=key,
                 status_if_failed=loud_status(inputs, seen.plan, key))  # fmt: skip
 
 
@@ -230,12 +217,14 @@ def _hand_over(seen: Seen, inputs: Inputs) -> Step:
     assert isinstance(seen, Listed)
     message = hand_over_message(seen.leftovers)
     event = GpuEvent(EventType.NORMAL, EventReason.FLUX_HANDED_OVER, message)
-    removal = RemoveFlux(bundle_workloads(), bundle_crds(), hand_over=True, announce=event)
+    bundle = _config(inputs).bundle
+    removal = RemoveFlux(bundle.workloads(), bundle.crds(), hand_over=True, announce=event)
     return Step(Phase.REMOVING_FLUX, removal, key=FLUX_REMOVE)
 
 
 def _remove_flux(seen: Seen, inputs: Inputs) -> Step:
-    removal = RemoveFlux(bundle_workloads(), bundle_crds(), hand_over=False)
+    bundle = _config(inputs).bundle
+    removal = RemoveFlux(bundle.workloads(), bundle.crds(), hand_over=False)
     return Step(Phase.REMOVING_FLUX, removal, key=FLUX_REMOVE)
 
 
@@ -244,7 +233,7 @@ ROWS: Mapping[StrEnum, Row] = MappingProxyType({
     S.FLUX_TO_PROVIDE: Row(
         "no Flux CRDs, or the module's own Flux carries an older bundle hash",
         Phase.PROVIDING_FLUX,
-        "apply the Flux bundle (`data/flux.yaml`), the helmreleases CRD last", True,
+        "apply the Flux bundle (its `flux.yaml`), the helmreleases CRD last", True,
         _providing_flux),
     S.OWN_FLUX_UNLISTED: Row(
         "being deleted, uninstalled, the module's own Flux left, Flux objects not listed in "
@@ -252,7 +241,7 @@ ROWS: Mapping[StrEnum, Row] = MappingProxyType({
         "list the Flux objects of all kinds (metadata only)", True, _list_flux),
     S.OWN_FLUX_TERMINATING: Row(
         "... one of the module's Flux objects still terminates", Phase.REMOVING_FLUX,
-        "look and list again after `LoopSettings.removal_wait_seconds` (nothing observes a "
+        "look and list again after `OwnFluxConfig.removal_wait_seconds` (nothing observes a "
         "HelmChart)", False, _removal_waits),
     S.OWN_FLUX_IN_USE: Row(
         "... objects the module did not create use its Flux CRDs", Phase.REMOVING_FLUX,

@@ -9,18 +9,20 @@ WorkloadsProtected says why (its status.py)."""
 from __future__ import annotations
 
 from kyma_gpu.extensions.base import Extension, Watch
-from kyma_gpu.extensions.workload_protection.machine import ROWS, Situation, classify, protects
+from kyma_gpu.extensions.workload_protection.conditions import Conditions, WorkloadsReason
+from kyma_gpu.extensions.workload_protection.machine import ROWS, classify, protects
 from kyma_gpu.extensions.workload_protection.pods import PODS
-from kyma_gpu.extensions.workload_protection.status import EVENTS, protection
+from kyma_gpu.extensions.workload_protection.status import protection, without_pod_names
 from kyma_gpu.extensions.workload_protection.watch import pod_watch
 from kyma_gpu.reconcile.machine import Point
+from kyma_gpu.status.events import Report
 
 EXTENSION = Extension(
     name="workload-protection",
-    situations=Situation,
-    classify={Point.DELETING: classify},
     rows=ROWS,
-    events=EVENTS,
-    status=protection,
+    classify={Point.DELETING: classify},
     watch=Watch(PODS, pod_watch, protects),
+    status=Report(
+        protection, {Conditions.WORKLOADS_PROTECTED: WorkloadsReason}, redact=without_pod_names
+    ),
 )

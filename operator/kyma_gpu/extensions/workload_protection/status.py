@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import re
 
-from kyma_gpu.api.conditions import ConditionType, WorkloadsReason
 from kyma_gpu.api.models import GpuState
+from kyma_gpu.extensions.workload_protection.conditions import Conditions, WorkloadsReason
 from kyma_gpu.extensions.workload_protection.machine import SKIP_PROTECTION_ANNOTATION, skipped
 from kyma_gpu.extensions.workload_protection.pods import PODS
 from kyma_gpu.facts.echo import listed
 from kyma_gpu.plan import Plan
 from kyma_gpu.status.aggregate import Evidence, StatusPart
 from kyma_gpu.status.deletion import Wait
-from kyma_gpu.status.events import EventPart
 
 PODS_SHOWN = 10
 _PODS_NAMED = re.compile(
@@ -42,16 +41,16 @@ def protection(plan: Plan, observed: Evidence, generation: int | None) -> Status
 def workloads_wait(pods: tuple[str, ...], skipped: bool) -> Wait:
     if skipped:
         return Wait(
-            ConditionType.WORKLOADS_PROTECTED, "False", WorkloadsReason.PROTECTION_SKIPPED,
+            Conditions.WORKLOADS_PROTECTED, "False", WorkloadsReason.PROTECTION_SKIPPED,
             f"skipped by the annotation {SKIP_PROTECTION_ANNOTATION}=true: the GPU stack is "
             "removed even while pods use GPUs", GpuState.DELETING,
         )  # fmt: skip
     if not pods:
-        return Wait(ConditionType.WORKLOADS_PROTECTED, "True", WorkloadsReason.NO_GPU_WORKLOADS,
+        return Wait(Conditions.WORKLOADS_PROTECTED, "True", WorkloadsReason.NO_GPU_WORKLOADS,
                     "no user pod uses a GPU", GpuState.DELETING)  # fmt: skip
     waits, them = _pods(len(pods))
     return Wait(
-        ConditionType.WORKLOADS_PROTECTED, "False", WorkloadsReason.GPU_WORKLOADS_RUNNING,
+        Conditions.WORKLOADS_PROTECTED, "False", WorkloadsReason.GPU_WORKLOADS_RUNNING,
         f"deletion waits for {waits}: {listed(pods, PODS_SHOWN)}. Delete {them}, or annotate "
         f"the Gpu with {SKIP_PROTECTION_ANNOTATION}=true to go ahead",
         GpuState.WARNING,
@@ -65,6 +64,3 @@ def without_pod_names(message: str) -> str:
     return _PODS_NAMED.sub(
         lambda m: f"{m[1]} (the Gpu's condition WorkloadsProtected names {m[3]}){m[2]}", message
     )
-
-
-EVENTS = EventPart(redact=without_pod_names)

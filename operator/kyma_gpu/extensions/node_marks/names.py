@@ -1,18 +1,19 @@
-"""The marks the manager may leave on a Node for GPU health (issue 33, opt-in).
+"""The marks the manager may leave on a Node for GPU health (issue 33, opt-in): their names.
 
 With spec.health.remediation MarkNodes the manager sets the Node condition NODE_CONDITION
-(status True, the HealthReason as reason) on a node whose GPUs are unhealthy, and False when
-they recover; with MarkAndCordon it also cordons the node (spec.unschedulable) and records
-that it did with CORDON_ANNOTATION, and it uncordons only nodes carrying that annotation.
+(status True, the HealthReason as reason: conditions.py) on a node whose GPUs are unhealthy,
+and False when they recover; with MarkAndCordon it also cordons the node (spec.unschedulable)
+and records that it did with CORDON_ANNOTATION, and it uncordons only nodes carrying that
+annotation.
 
 These names are shared by the code that writes the marks and by the ValidatingAdmissionPolicy
 kyma-gpu-manager-nodes (kyma_gpu_tools/manager_policy.py), which holds the manager's account to
 exactly these writes: a change of one name here changes both, never one alone.
 
 The manager marks or cordons a node only on facts no tenant writes (issue 43): the kubelet
-reports NVIDIA GPUs on it (GPU_RESOURCE, or one of GPU_RESOURCE_PREFIXES, above zero in
-status.capacity or status.allocatable: only a device plugin, through the kubelet, puts them
-there), its machine type (node.kubernetes.io/instance-type, which the kubelet and the cloud
+reports NVIDIA GPUs on it (facts/node.py GPU_RESOURCE, or one of GPU_RESOURCE_PREFIXES, above
+zero in status.capacity or status.allocatable: only a device plugin, through the kubelet, puts
+them there), its machine type (node.kubernetes.io/instance-type, which the kubelet and the cloud
 provider set) is a GPU machine type of the registry (values-rules/machine-types.yaml), or it
 already carries the mark True (it had one of those facts when it was marked, "has reported").
 Labels of NFD or GPU feature discovery (feature.node.kubernetes.io/pci-10de.present,
@@ -31,11 +32,6 @@ CORDON_ANNOTATION = "gpu.kyma-project.io/cordoned"
 """Set (value NODE_CONDITION) when the manager cordoned the node; removed when it uncordons."""
 CORDON_VALUE = NODE_CONDITION
 """The value of CORDON_ANNOTATION the manager writes."""
-GPU_RESOURCE = "nvidia.com/gpu"
-"""The extended resource the NVIDIA device plugin advertises through the kubelet."""
-GPU_RESOURCE_PREFIXES = (f"{GPU_RESOURCE}.", "nvidia.com/mig-")
-"""Its other names: a shared GPU renamed (nvidia.com/gpu.shared), a MIG instance of the Mixed
-strategy (nvidia.com/mig-1g.10gb). Any of them above zero is the kubelet reporting GPUs."""
 UNTRUSTED_GPU_LABELS = (
     "feature.node.kubernetes.io/pci-10de.present",
     "nvidia.com/gpu.present",

@@ -1,1 +1,0 @@
-"""Package data: the rendered Flux bundle (hack/flux-bundle.sh)."""
