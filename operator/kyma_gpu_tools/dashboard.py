@@ -20,13 +20,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
 import yaml
 
-from kyma_gpu.api.conditions import NODE_FINDINGS, ConditionType
+from kyma_gpu.api.conditions import ConditionType
 from kyma_gpu.api.models import API_GROUP, API_VERSION, KIND, PLURAL, SINGLETON_NAME, GpuState
+from kyma_gpu.extensions.node_marks.conditions import NODE_FINDINGS
+from kyma_gpu.extensions.workload_protection.conditions import Conditions as WorkloadConditions
 from kyma_gpu_tools.crd import SINGLETON_MESSAGE, crd
 
 EXTENSION_VERSION = "0.5"
@@ -89,8 +92,8 @@ class Fields:
         self.at(f"{array}[].{field}")
         return field
 
-    def condition(self, type_: ConditionType, field: str) -> str:
-        """A field of one condition of the Gpu's status (its type is the enum's)."""
+    def condition(self, type_: StrEnum, field: str) -> str:
+        """A field of one condition of the Gpu's status (the core's or an extension's type)."""
         self.at("status.conditions[].type")
         self.at(f"status.conditions[].{field}")
         return f"$root.status.conditions[type='{type_}'].{field}"
@@ -291,7 +294,7 @@ def _components_table(f: Fields) -> Part:
 
 def _deletion_panel(f: Fields) -> Part:
     """While a deletion runs: what it waits for (GPU workloads, Flux's uninstall)."""
-    workloads, uninstalled = ConditionType.WORKLOADS_PROTECTED, ConditionType.UNINSTALLED
+    workloads, uninstalled = WorkloadConditions.WORKLOADS_PROTECTED, ConditionType.UNINSTALLED
     return {
         "name": "deletion", "widget": "Panel",
         "visibility": f"$exists($root.{f.path('metadata.deletionTimestamp')})",
