@@ -24,8 +24,9 @@ operator write.
 Measurements (``measure_operator``): the operator runs as a process (``Operator``) with
 ``PYTHONPATH=<operator_root>/operator``, so an older source tree (a ``git worktree``) can be
 measured the same way. Its writes come from the API server's audit log (user agent ``kopf`` or
-``kyma-gpu``), its first reconcile from its log line ``reconciled: phase=`` or its first write,
-whichever comes first; CPU and memory from ``/proc/<pid>``.
+``kyma-gpu``), its first reconcile from its log line ``reconciled: phase=`` or its first write
+as ``kyma-gpu`` (kopf's finalizer on a new Gpu is no reconcile), whichever comes first; CPU
+and memory from ``/proc/<pid>``.
 """
 
 from benchmarks.scale.common import GPU_PATH, METADATA, TIMEOUT, ApiError, Metric, Rest

@@ -78,7 +78,8 @@ class Session:
 
 
 def wait_first_reconcile(s: Session, log: LineTail, started: float, prefix: str) -> None:
-    """Start (or restart) to the first reconcile (log line or first write, the earlier) and
+    """Start (or restart) to the first reconcile (log line or first write of the module's own,
+    the earlier: kopf's finalizer on a new Gpu, written once kopf has the Gpu, is none) and
     to the first HelmRelease write; a ``timeout`` after cfg.start_timeout (for the HelmRelease:
     cfg.step_timeout after the first reconcile; an error plan writes none)."""
     first_log = first_write = first_release = None
@@ -91,7 +92,8 @@ def wait_first_reconcile(s: Session, log: LineTail, started: float, prefix: str)
         if first_log is None and any(RECONCILED in line for line in log.lines()):
             first_log = time.time()
         for write in s.audit.poll():
-            first_write = first_write or write.at
+            if not write.agent.startswith("kopf"):  # kopf's finalizer is no reconcile
+                first_write = first_write or write.at
             if write.resource == "helmreleases" and first_release is None:
                 first_release = write.at
         if (first_log or first_write) and first_release:
