@@ -141,6 +141,15 @@ def _showing(cluster: LocalCluster, gpus: str, healthy: str) -> dict[str, Any] |
     return status if ok else None
 
 
+def _showing_reason(cluster: LocalCluster, name: str, reason: str) -> dict[str, Any] | None:
+    """The status once it says 1/2 GPUs, GpusHealthy False for `reason`, and names the node
+    unhealthy for it."""
+    status = _showing(cluster, "1/2", "False")
+    shown = _unhealthy(status or {}).get(name) or {}
+    cond = condition(gpu(cluster), "GpusHealthy") or {}
+    return status if shown.get("reason") == reason and cond.get("reason") == reason else None
+
+
 def _showing_unmarked(cluster: LocalCluster, name: str) -> dict[str, Any] | None:
     """The status once it names the node unhealthy and not marked."""
     status = _status(cluster)
@@ -363,7 +372,9 @@ def test_the_mark_follows_the_finding_and_comes_off_on_recovery(
     assert missing["lastTransitionTime"] == first["lastTransitionTime"], (first, missing)
     assert "0 of 1 GPUs present" in missing["message"], missing
     assert _cordoned(_node(local_cluster, FIRST)) == (True, NODE_CONDITION)
-    status, _ = _timed(lambda: _showing(local_cluster, "1/2", "False"), "status GPUS 1/2")
+    # "1/2" held already while the GPU was only unhealthy: wait for the reason itself.
+    status, _ = _timed(lambda: _showing_reason(local_cluster, FIRST, "GpusMissing"),
+                       "status GPUS 1/2, the node GpusMissing")  # fmt: skip
     assert _unhealthy(status)[FIRST]["reason"] == "GpusMissing", status
     assert (condition(gpu(local_cluster), "GpusHealthy") or {})["reason"] == "GpusMissing"
     _timed(lambda: _event(local_cluster, "Warning", "GpusMissing", besides=before),
