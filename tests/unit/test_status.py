@@ -148,6 +148,9 @@ def ds(
 
 
 DRIVER_READY = ds(DRIVER_DS, strategy="OnDelete", updated=0, generation=2)
+UPSTREAM_DRIVER = ds("nvidia-driver-daemonset-debian12",
+                     image="nvcr.io/nvidia/driver:595.91.07-debian12")  # fmt: skip
+"""NVIDIA's driver container in the version of the chart's default (the plans name none)."""
 OPERANDS = (
     ds("nvidia-container-toolkit-daemonset"),
     ds("nvidia-device-plugin-daemonset"),
@@ -392,7 +395,7 @@ CASES: list[Any] = [
     ),
     pytest.param(
         "warning",
-        world(daemonsets=(ds("nvidia-driver-daemonset-ubuntu22.04"), *OPERANDS)),
+        world(daemonsets=(UPSTREAM_DRIVER, *OPERANDS)),
         GpuState.WARNING,
         {"Ready": ("True", "Ready"), "Preflight": ("False", "UnknownOs")},
         id="preflight-warning",
@@ -780,7 +783,7 @@ def test_no_gpu_nodes_is_ready_and_says_the_pool_may_be_scaled_to_zero(
     assert "no GPU nodes detected" in preflight.message  # the plan's finding, as information
     assert (status.ready_nodes, status.driver_version) == ("0/0", None)
     # Other warnings still count.
-    warned = aggregate(plans["warning"], ALL_READY, generation=1)
+    warned = aggregate(plans["warning"], world(daemonsets=(UPSTREAM_DRIVER, *OPERANDS)), 1)
     assert warned.state is GpuState.WARNING
 
 
@@ -855,6 +858,54 @@ def test_nodes_done_with_the_rollout_hold_nothing(plans: dict[str, Plan]) -> Non
     assert (_driver(status).status, _driver(status).reason) == ("True", "DriverDaemonSetsReady")
     assert status.state is GpuState.READY
     assert status == aggregate(plans["gl"], world(), generation=1)
+
+
+def _gl_plan(catalog: Catalog, version: str) -> Plan:
+    facts = facts_of(catalog.machine_types, node("gl-1"), node("gl-2"))
+    spec = GpuSpec.model_validate({"driver": {"version": version}})
+    return make_plan(spec, facts, catalog, Owner(uid=UID))
+
+
+def test_a_version_change_is_not_ready_before_the_new_driver_template(catalog: Catalog) -> None:
+    """590 -> 580: until the NVIDIA operator renders the 580 driver DaemonSet, the old one
+    reads ready and no node has an upgrade label; the Gpu must not say Ready in between."""
+    old = ds(DRIVER_DS, 2, strategy="OnDelete")
+    status = aggregate(_gl_plan(catalog, "580"), world(daemonsets=(old, *OPERANDS)), 1)
+    driver = _driver(status)
+    assert (driver.status, driver.reason) == ("False", "DriverVersionPending")
+    assert status.state is GpuState.PROCESSING
+    assert driver.message == (
+        f"the NVIDIA operator has not yet rendered driver 580: {DRIVER_DS} (590) still runs "
+        "another driver"
+    )
+    new = ds(DRIVER_DS, 2, strategy="OnDelete", image=GL_DRIVER_IMAGE.replace(":590-", ":580-"))
+    status = aggregate(_gl_plan(catalog, "580"), world(daemonsets=(new, *OPERANDS)), 1)
+    assert (_driver(status).reason, status.state) == ("DriverDaemonSetsReady", GpuState.READY)
+    # The branch's full version plans the same precompiled image; a digest names no version.
+    by_digest = ds(DRIVER_DS, 2, strategy="OnDelete", image=f"{INSTALLER}/driver@sha256:{'0' * 64}")
+    status = aggregate(_gl_plan(catalog, "580"), world(daemonsets=(by_digest, *OPERANDS)), 1)
+    assert _driver(status).reason == "DriverDaemonSetsReady"
+
+
+def test_a_new_driver_template_is_not_ready_before_the_controller_begins(catalog: Catalog) -> None:
+    """The 580 DaemonSet is rendered (OnDelete), its pods still run 590 and no node is labelled
+    yet: the rollout is due, not done. Without autoUpgrade nobody replaces them."""
+    image = GL_DRIVER_IMAGE.replace(":590-", ":580-")
+    due = ds(DRIVER_DS, 2, strategy="OnDelete", updated=0, generation=3, observed=3, image=image)
+    status = aggregate(_gl_plan(catalog, "580"), world(daemonsets=(due, *OPERANDS)), 1)
+    driver = _driver(status)
+    assert (driver.status, driver.reason, status.state) == (
+        "False", "DriverUpgrading", GpuState.PROCESSING)  # fmt: skip
+    assert driver.message == (
+        "the NVIDIA upgrade controller has not yet begun to replace the driver: "
+        f"{DRIVER_DS} (0/2 pods on its new template)"
+    )
+    facts = facts_of(catalog.machine_types, node("gl-1"), node("gl-2"))
+    manual = GpuSpec.model_validate(
+        {"driver": {"version": "580", "upgradePolicy": {"autoUpgrade": False}}})  # fmt: skip
+    plan = make_plan(manual, facts, catalog, Owner(uid=UID))
+    status = aggregate(plan, world(daemonsets=(due, *OPERANDS)), 1)
+    assert _driver(status).reason == "DriverDaemonSetsReady"
 
 
 def test_preinstalled_drivers_ignore_stale_upgrade_labels(plans: dict[str, Plan]) -> None:

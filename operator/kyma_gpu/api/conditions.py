@@ -141,6 +141,9 @@ class DriverReason(StrEnum):
     """GPU nodes are on their way through the NVIDIA upgrade controller's driver rollout."""
     UPGRADE_FAILED = "DriverUpgradeFailed"
     """The controller labelled a node upgrade-failed: its new driver pod did not get ready."""
+    VERSION_PENDING = "DriverVersionPending"
+    """A driver DaemonSet's template still names another driver than the plan: the NVIDIA
+    operator has not yet rendered the version the Gpu asks for."""
 
 
 class ComponentsReason(StrEnum):

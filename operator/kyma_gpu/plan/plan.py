@@ -98,6 +98,9 @@ class Plan:
     """The GPU nodes by Gardener worker pool."""
     health: HealthSpec = field(default_factory=HealthSpec)
     """spec.health: what the manager does to nodes whose GPUs are unhealthy."""
+    auto_upgrade: bool = True
+    """spec.driver.upgradePolicy.autoUpgrade: the NVIDIA upgrade controller replaces driver
+    pods that are not on their DaemonSet's template."""
 
     @property
     def helm_release(self) -> dict[str, Any] | None:
@@ -364,6 +367,7 @@ def _assemble(
         sharing=_sharing(r.spec),
         worker_pools=r.worker_pools,
         health=r.spec.health,
+        auto_upgrade=r.spec.driver.upgrade_policy.auto_upgrade,
     )
 
 

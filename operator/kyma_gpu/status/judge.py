@@ -35,6 +35,7 @@ from kyma_gpu.facts.stack import (
 from kyma_gpu.plan.plan import Plan, Preflight, Severity
 from kyma_gpu.plan.plan import Verdict as PlanVerdict
 from kyma_gpu.plan.pools import blocked_nodes
+from kyma_gpu.rules.installer import branch_of
 from kyma_gpu.status.upgrades import Rollout, failed_message, progress_message, rollout
 
 # HelmRelease Ready=False reasons that mean "still working on it", not a failure.
@@ -331,10 +332,66 @@ def driver_ready(
         return Judgement(cond(kind, "Unknown", DriverReason.WAITING, "no driver DaemonSet yet",
                             generation))  # fmt: skip
     if all(d.ready for d in driver_sets):
-        return Judgement(cond(kind, "True", DriverReason.DAEMONSETS_READY,
-                            daemonset_summary(driver_sets), generation))  # fmt: skip
+        return _not_yet_planned(plan, driver_sets, generation) or Judgement(cond(
+            kind, "True", DriverReason.DAEMONSETS_READY, daemonset_summary(driver_sets),
+            generation))  # fmt: skip
     message = "not ready: " + not_ready_summary([d for d in driver_sets if not d.ready])
     return Judgement(cond(kind, "False", DriverReason.NOT_READY, message, generation))
+
+
+def _not_yet_planned(
+    plan: Plan, driver_sets: Sequence[DaemonSetFacts], generation: int | None
+) -> Judgement | None:
+    """DriverVersionPending or a due DriverUpgrading while every driver pod still reads ready."""
+    kind = ConditionType.DRIVER_READY
+    pending = version_pending(plan, driver_sets)
+    if pending:
+        return Judgement(cond(kind, "False", DriverReason.VERSION_PENDING, pending, generation))
+    due = upgrade_due(plan, driver_sets)
+    if due:
+        return Judgement(cond(kind, "False", DriverReason.UPGRADING, due, generation))
+    return None
+
+
+def _planned(version: str, planned: set[str]) -> bool:
+    """A DaemonSet's driver is planned: the same version, or of a planned branch (a
+    precompiled image's tag names only the branch)."""
+    return version in planned or branch_of(version) in planned
+
+
+def version_pending(plan: Plan, driver_sets: Sequence[DaemonSetFacts]) -> str | None:
+    """Why the driver is not yet the planned one: a driver DaemonSet with nodes whose template
+    names another version than any driver pool of the plan. Between a version change and the
+    NVIDIA operator's new driver template, every DaemonSet still reads ready; an image without
+    a version in its tag (a digest) says nothing."""
+    planned = {p.version for p in plan.pools if p.version}
+    if not planned:
+        return None
+    stale = sorted({f"{d.name} ({d.version})" for d in driver_sets if d.desired > 0
+                    and d.version and not _planned(d.version, planned)})  # fmt: skip
+    if not stale:
+        return None
+    verb = "runs" if len(stale) == 1 else "run"
+    return (
+        f"the NVIDIA operator has not yet rendered driver {listed(sorted(planned), NODES_SHOWN)}:"
+        f" {listed(stale, NODES_SHOWN)} still {verb} another driver"
+    )
+
+
+def upgrade_due(plan: Plan, driver_sets: Sequence[DaemonSetFacts]) -> str | None:
+    """A new driver template that the NVIDIA upgrade controller has not yet begun to roll
+    out: its driver DaemonSets update OnDelete, so the old pods read ready until it labels
+    the nodes. Without autoUpgrade nobody replaces them: the user does, node by node."""
+    if not plan.auto_upgrade:
+        return None
+    due = [f"{d.name} ({d.updated}/{d.desired} pods on its new template)" for d in driver_sets
+           if d.desired > 0 and d.current and d.updated < d.desired]  # fmt: skip
+    if not due:
+        return None
+    return (
+        f"the NVIDIA upgrade controller has not yet begun to replace the driver: "
+        f"{listed(due, NODES_SHOWN)}"
+    )
 
 
 def _upgrade_judgement(
