@@ -136,8 +136,12 @@ def test_a_branch_change_rolls_node_by_node(
     while time.monotonic() - began < 600:
         states = _upgrade_states(local_cluster)
         driver = condition(gpu(local_cluster), "DriverReady") or {}
-        if driver.get("reason") == "DriverUpgrading" and driver["message"] not in progress:
-            progress.append(driver["message"])
+        message = str(driver.get("message", ""))
+        # The rollout's progress; before it, DriverVersionPending, then DriverUpgrading "has
+        # not yet begun" (the new template's pods wait for the controller).
+        rolling = driver.get("reason") == "DriverUpgrading" and "replaces the driver" in message
+        if rolling and message not in progress:
+            progress.append(message)
         for name, state in states.items():
             if not seen.get(name) or seen[name][-1] != state:
                 seen.setdefault(name, []).append(state)

@@ -201,9 +201,11 @@ def values_rollout(s: Session) -> None:
 
 
 def _cordoned_upgrade(s: Session) -> bool:
-    reason = (condition(gpu(s.cluster), "DriverReady") or {}).get("reason")
+    driver = condition(gpu(s.cluster), "DriverReady") or {}
+    rolling = driver.get("reason") == "DriverUpgrading" and "replaces the driver" in str(
+        driver.get("message", ""))  # fmt: skip
     nodes = s.cluster.list_objects("nodes")
-    return reason == "DriverUpgrading" and any(
+    return rolling and any(
         (n.get("spec") or {}).get("unschedulable")
         and UPGRADE_LABEL in (n["metadata"].get("labels") or {})
         for n in nodes
