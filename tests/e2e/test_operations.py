@@ -132,6 +132,8 @@ def test_a_branch_change_rolls_node_by_node(
     seen: dict[str, list[str]] = {}
     overlaps: list[dict[str, str]] = []
     progress: list[str] = []
+    reasons: dict[str, int] = {}
+    early: list[str] = []
     began = time.monotonic()
     while time.monotonic() - began < 600:
         states = _upgrade_states(local_cluster)
@@ -150,10 +152,18 @@ def test_a_branch_change_rolls_node_by_node(
         # Both nodes through the rollout: a node's first label can be upgrade-done, put there
         # before the new driver template exists.
         moved = len(seen) == 2 and all(set(v) - RESTING for v in seen.values())
-        if moved and all(s == DONE for s in states.values()) and _ready(local_cluster):
+        ready = _ready(local_cluster)
+        reasons[str(driver.get("reason"))] = reasons.get(str(driver.get("reason")), 0) + 1
+        if ready and not moved:
+            early.append(str(driver.get("message")))
+        if moved and all(s == DONE for s in states.values()) and ready:
             break
         time.sleep(0.5)
     print(f"\nupgrade states per node in {time.monotonic() - began:.0f}s: {seen}")
+    print(f"DriverReady reasons (samples): {reasons}")
+    # Ready only once both nodes run the new driver: not while the old DaemonSet still reads
+    # ready before the NVIDIA operator renders the new one (DriverVersionPending).
+    assert not early, f"Ready before the rollout: {early[:3]}"
     assert len(seen) == 2, seen
     for history in seen.values():
         assert history[-1] == DONE, seen
