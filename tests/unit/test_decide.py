@@ -200,7 +200,8 @@ def ready_components() -> dict[str, Any]:
         "metadata": {"name": "nvidia-driver-daemonset-x", "generation": 1,
                      "labels": {"app.kubernetes.io/component": "nvidia-driver"}},
         "spec": {"updateStrategy": {"type": "OnDelete"}},
-        "status": {"desiredNumberScheduled": 2, "numberAvailable": 2, "observedGeneration": 1},
+        "status": {"desiredNumberScheduled": 2, "numberAvailable": 2, "updatedNumberScheduled": 2,
+                   "observedGeneration": 1},
     })  # fmt: skip
     return {"daemonsets": (driver,), "cluster_policy": OperatorStateFacts("ready")}
 

@@ -182,7 +182,8 @@ def test_ready_when_flux_and_components_are(world: World) -> None:
         "metadata": {"name": "nvidia-driver-daemonset-x", "generation": 1,
                      "labels": {"app.kubernetes.io/component": "nvidia-driver"}},
         "spec": {"updateStrategy": {"type": "OnDelete"}},
-        "status": {"desiredNumberScheduled": 2, "numberAvailable": 2, "observedGeneration": 1},
+        "status": {"desiredNumberScheduled": 2, "numberAvailable": 2, "updatedNumberScheduled": 2,
+                   "observedGeneration": 1},
     })  # fmt: skip
     world.store.put(DAEMONSETS, facts.name, Entry(5, facts))
     policy = Entry(5, OperatorStateFacts("ready"))
