@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections import Counter
 from collections.abc import Iterator
 from functools import partial
 from typing import Any
@@ -132,7 +133,7 @@ def test_a_branch_change_rolls_node_by_node(
     seen: dict[str, list[str]] = {}
     overlaps: list[dict[str, str]] = []
     progress: list[str] = []
-    reasons: dict[str, int] = {}
+    reasons: Counter[str] = Counter()
     early: list[str] = []
     began = time.monotonic()
     while time.monotonic() - began < 600:
@@ -153,7 +154,7 @@ def test_a_branch_change_rolls_node_by_node(
         # before the new driver template exists.
         moved = len(seen) == 2 and all(set(v) - RESTING for v in seen.values())
         ready = _ready(local_cluster)
-        reasons[str(driver.get("reason"))] = reasons.get(str(driver.get("reason")), 0) + 1
+        reasons[str(driver.get("reason"))] += 1
         if ready and not moved:
             early.append(str(driver.get("message")))
         if moved and all(s == DONE for s in states.values()) and ready:

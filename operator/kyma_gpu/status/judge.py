@@ -385,7 +385,7 @@ def upgrade_due(plan: Plan, driver_sets: Sequence[DaemonSetFacts]) -> str | None
     if not plan.auto_upgrade:
         return None
     due = [f"{d.name} ({d.updated}/{d.desired} pods on its new template)" for d in driver_sets
-           if d.desired > 0 and d.current and d.updated < d.desired]  # fmt: skip
+           if d.desired > 0 and d.current and not d.rolled_out]  # fmt: skip
     if not due:
         return None
     return (
